@@ -1,0 +1,15 @@
+"""FL methods, each a Strategy, found by name."""
+
+from __future__ import annotations
+
+from iotfl_sim.algorithms.base import Strategy
+from iotfl_sim.algorithms.decoupled import Decoupled
+from iotfl_sim.algorithms.fedavg import FedAvg
+from iotfl_sim.algorithms.heterofl import HeteroFL
+
+REGISTRY = {"fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL}
+
+
+def make_strategy(cfg) -> Strategy:
+    """The strategy for an algorithm config (its ``name`` picks the class)."""
+    return REGISTRY[cfg.name](cfg)

@@ -1,0 +1,138 @@
+"""The Strategy interface every FL method implements, and the plain data it exchanges with the engine.
+
+A strategy never sees the simulator's internals: it gets a ``FleetView`` (what a real server could
+know: declared profiles and the history of outcomes) and plain data. A strategy that assumes the
+server knows devices' true current resources must say so by calling ``FleetView.true_state``; the
+run summary then reports that the method used oracle knowledge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass
+class Assignment:
+    """One task: which device trains which submodel, at what upload precision."""
+
+    device: int
+    spec: SubmodelSpec
+    level: str = ""
+    bits: int = 32
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """What a device knows about itself when a task arrives (used by ``Strategy.adapt``)."""
+
+    device: int
+    free_memory_bytes: float
+    battery_left_j: float
+
+
+@dataclass
+class Outcome:
+    """What happened to one task, as the server sees it after the round."""
+
+    assignment: Assignment
+    status: str  # "completed" (accepted), or a failure reason: oom, depleted, refused, deadline
+    trained: Assignment | None = None  # the assignment after device-side adaptation
+    finished_at: float = float("nan")
+
+
+@dataclass
+class Update:
+    """A trained submodel coming back from a device."""
+
+    assignment: Assignment
+    state: State
+    num_samples: int
+    label_set: np.ndarray
+    loss: float
+
+
+@dataclass(frozen=True)
+class LocalObjective:
+    """How a device trains: plain CE, or CE with logits of absent classes masked to 0 (HeteroFL)."""
+
+    masked_labels: bool = False
+
+
+@dataclass
+class EvalTarget:
+    """A model the server evaluates: ``label`` is a column suffix in rounds.csv (acc_<label>)."""
+
+    label: str
+    spec: SubmodelSpec
+    state: State
+    recipe: ModelRecipe
+    is_level: bool = True  # counted in the "avg" column
+
+
+class FleetView(Protocol):
+    num_devices: int
+
+    def selectable(self) -> np.ndarray: ...  # indices of devices not known to be gone and not busy
+
+    def declared_free_memory(self) -> np.ndarray: ...  # bytes, per device, from the declared profiles
+
+    def true_state(self, strategy: str) -> Any: ...  # oracle access; recorded in the summary
+
+
+@dataclass
+class StrategyContext:
+    """Everything a strategy may use to set itself up."""
+
+    recipe: ModelRecipe  # the model family at global rate 1.0; strategies derive their own
+    num_devices: int
+    samples_per_device: np.ndarray
+    labels_per_device: list[np.ndarray]
+    num_classes: int
+    seed: int
+    rounds: int
+    clients_per_round: int
+    memory_need: Any  # callable(recipe, spec) -> bytes needed on the device to train spec
+    cost: Any  # callable(recipe, spec) -> ModelCost
+    declared_free_memory: np.ndarray  # bytes per device
+    initial_state: Any  # callable(recipe, spec) -> State, seeded
+
+
+class Strategy(Protocol):
+    name: str
+
+    def setup(self, ctx: StrategyContext) -> None: ...
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]: ...
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]: ...
+
+    def adapt(self, assignment: Assignment, device: DeviceState) -> Assignment | None: ...
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe: ...
+
+    def payload(self, assignment: Assignment) -> State: ...
+
+    def local_objective(self, assignment: Assignment) -> LocalObjective: ...
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None: ...
+
+    def observe(self, rnd: int, outcomes: list[Outcome]) -> None: ...
+
+    def eval_targets(self) -> list[EvalTarget]: ...
+
+
+def random_selection(candidates: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k distinct devices chosen uniformly from ``candidates`` (without replacement; pitfall 8)."""
+    if len(candidates) <= k:
+        return np.sort(candidates)
+    return np.sort(candidates[rng.choice(len(candidates), size=k, replace=False)])

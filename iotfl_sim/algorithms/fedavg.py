@@ -1,0 +1,58 @@
+"""FedAvg baselines for heterogeneous fleets.
+
+``all_large``: everyone trains the full model; devices whose declared memory cannot hold it are
+excluded from selection (exclusive learning). ``smallest``: every device trains the smallest model,
+which is then the global model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, random_selection
+from iotfl_sim.algorithms.common import StrategyBase
+from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.algorithms import FedAvgConfig
+
+
+class FedAvg(StrategyBase):
+    name = "fedavg"
+
+    def __init__(self, cfg: FedAvgConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def setup(self, ctx) -> None:
+        self.ctx = ctx
+        rate = 1.0 if self.cfg.flavour == "all_large" else self.cfg.small_rate
+        self.recipe = self.recipe_at(rate)
+        self.spec = SubmodelSpec(rate=rate, name="full")
+        self.state = ctx.initial_state(self.recipe, self.spec)
+        self.eligible = np.flatnonzero(self.fits(self.recipe, self.spec, ctx.declared_free_memory))
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        return [(self.recipe, self.spec)]
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        pool = np.intersect1d(fleet.selectable(), self.eligible, assume_unique=True)
+        chosen = random_selection(pool, self.c.clients_per_round, rng)
+        return [Assignment(int(d), self.spec, level="full") for d in chosen]
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipe
+
+    def payload(self, assignment: Assignment):
+        return self.state
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        if not updates:
+            return
+        contributions = [
+            Contribution(u.state, float(u.num_samples) if self.cfg.weighting == "data" else 1.0) for u in updates
+        ]
+        self.state = aggregate_nested(self.state, contributions)
+
+    def eval_targets(self) -> list[EvalTarget]:
+        return [EvalTarget("full", self.spec, self.state, self.recipe)]

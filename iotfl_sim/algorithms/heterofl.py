@@ -1,0 +1,120 @@
+"""HeteroFL (Diao et al., ICLR 2021), as in the paper and its reference code.
+
+- Levels a-e with width rates 1, 1/2, 1/4, 1/8, 1/16; channel counts rounded up (ceil).
+- The global model's rate is the rate of the first level of the mix; each submodel's Scaler divides
+  by (level rate / global rate) in training only.
+- ``fix``: a device keeps its level (by id: the first share of devices get the first level, and so on,
+  leftovers the last level). ``dynamic``: every selected device re-draws its level from the mix.
+  ``assign: by_capacity`` is this simulator's IoT variant: a device's level is the largest one of the
+  mix that fits its declared free memory (dynamic mode draws among the levels that fit).
+- Local training: masked cross-entropy (logits of absent classes filled with 0), fresh SGD per round,
+  gradient clipping (from the scenario's ``local`` section).
+- Aggregation: each entry is averaged over the clients that hold it, unweighted; classifier rows
+  only over clients holding that label (also in IID runs); untouched entries keep their value.
+- Evaluation with static BN (see ``fl.evaluate``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iotfl_sim.algorithms.base import (
+    Assignment,
+    EvalTarget,
+    FleetView,
+    LocalObjective,
+    Update,
+    random_selection,
+)
+from iotfl_sim.algorithms.common import StrategyBase, classifier_keys
+from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.algorithms import HeteroFLConfig, parse_proportions
+
+
+def fix_levels_by_id(num_devices: int, proportions: list[float]) -> np.ndarray:
+    """HeteroFL's `fix` assignment: level index per device id, leftovers at the last level."""
+    out = np.full(num_devices, len(proportions) - 1, dtype=np.int64)
+    start = 0
+    for i, p in enumerate(proportions):
+        n = int(np.floor(num_devices * p + 1e-9))
+        out[start : start + n] = i
+        start += n
+    return out
+
+
+class HeteroFL(StrategyBase):
+    name = "heterofl"
+
+    def __init__(self, cfg: HeteroFLConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def setup(self, ctx) -> None:
+        self.ctx = ctx
+        mix = parse_proportions(self.cfg.proportions)
+        self.levels = list(mix)  # in the order written; the first sets the global rate
+        self.props = np.array([mix[x] for x in self.levels])
+        rates = self.cfg.level_rates
+        self.global_rate = rates[self.levels[0]]
+        self.recipe = self.recipe_at(self.global_rate)
+        self.specs = {x: SubmodelSpec(rate=rates[x], name=x, rounding="ceil") for x in self.levels}
+        self.global_spec = SubmodelSpec(rate=self.global_rate, name="full", rounding="ceil")
+        self.state = ctx.initial_state(self.recipe, self.global_spec)
+        self.classifier = classifier_keys(self.recipe, self.global_spec)
+        n = ctx.num_devices
+        fits = np.stack([self.fits(self.recipe, self.specs[x], ctx.declared_free_memory) for x in self.levels], 1)
+        self.fits_level = fits  # (devices, levels)
+        if self.cfg.assign == "by_id":
+            self.fixed = fix_levels_by_id(n, list(self.props))
+            self.eligible = np.arange(n)
+        else:
+            order = np.argsort([-rates[x] for x in self.levels], kind="stable")
+            self.fixed = np.full(n, -1, dtype=np.int64)
+            for i in reversed(order):  # largest fitting level wins
+                self.fixed[fits[:, i]] = i
+            self.eligible = np.flatnonzero(self.fixed >= 0)
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        return [(self.recipe, self.specs[x]) for x in self.levels]
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        pool = np.intersect1d(fleet.selectable(), self.eligible, assume_unique=True)
+        chosen = random_selection(pool, self.c.clients_per_round, rng)
+        out = []
+        for d in chosen:
+            if self.cfg.mode == "fix":
+                i = int(self.fixed[d])
+            else:
+                p = self.props.copy()
+                if self.cfg.assign == "by_capacity":
+                    p = p * self.fits_level[d]
+                i = int(rng.choice(len(p), p=p / p.sum()))
+            x = self.levels[i]
+            out.append(Assignment(int(d), self.specs[x], level=x))
+        return out
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipe
+
+    def payload(self, assignment: Assignment):
+        return self.state
+
+    def local_objective(self, assignment: Assignment) -> LocalObjective:
+        return LocalObjective(masked_labels=self.cfg.masked_ce)
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        if not updates:
+            return
+        restrict = self.cfg.label_restricted_classifier
+        contributions = [Contribution(u.state, 1.0, u.label_set if restrict else None) for u in updates]
+        self.state = aggregate_nested(self.state, contributions, classifier_keys=self.classifier)
+
+    def eval_targets(self) -> list[EvalTarget]:
+        targets = [
+            EvalTarget(x, self.specs[x], self.slice_for(self.state, self.recipe, self.specs[x]), self.recipe)
+            for x in self.levels
+        ]
+        targets.append(EvalTarget("full", self.global_spec, self.state, self.recipe, is_level=False))
+        return targets

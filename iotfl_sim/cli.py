@@ -1,0 +1,139 @@
+"""`iotfl-sim run | validate | plot | profiles | schema`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from iotfl_sim.scenario.loader import (
+    ScenarioError,
+    available_profiles,
+    load_profile,
+    load_scenario,
+    resolve_groups,
+    resolved_dict,
+)
+
+EXIT_BAD_INPUT = 2
+
+
+def _scenario_and_groups(args: argparse.Namespace):
+    sc = load_scenario(args.scenario, sets=args.set)
+    base = Path(args.scenario).resolve().parent / "device_profiles"
+    return sc, resolve_groups(sc, base, str(args.scenario))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from iotfl_sim.sim.engine import run_scenario
+
+    sc, groups = _scenario_and_groups(args)
+    out = args.out if args.out is not None else sc.output.dir
+    progress = False if args.quiet else sc.output.progress
+    path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress)
+    acc = summary["final_accuracy"]
+    parts = [f"run: {path}"]
+    if acc:
+        parts.append("accuracy " + ", ".join(f"{k[4:]}={v:.4f}" for k, v in acc.items()))
+    parts.append(f"simulated {summary['sim_time_s']:.1f} s, energy {summary['energy_j']:.1f} J")
+    ht = summary["host_time_s"]
+    parts.append(f"host {ht['total']:.1f} s (train {ht['train']:.1f}, eval {ht['eval']:.1f}, other {ht['other']:.1f})")
+    print("\n".join(parts))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    sc, groups = _scenario_and_groups(args)
+    sizes = ", ".join(f"{g.name} x{g.count}" for g in groups)
+    print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from analysis.plots import PlotInputError, plot_runs
+
+    try:
+        written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    for p in written:
+        print(p)
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        rows = []
+        for name in available_profiles():
+            p = load_profile(name)
+            battery = "mains" if p.battery.joules == float("inf") else f"{p.battery.joules / 1000:.1f} kJ"
+            rows.append(
+                f"{name:<22} {p.device_class:<9} {p.compute.flops / 1e9:>8.2f} GFLOP/s "
+                f"{p.memory.free_mb:>9.1f} MB free  {p.power.train_w:>5.1f} W  {battery:>9}  {p.link.radio}"
+            )
+        print("\n".join(rows))
+        return 0
+    if not args.name:
+        raise ScenarioError("profiles show: name a profile, e.g. `iotfl-sim profiles show jetson_nano`")
+    p = load_profile(args.name, where="profiles show")
+    print(yaml.safe_dump(p.model_dump(mode="json", exclude_none=True), sort_keys=False), end="")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from iotfl_sim.scenario.model import Scenario
+
+    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="iotfl-sim", description="Simulate federated learning on heterogeneous IoT fleets.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def scenario_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("scenario", help="scenario YAML file")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
+
+    p = sub.add_parser("run", help="run a scenario into a new run folder")
+    scenario_args(p)
+    p.add_argument("--out", help="parent folder of the run folder (default: the scenario's output.dir)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a scenario without running it")
+    scenario_args(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("plot", help="write figures for one or more run folders (overlaid)")
+    p.add_argument("runs", nargs="+", help="run folders")
+    p.add_argument("--out", help="folder for the PNGs (default: <first run>/plots)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("profiles", help="list or show device profiles")
+    p.add_argument("action", choices=["list", "show"])
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
+    p.set_defaults(func=cmd_schema)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

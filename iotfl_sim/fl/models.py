@@ -1,0 +1,469 @@
+"""Prunable model families whose width-reduced submodels nest inside the global model.
+
+Every family is built from a :class:`SubmodelSpec`: each prunable layer keeps ``spec.width(C, l)`` of
+its ``C`` output channels, takes the kept outputs of the layer before as inputs, and the classifier
+keeps every class. Parameter names never depend on the rate, so a submodel's ``state_dict`` has the
+same keys as the global model's (a subset when ``spec.depth`` truncates the network) and each tensor
+shape is an elementwise prefix of the global one: ``slice_state(global, shapes_of(sub))`` loads.
+
+Families (see ``FAMILIES``):
+
+- ``conv``: HeteroFL's 4-layer CNN, hidden [64, 128, 256, 512].
+- ``resnet18``: HeteroFL's pre-activation ResNet18 (3x3 stem, no max-pool, blocks [2, 2, 2, 2]).
+- ``vgg16``: AdaptiveFL's VGG16-BN with the 4096-wide head (256-wide for non-RGB inputs, as in
+  AdaptiveFL's code); 15 prunable groups (13 convs + 2 hidden FC layers, FlexFL's grouping).
+- ``cnn_small``: a 3-conv CNN for tiny images such as sklearn's 8x8 digits.
+- ``mlp``: two hidden layers [200, 200], for tiny tests and tabular data (HAR).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from iotfl_sim.fl.submodel import SubmodelSpec
+
+FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "cnn_small", "mlp")
+NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
+
+CONV_HIDDEN = (64, 128, 256, 512)
+RESNET_HIDDEN = (64, 128, 256, 512)
+RESNET_BLOCKS = (2, 2, 2, 2)
+VGG16_CFG: tuple[int | str, ...] = (
+    64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M",
+)  # fmt: skip
+VGG16_CONVS = 13
+CNN_SMALL_HIDDEN = (32, 64, 128)
+MLP_HIDDEN = (200, 200)
+
+# Number of prunable layer groups (the length ``layer_rates`` may have) per family.
+LAYER_GROUPS: dict[str, int] = {
+    "conv": len(CONV_HIDDEN),
+    "resnet18": len(RESNET_HIDDEN),
+    "vgg16": VGG16_CONVS + 2,
+    "cnn_small": len(CNN_SMALL_HIDDEN),
+    "mlp": len(MLP_HIDDEN),
+}
+# Full depth per family that supports depth truncation (ResNet stages, VGG pool-delimited stages).
+FULL_DEPTH: dict[str, int] = {"resnet18": len(RESNET_HIDDEN), "vgg16": 5}
+
+
+class Scaler(nn.Module):
+    """Divides activations by ``rate`` (submodel rate / global rate) in training mode only.
+
+    HeteroFL's scaler compensates for the smaller fan-in of a width-reduced layer while training;
+    at evaluation it is the identity (ScaleFL's always-on variant is a different module).
+    """
+
+    def __init__(self, rate: float) -> None:
+        super().__init__()
+        if rate <= 0:
+            raise ValueError(f"scaler rate must be positive, got {rate}")
+        self.rate = float(rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.rate if self.training else x
+
+    def extra_repr(self) -> str:
+        return f"rate={self.rate:g}"
+
+
+def _scaler(enabled: bool, rate: float) -> nn.Module:
+    return Scaler(rate) if enabled else nn.Identity()
+
+
+def _norm2d(kind: str, channels: int, track_bn: bool) -> nn.Module:
+    if kind == "bn":
+        return nn.BatchNorm2d(channels, momentum=None, track_running_stats=track_bn)
+    if kind == "in":
+        return nn.GroupNorm(channels, channels)
+    if kind == "ln":
+        return nn.GroupNorm(1, channels)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"unknown norm {kind!r}; expected one of {NORMS}")
+
+
+def _norm1d(kind: str, features: int, track_bn: bool) -> nn.Module:
+    if kind == "bn":
+        return nn.BatchNorm1d(features, momentum=None, track_running_stats=track_bn)
+    if kind == "ln":
+        return nn.LayerNorm(features)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"norm {kind!r} is not available for fully connected layers; use bn, ln or none")
+
+
+def _init_params(model: nn.Module) -> None:
+    """Norm scale 1 / shift 0 and zero Linear biases; conv and Linear weights keep PyTorch's default."""
+    for m in model.modules():
+        if (
+            isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm))
+            and m.weight is not None
+        ):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+class ConvUnit(nn.Module):
+    """Conv3x3 -> Scaler -> Norm -> ReLU (the scaler/norm may be identities)."""
+
+    def __init__(self, cin: int, cout: int, *, bias: bool, scaler: nn.Module, norm: nn.Module) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel_size=3, stride=1, padding=1, bias=bias)
+        self.scaler = scaler
+        self.norm = norm
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.norm(self.scaler(self.conv(x))))
+
+
+class PlainCNN(nn.Module):
+    """Stacked ConvUnits with optional 2x2 max-pools, global average pooling and a linear classifier.
+
+    Used for HeteroFL's ``conv`` and for ``cnn_small``.
+    """
+
+    def __init__(self, units: list[ConvUnit], pool_after: list[bool], num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for unit, pool in zip(units, pool_after, strict=True):
+            layers.append(unit)
+            if pool:
+                layers.append(nn.MaxPool2d(2))
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        last = units[-1].conv.out_channels
+        self.classifier = nn.Linear(last, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.flatten(self.pool(self.features(x))))
+
+
+class PreActBlock(nn.Module):
+    """HeteroFL's pre-activation basic block (one scaler shared by both pre-activations)."""
+
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        stride: int,
+        *,
+        projection: bool,
+        scaler: nn.Module,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        self.scaler = scaler
+        self.n1 = _norm2d(norm, cin, track_bn)
+        self.relu1 = nn.ReLU()
+        self.conv1 = nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
+        self.n2 = _norm2d(norm, cout, track_bn)
+        self.relu2 = nn.ReLU()
+        self.conv2 = nn.Conv2d(cout, cout, kernel_size=3, stride=1, padding=1, bias=False)
+        # ``projection`` comes from the full architecture (stride or channel change), not from this
+        # submodel's widths, so the key set never depends on the rates.
+        self.shortcut: nn.Module | None = None
+        if projection:
+            self.shortcut = nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu1(self.n1(self.scaler(x)))
+        shortcut = self.shortcut(out) if self.shortcut is not None else x
+        out = self.conv1(out)
+        out = self.conv2(self.relu2(self.n2(self.scaler(out))))
+        return out + shortcut
+
+
+class PreActResNet(nn.Module):
+    """HeteroFL's ResNet18: stem conv, four stages, then relu(n4(scaler(.))) -> avgpool -> linear.
+
+    With ``depth`` < 4 only the first ``depth`` stages exist and ``forward`` returns their feature map
+    (no head): early-exit classifiers are attached elsewhere.
+    """
+
+    def __init__(
+        self,
+        widths: list[int],
+        rates: list[float],
+        *,
+        in_channels: int,
+        num_classes: int,
+        depth: int,
+        scaler: bool,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, widths[0], kernel_size=3, stride=1, padding=1, bias=False)
+        cin, full_cin = widths[0], RESNET_HIDDEN[0]
+        for stage in range(depth):
+            blocks = []
+            for b in range(RESNET_BLOCKS[stage]):
+                stride = 2 if stage > 0 and b == 0 else 1
+                projection = stride != 1 or full_cin != RESNET_HIDDEN[stage]
+                blocks.append(
+                    PreActBlock(
+                        cin,
+                        widths[stage],
+                        stride,
+                        projection=projection,
+                        scaler=_scaler(scaler, rates[stage]),
+                        norm=norm,
+                        track_bn=track_bn,
+                    )
+                )
+                cin, full_cin = widths[stage], RESNET_HIDDEN[stage]
+            self.add_module(f"layer{stage + 1}", nn.Sequential(*blocks))
+        self.depth = depth
+        self.has_head = depth == len(RESNET_HIDDEN)
+        if self.has_head:
+            self.scaler = _scaler(scaler, rates[-1])
+            self.n4 = _norm2d(norm, widths[-1], track_bn)
+            self.relu = nn.ReLU()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.flatten = nn.Flatten()
+            self.linear = nn.Linear(widths[-1], num_classes)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv1(x)
+        for stage in range(self.depth):
+            out = getattr(self, f"layer{stage + 1}")(out)
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.forward_features(x)
+        if not self.has_head:
+            return out
+        out = self.relu(self.n4(self.scaler(out)))
+        return self.linear(self.flatten(self.pool(out)))
+
+
+class VGG(nn.Module):
+    """AdaptiveFL's VGG16-BN: 13 conv units with 5 max-pools, then avgpool -> 2 hidden FC -> classifier.
+
+    A max-pool is replaced by an identity when the feature map is already 1 pixel wide, and the
+    adaptive average pool makes any input size work (it is the identity for 32x32 inputs). With
+    ``depth`` < 5 only the first ``depth`` pool-delimited stages exist and ``forward`` returns their
+    feature map (no head).
+    """
+
+    def __init__(
+        self,
+        conv_widths: list[int],
+        fc_widths: list[int],
+        rates: list[float],
+        *,
+        in_channels: int,
+        image_size: tuple[int, int],
+        num_classes: int,
+        depth: int,
+        scaler: bool,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin, conv_idx, stage = in_channels, 0, 0
+        h, w = image_size
+        for item in VGG16_CFG:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2) if min(h, w) >= 2 else nn.Identity())
+                h, w = max(1, h // 2), max(1, w // 2)
+                stage += 1
+                if stage == depth:
+                    break
+                continue
+            cout = conv_widths[conv_idx]
+            layers.append(
+                ConvUnit(
+                    cin,
+                    cout,
+                    bias=True,
+                    scaler=_scaler(scaler, rates[conv_idx]),
+                    norm=_norm2d(norm, cout, track_bn),
+                )
+            )
+            cin, conv_idx = cout, conv_idx + 1
+        self.features = nn.Sequential(*layers)
+        self.has_head = depth == FULL_DEPTH["vgg16"]
+        if self.has_head:
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.flatten = nn.Flatten()
+            self.projector = nn.Sequential(
+                nn.Linear(cin, fc_widths[0]),
+                _scaler(scaler, rates[VGG16_CONVS]),
+                nn.ReLU(),
+                nn.Dropout(),
+                nn.Linear(fc_widths[0], fc_widths[1]),
+                _scaler(scaler, rates[VGG16_CONVS + 1]),
+                nn.ReLU(),
+                nn.Dropout(),
+            )
+            self.classifier = nn.Linear(fc_widths[1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.features(x)
+        if not self.has_head:
+            return out
+        return self.classifier(self.projector(self.flatten(self.pool(out))))
+
+
+class MLP(nn.Module):
+    """Flatten -> [Linear -> Scaler -> Norm -> ReLU] x len(hidden) -> Linear(classes)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        widths: list[int],
+        rates: list[float],
+        *,
+        num_classes: int,
+        scaler: bool,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        self.flatten = nn.Flatten()
+        layers: list[nn.Module] = []
+        fin = in_features
+        for width, rate in zip(widths, rates, strict=True):
+            layers += [
+                nn.Linear(fin, width),
+                _scaler(scaler, rate),
+                _norm1d(norm, width, track_bn),
+                nn.ReLU(),
+            ]
+            fin = width
+        self.hidden = nn.Sequential(*layers)
+        self.classifier = nn.Linear(fin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.hidden(self.flatten(x)))
+
+
+def _check_depth(family: str, depth: int | None) -> int | None:
+    if depth is None:
+        return None
+    full = FULL_DEPTH.get(family)
+    if full is None:
+        raise NotImplementedError(f"depth truncation is not supported for family {family!r}")
+    if not 1 <= depth <= full:
+        raise ValueError(f"depth for {family!r} must be in [1, {full}], got {depth}")
+    return depth
+
+
+def build_model(
+    family: str,
+    spec: SubmodelSpec,
+    *,
+    num_classes: int,
+    in_channels: int,
+    image_size: tuple[int, int],
+    global_rate: float = 1.0,
+    scaler: bool | None = None,
+    track_bn: bool = False,
+    norm: str = "bn",
+) -> nn.Module:
+    """Build the ``family`` submodel described by ``spec`` (a fresh, randomly initialised module).
+
+    ``global_rate`` is the global model's rate (HeteroFL's first level); in training mode each
+    Scaler divides by its layer's rate / ``global_rate``. ``scaler=None`` means the family's own
+    default: on for ``conv``, ``resnet18``, ``cnn_small`` and ``mlp`` (HeteroFL), off for ``vgg16``
+    (AdaptiveFL has none); ``True``/``False`` force it on/off for any family. ``norm`` is ``bn``
+    (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln`` or ``none``.
+    ``spec.depth`` (resnet18: stages 1..4, vgg16: stages 1..5) keeps only the first stages and drops
+    the head; other families raise NotImplementedError for a depth.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; expected one of {FAMILIES}")
+    if norm not in NORMS:
+        raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
+    if not 0.0 < global_rate <= 1.0:
+        raise ValueError(f"global_rate must be in (0, 1], got {global_rate}")
+    groups = LAYER_GROUPS[family]
+    if spec.layer_rates is not None and len(spec.layer_rates) > groups:
+        raise ValueError(
+            f"{family!r} has {groups} prunable layer groups, got {len(spec.layer_rates)} layer_rates"
+        )
+    depth = _check_depth(family, spec.depth)
+    use_scaler = (family != "vgg16") if scaler is None else bool(scaler)
+    rates = [spec.layer_rate(layer) / global_rate for layer in range(groups)]
+    h, w = image_size
+
+    model: nn.Module
+    if family == "conv":
+        widths = [spec.width(c, layer) for layer, c in enumerate(CONV_HIDDEN)]
+        units = _conv_units(widths, rates, in_channels, use_scaler, norm, track_bn)
+        pools = [True] * (len(units) - 1) + [False]  # HeteroFL drops the last max-pool
+        model = PlainCNN(units, pools, num_classes)
+    elif family == "cnn_small":
+        widths = [spec.width(c, layer) for layer, c in enumerate(CNN_SMALL_HIDDEN)]
+        units = _conv_units(widths, rates, in_channels, use_scaler, norm, track_bn)
+        model = PlainCNN(units, [False, True, False], num_classes)
+    elif family == "resnet18":
+        widths = [spec.width(c, layer) for layer, c in enumerate(RESNET_HIDDEN)]
+        model = PreActResNet(
+            widths,
+            rates,
+            in_channels=in_channels,
+            num_classes=num_classes,
+            depth=depth or FULL_DEPTH["resnet18"],
+            scaler=use_scaler,
+            norm=norm,
+            track_bn=track_bn,
+        )
+    elif family == "vgg16":
+        convs = [c for c in VGG16_CFG if c != "M"]
+        conv_widths = [spec.width(int(c), layer) for layer, c in enumerate(convs)]
+        # AdaptiveFL's code uses a 4096-wide head for RGB inputs and a 256-wide one otherwise.
+        fc = 4096 if in_channels == 3 else 256
+        fc_widths = [spec.width(fc, VGG16_CONVS), spec.width(fc, VGG16_CONVS + 1)]
+        model = VGG(
+            conv_widths,
+            fc_widths,
+            rates,
+            in_channels=in_channels,
+            image_size=(h, w),
+            num_classes=num_classes,
+            depth=depth or FULL_DEPTH["vgg16"],
+            scaler=use_scaler,
+            norm=norm,
+            track_bn=track_bn,
+        )
+    else:  # mlp
+        widths = [spec.width(c, layer) for layer, c in enumerate(MLP_HIDDEN)]
+        model = MLP(
+            in_channels * h * w,
+            widths,
+            rates,
+            num_classes=num_classes,
+            scaler=use_scaler,
+            norm=norm,
+            track_bn=track_bn,
+        )
+    _init_params(model)
+    return model
+
+
+def _conv_units(
+    widths: list[int], rates: list[float], in_channels: int, scaler: bool, norm: str, track_bn: bool
+) -> list[ConvUnit]:
+    units: list[ConvUnit] = []
+    cin = in_channels
+    for width, rate in zip(widths, rates, strict=True):
+        units.append(
+            ConvUnit(cin, width, bias=True, scaler=_scaler(scaler, rate), norm=_norm2d(norm, width, track_bn))
+        )
+        cin = width
+    return units
+
+
+def count_params(module: nn.Module) -> int:
+    """Number of parameters (not buffers) of ``module``."""
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,77 @@
+"""Submodel specifications and index maps into the global tensors.
+
+Every method this simulator hosts cuts submodels as *prefix slices*: a width-reduced layer keeps
+its first k output channels and the first k' input channels of the layer before it, the classifier
+keeps every class row, and a depth-reduced model simply lacks the later blocks. A submodel's index
+map is therefore fully described by the shape of each of its tensors: tensor ``name`` of the
+submodel is ``global[name][:s0, :s1, ...]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class SubmodelSpec:
+    """What a device trains: a width rate (global or per layer), an optional depth, a rounding rule.
+
+    ``rate`` is relative to the *full* architecture (1.0 = all channels). ``layer_rates`` overrides it
+    per prunable layer (FlexFL). ``depth`` keeps only the first ``depth`` blocks/exits (DepthFL,
+    ScaleFL). ``rounding`` is ``ceil`` (HeteroFL) or ``floor`` (ScaleFL, AdaptiveFL, FlexFL use int()).
+    Specs are hashable, so costs and model skeletons are cached per spec.
+    """
+
+    rate: float = 1.0
+    layer_rates: tuple[float, ...] | None = None
+    depth: int | None = None
+    rounding: str = "ceil"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rate <= 1.0:
+            raise ValueError(f"submodel rate must be in (0, 1], got {self.rate}")
+        if self.rounding not in ("ceil", "floor"):
+            raise ValueError(f"rounding must be 'ceil' or 'floor', got {self.rounding!r}")
+
+    @property
+    def label(self) -> str:
+        return self.name or f"r{self.rate:g}" + (f"d{self.depth}" if self.depth else "")
+
+    def layer_rate(self, layer: int) -> float:
+        if self.layer_rates is None:
+            return self.rate
+        return self.layer_rates[min(layer, len(self.layer_rates) - 1)]
+
+    def width(self, channels: int, layer: int = 0) -> int:
+        """Channels kept out of ``channels`` at prunable layer ``layer`` (at least one)."""
+        scaled = channels * self.layer_rate(layer)
+        kept = math.ceil(scaled - 1e-9) if self.rounding == "ceil" else int(scaled + 1e-9)
+        return max(1, min(channels, kept))
+
+
+def shapes_of(state: Mapping[str, torch.Tensor]) -> Shapes:
+    return {k: tuple(v.shape) for k, v in state.items()}
+
+
+def prefix_index(shape: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(0, n) for n in shape)
+
+
+def slice_state(global_state: Mapping[str, torch.Tensor], shapes: Shapes) -> dict[str, torch.Tensor]:
+    """The submodel's tensors, cut from the global ones (views; clone before training in place)."""
+    return {k: global_state[k][prefix_index(s)] for k, s in shapes.items()}
+
+
+def check_nested(global_shapes: Shapes, sub_shapes: Shapes) -> None:
+    """Raise if ``sub_shapes`` is not a prefix sub-shape of ``global_shapes`` (a programming error)."""
+    for k, s in sub_shapes.items():
+        g = global_shapes.get(k)
+        if g is None or len(g) != len(s) or any(a > b for a, b in zip(s, g, strict=True)):
+            raise ValueError(f"tensor {k}: submodel shape {s} is not nested in global shape {g}")

@@ -1,0 +1,117 @@
+"""The run directory: a new folder per run, files appended and flushed as the run goes.
+
+Nothing a user produced is ever overwritten: a run always gets a fresh folder, and files are written
+through a temporary name and renamed into place when whole.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROUND_COLUMNS_HEAD = [
+    "round", "sim_time_s", "round_time_s", "selected", "completed",
+    "failed_oom", "failed_depleted", "failed_refused", "failed_deadline", "alive",
+]  # fmt: skip
+ROUND_COLUMNS_TAIL = [
+    "train_loss", "energy_j", "energy_compute_j", "energy_radio_j", "energy_idle_j", "energy_round_j",
+    "bytes_down", "bytes_up", "bytes_down_round", "bytes_up_round",
+    "host_train_s", "host_eval_s", "host_other_s",
+]  # fmt: skip
+
+
+def new_run_dir(parent: str | Path, name: str) -> Path:
+    """Create ``parent/<name>-<timestamp>`` (with a -N suffix if taken) and return it."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for i in range(1000):
+        path = parent / (f"{name}-{stamp}" + (f"-{i}" if i else ""))
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a new run folder under {parent}")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunRecorder:
+    """Writes rounds.csv, events.jsonl, devices.csv, summary.json and scenario.resolved.yaml."""
+
+    def __init__(self, path: Path, acc_labels: list[str], events: str = "all") -> None:
+        self.path = path
+        self.acc_columns = ["acc_full", "acc_avg", *[f"acc_{x}" for x in acc_labels if x not in ("full", "avg")]]
+        self.columns = [*ROUND_COLUMNS_HEAD, *self.acc_columns, "loss_full", *ROUND_COLUMNS_TAIL]
+        self._rounds_f = open(path / "rounds.csv", "w", newline="")  # noqa: SIM115 - kept open for the run
+        self._rounds = csv.DictWriter(self._rounds_f, fieldnames=self.columns)
+        self._rounds.writeheader()
+        self._rounds_f.flush()
+        self.events_mode = events
+        self._events_f = open(path / "events.jsonl", "w") if events != "none" else None  # noqa: SIM115
+        self.rows: list[dict[str, Any]] = []
+
+    def scenario(self, resolved: dict) -> None:
+        write_atomic(self.path / "scenario.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+
+    def event(self, t: float, rnd: int, device: int, event: str, **fields: Any) -> None:
+        if self._events_f is None:
+            return
+        if self.events_mode == "failures" and event not in ("oom", "depleted", "refused", "late", "offline"):
+            return
+        rec = {"t": round(t, 6), "round": rnd, "device": device, "event": event, **fields}
+        self._events_f.write(json.dumps(rec) + "\n")
+
+    def round_row(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self._rounds.writerow({k: _fmt(row.get(k)) for k in self.columns})
+        self._rounds_f.flush()
+        if self._events_f is not None:
+            self._events_f.flush()
+
+    def devices(self, columns: dict[str, Any]) -> None:
+        """Write devices.csv from per-device columns (arrays of equal length)."""
+        names = list(columns)
+        texts = [_column_text(columns[k]) for k in names]
+        tmp = self.path / "devices.csv.tmp"
+        with open(tmp, "w") as f:
+            f.write(",".join(names) + "\n")
+            f.writelines(",".join(row) + "\n" for row in zip(*texts, strict=True))
+        os.replace(tmp, self.path / "devices.csv")
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        write_atomic(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+    def close(self) -> None:
+        self._rounds_f.close()
+        if self._events_f is not None:
+            self._events_f.close()
+
+
+def _column_text(values: Any) -> list[str]:
+    out = []
+    for v in values.tolist() if hasattr(values, "tolist") else values:
+        if isinstance(v, float):
+            out.append("" if v != v else f"{v:.10g}")
+        else:
+            out.append(str(v))
+    return out
+
+
+def _fmt(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    return v

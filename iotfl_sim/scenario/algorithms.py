@@ -1,0 +1,101 @@
+"""Options of each FL method, validated with the rest of the scenario.
+
+These are plain data (no PyTorch); the methods themselves live in ``iotfl_sim.algorithms``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from iotfl_sim.scenario.profile import Strict
+
+# HeteroFL's complexity levels: the width rate of each letter.
+LEVEL_RATES: dict[str, float] = {"a": 1.0, "b": 0.5, "c": 0.25, "d": 0.125, "e": 0.0625}
+
+
+def parse_proportions(text: str) -> dict[str, float]:
+    """``"a2-b8"`` -> {"a": 0.2, "b": 0.8}; ``"a-b-c"`` gives equal shares (HeteroFL's notation)."""
+    parts = [p for p in text.strip().split("-") if p]
+    if not parts:
+        raise ValueError("empty level string; write it like 'a2-b8' or 'a1-b1-c1-d1-e1'")
+    out: dict[str, float] = {}
+    for part in parts:
+        m = re.fullmatch(r"([a-e])(\d*(?:\.\d+)?)", part)
+        if not m:
+            raise ValueError(f"bad level {part!r} in {text!r}: use a letter a-e followed by a weight, e.g. 'a2-b8'")
+        letter, weight = m.group(1), m.group(2)
+        if letter in out:
+            raise ValueError(f"level {letter!r} appears twice in {text!r}")
+        out[letter] = float(weight) if weight else 1.0
+    total = sum(out.values())
+    if total <= 0:
+        raise ValueError(f"level weights in {text!r} sum to zero")
+    return {k: v / total for k, v in out.items()}
+
+
+class _Levels(Strict):
+    level_rates: dict[str, float] = Field(
+        default_factory=lambda: dict(LEVEL_RATES),
+        description="width rate of each level letter (HeteroFL: a=1, b=0.5, c=0.25, d=0.125, e=0.0625)",
+    )
+
+    @field_validator("level_rates")
+    @classmethod
+    def _rates_in_range(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, r in v.items():
+            if not 0 < r <= 1:
+                raise ValueError(f"level {k!r} has rate {r}; rates must be in (0, 1]")
+        return v
+
+
+class FedAvgConfig(Strict):
+    name: Literal["fedavg"]
+    flavour: Literal["all_large", "smallest"] = Field(
+        "all_large",
+        description="all_large: everyone trains the full model and devices that cannot fit it are excluded; "
+        "smallest: everyone trains the smallest model",
+    )
+    small_rate: float = Field(0.0625, gt=0, le=1, description="width rate of the model in the 'smallest' flavour")
+    weighting: Literal["data", "count"] = "data"
+
+
+class DecoupledConfig(_Levels):
+    name: Literal["decoupled"]
+    levels: str = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
+    weighting: Literal["data", "count"] = "data"
+
+    @field_validator("levels")
+    @classmethod
+    def _levels_parse(cls, v: str) -> str:
+        parse_proportions(v)
+        return v
+
+
+class HeteroFLConfig(_Levels):
+    name: Literal["heterofl"]
+    mode: Literal["fix", "dynamic"] = Field(
+        "fix", description="fix: a device keeps its level; dynamic: levels are re-drawn every round"
+    )
+    proportions: str = Field("a1-b1-c1-d1-e1", description="level mix in HeteroFL's notation, e.g. 'a2-b8'")
+    assign: Literal["by_id", "by_capacity"] = Field(
+        "by_id",
+        description="by_id: the paper's assignment by user id and proportions; by_capacity: each device gets the "
+        "largest level of the mix that fits its declared free memory",
+    )
+    masked_ce: bool = Field(True, description="mask logits of classes absent on the client with 0 (not -inf)")
+    label_restricted_classifier: bool = Field(
+        True, description="aggregate classifier rows only from clients that hold that label"
+    )
+
+    @field_validator("proportions")
+    @classmethod
+    def _props_parse(cls, v: str) -> str:
+        parse_proportions(v)
+        return v
+
+
+AlgorithmConfig = Annotated[FedAvgConfig | DecoupledConfig | HeteroFLConfig, Field(discriminator="name")]
+ALGORITHM_NAMES: tuple[str, ...] = ("fedavg", "decoupled", "heterofl")

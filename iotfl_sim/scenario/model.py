@@ -1,0 +1,165 @@
+"""The scenario: every knob of a run, as typed and validated data."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from iotfl_sim.scenario.algorithms import AlgorithmConfig
+from iotfl_sim.scenario.profile import Strict
+
+DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
+MODEL_FAMILIES = ("cnn_small", "conv", "resnet18", "vgg16", "mlp")
+
+
+class Group(Strict):
+    name: str | None = Field(None, description="label of the group in reports; defaults to the profile name")
+    profile: Any = Field(description="a profile name from device_profiles/, or a whole profile written inline")
+    count: int | None = Field(None, ge=0)
+    fraction: float | None = Field(None, ge=0, le=1)
+    power_mode: str | None = Field(None, description="one of the profile's power_modes")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="partial profile merged over the named one, e.g. {memory: {sigma_mb: 50}}"
+    )
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_kind(cls, v: Any) -> Any:
+        if not isinstance(v, str | dict):
+            raise ValueError("give a profile name (see `iotfl-sim profiles list`) or an inline profile mapping")
+        return v
+
+    @model_validator(mode="after")
+    def _size(self) -> Group:
+        if (self.count is None) == (self.fraction is None):
+            raise ValueError("give exactly one of count or fraction")
+        return self
+
+
+class Fleet(Strict):
+    num_devices: int | None = Field(None, gt=0, description="total devices; needed when groups give fractions")
+    groups: list[Group] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sizes_add_up(self) -> Fleet:
+        fractions = [g.fraction for g in self.groups if g.fraction is not None]
+        if fractions and len(fractions) != len(self.groups):
+            raise ValueError("mix of count and fraction: give every group a count, or every group a fraction")
+        if fractions:
+            if self.num_devices is None:
+                raise ValueError("groups give fractions, so fleet.num_devices is needed")
+            if abs(sum(fractions) - 1.0) > 1e-6:
+                raise ValueError(f"group fractions add up to {sum(fractions):g}, not 1: fix the fractions")
+        elif self.num_devices is not None and self.num_devices != sum(g.count or 0 for g in self.groups):
+            raise ValueError(
+                f"num_devices is {self.num_devices} but group counts add up to {sum(g.count or 0 for g in self.groups)}"
+            )
+        return self
+
+    def counts(self) -> list[int]:
+        """Devices per group; fractions are rounded by largest remainder so they sum to num_devices."""
+        if self.groups[0].count is not None:
+            return [int(g.count or 0) for g in self.groups]
+        total = int(self.num_devices or 0)
+        raw = [(g.fraction or 0.0) * total for g in self.groups]
+        counts = [int(r) for r in raw]
+        order = sorted(range(len(raw)), key=lambda i: raw[i] - counts[i], reverse=True)
+        for i in order[: total - sum(counts)]:
+            counts[i] += 1
+        return counts
+
+
+class Partition(Strict):
+    method: Literal["iid", "dirichlet", "shards", "natural"] = "iid"
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (dirichlet only)")
+    classes_per_client: int = Field(2, ge=1, description="label shards per client (shards only)")
+
+
+class Data(Strict):
+    dataset: Literal["digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har"] = "digits"
+    root: str | None = Field(None, description="folder holding the dataset files; default: $IOTFL_DATA")
+    partition: Partition = Partition()
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share for datasets without a test split")
+
+
+class Model(Strict):
+    family: Literal["cnn_small", "conv", "resnet18", "vgg16", "mlp"] = "cnn_small"
+    norm: Literal["bn", "none"] = "bn"
+    scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")
+
+
+class LRSchedule(Strict):
+    kind: Literal["constant", "multistep", "exponential"] = "constant"
+    milestones: list[int] = Field(default_factory=list, description="rounds at which lr is multiplied by gamma")
+    gamma: float = Field(0.1, gt=0)
+
+    def lr_at(self, base: float, rnd: int) -> float:
+        if self.kind == "multistep":
+            return base * self.gamma ** sum(1 for m in self.milestones if rnd >= m)
+        if self.kind == "exponential":
+            return base * self.gamma**rnd
+        return base
+
+
+class Local(Strict):
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(10, ge=1)
+    optimizer: Literal["sgd"] = "sgd"
+    lr: float = Field(0.01, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(5e-4, ge=0)
+    lr_schedule: LRSchedule = LRSchedule()
+    clip_grad_norm: float | None = Field(1.0, gt=0, description="clip gradients to this norm (null: no clipping)")
+
+
+class Server(Strict):
+    deadline_s: float | None = Field(None, gt=0, description="round deadline in simulated seconds (null: none)")
+    eval_every: int = Field(1, ge=1)
+    eval_batch_size: int = Field(1000, ge=1)
+    bn_calibration_samples: int | None = Field(
+        None, ge=1, description="train samples used to recompute static BN statistics (null: all of them)"
+    )
+    target_accuracies: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95])
+    header_bytes: int = Field(1024, ge=0, description="fixed per-message overhead on the wire")
+
+
+class Output(Strict):
+    dir: str = "runs"
+    events: Literal["all", "failures", "none"] = "all"
+    progress: bool | None = Field(None, description="progress bar; null: only when writing to a terminal")
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    seed: int = 0
+    rounds: int = Field(ge=1)
+    clients_per_round: int | None = Field(None, ge=1)
+    clients_fraction: float | None = Field(None, gt=0, le=1)
+    numerics: Literal["torch", "none"] = Field(
+        "torch", description="torch: real training; none: costs and protocol only (system-only mode)"
+    )
+    fleet: Fleet
+    data: Data = Data()
+    model: Model = Model()
+    algorithm: AlgorithmConfig
+    local: Local = Local()
+    server: Server = Server()
+    output: Output = Output()
+
+    @model_validator(mode="after")
+    def _one_selection_size(self) -> Scenario:
+        if self.clients_per_round is not None and self.clients_fraction is not None:
+            raise ValueError("give clients_per_round or clients_fraction, not both")
+        return self
+
+    def num_devices(self) -> int:
+        return sum(self.fleet.counts())
+
+    def selection_size(self) -> int:
+        n = self.num_devices()
+        if self.clients_per_round is not None:
+            return min(self.clients_per_round, n)
+        return max(1, math.ceil((self.clients_fraction or 0.1) * n))

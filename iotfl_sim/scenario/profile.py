@@ -1,0 +1,99 @@
+"""Device profiles: the declared characteristics of one kind of device, with their sources."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEVICE_CLASSES = ("mcu", "sbc", "edge_gpu", "phone", "server")
+RADIOS = ("wifi", "lte", "nbiot", "lorawan", "ble", "ethernet")
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown keys are errors, fields are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Jitter(Strict):
+    dist: Literal["lognormal", "normal", "none"] = "lognormal"
+    sigma: float = Field(0.1, ge=0.0, description="spread of the multiplicative noise on compute time")
+
+
+class PowerMode(Strict):
+    flops: float = Field(gt=0, description="sustained training FLOP/s in this mode")
+    train_w: float = Field(gt=0, description="board power while training in this mode, W")
+
+
+class Compute(Strict):
+    flops: float = Field(gt=0, description="sustained FP32 training throughput, FLOP/s (2 per multiply-add)")
+    jitter: Jitter = Jitter()
+    power_modes: dict[str, PowerMode] | None = None
+    default_mode: str | None = None
+
+    @model_validator(mode="after")
+    def _mode_known(self) -> Compute:
+        if self.default_mode is not None and self.default_mode not in (self.power_modes or {}):
+            known = ", ".join(self.power_modes or {}) or "none defined"
+            raise ValueError(f"default_mode {self.default_mode!r} is not one of the power_modes ({known})")
+        return self
+
+
+class Memory(Strict):
+    total_mb: float = Field(gt=0)
+    free_mb: float = Field(gt=0, description="memory typically free for the FL task (r_M)")
+    sigma_mb: float = Field(0.0, ge=0, description="std of u in r = r_M - |u|, u ~ N(0, sigma^2)")
+
+
+class Power(Strict):
+    idle_w: float = Field(ge=0)
+    train_w: float = Field(ge=0)
+    tx_w: float = Field(ge=0)
+    rx_w: float = Field(ge=0)
+
+
+class Battery(Strict):
+    capacity_j: float | None = Field(None, gt=0, description="joules; null = mains powered")
+    capacity_wh: float | None = Field(None, gt=0, description="watt-hours (alternative to capacity_j)")
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> Battery:
+        if self.capacity_j is not None and self.capacity_wh is not None:
+            raise ValueError("give capacity_j or capacity_wh, not both")
+        return self
+
+    @property
+    def joules(self) -> float:
+        if self.capacity_wh is not None:
+            return self.capacity_wh * 3600.0
+        return float("inf") if self.capacity_j is None else self.capacity_j
+
+
+class Link(Strict):
+    radio: Literal["wifi", "lte", "nbiot", "lorawan", "ble", "ethernet"] = "wifi"
+    down_mbps: float = Field(gt=0)
+    up_mbps: float = Field(gt=0)
+    rtt_ms: float = Field(0.0, ge=0)
+
+
+class DeviceProfile(Strict):
+    name: str
+    description: str = ""
+    device_class: Literal["mcu", "sbc", "edge_gpu", "phone", "server"]
+    compute: Compute
+    memory: Memory
+    power: Power
+    battery: Battery = Battery()
+    link: Link
+    sources: list[str] = Field(default_factory=list)
+
+    def mode(self, name: str | None) -> tuple[float, float]:
+        """(FLOP/s, training power in W) in power mode ``name`` (None = the profile's default)."""
+        name = name or self.compute.default_mode
+        if name is None:
+            return self.compute.flops, self.power.train_w
+        modes = self.compute.power_modes or {}
+        if name not in modes:
+            raise KeyError(name)
+        return modes[name].flops, modes[name].train_w

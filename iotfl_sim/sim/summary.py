@@ -1,0 +1,96 @@
+"""Final figures of a run: time- and energy-to-accuracy, bytes, failures, host time split."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from iotfl_sim.fleet.fleet import FAILURE_REASONS
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.engine import Simulation
+
+
+def first_reaching(rows: list[dict[str, Any]], column: str, target: float, field: str) -> float | None:
+    """Value of ``field`` in the first row where ``column`` >= target (None if never)."""
+    for r in rows:
+        v = r.get(column)
+        if v is not None and v >= target:
+            return r[field]
+    return None
+
+
+def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
+    rows = sim.rows
+    sc = sim.sc
+    last = rows[-1] if rows else {}
+    evaluated = [r for r in rows if r.get("acc_full") is not None]
+    final_acc = {k: v for k, v in (evaluated[-1] if evaluated else {}).items() if k.startswith("acc_")}
+    targets = sc.server.target_accuracies
+    reach: dict[str, dict[str, Any]] = {}
+    for col in ("acc_full", "acc_avg"):
+        reach[col] = {
+            f"{t:g}": {
+                "round": first_reaching(rows, col, t, "round"),
+                "sim_time_s": first_reaching(rows, col, t, "sim_time_s"),
+                "energy_j": first_reaching(rows, col, t, "energy_j"),
+            }
+            for t in targets
+        }
+    host_train, host_eval = sim.host["train"], sim.host["eval"]
+    other = max(host_total - host_train - host_eval, 0.0)
+    failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
+    return {
+        "name": sc.name,
+        "algorithm": sc.algorithm.name,
+        "seed": sc.seed,
+        "rounds": len(rows),
+        "devices": sim.fleet.n,
+        "sim_time_s": last.get("sim_time_s", 0.0),
+        "final_accuracy": final_acc,
+        "best_acc_full": max((r["acc_full"] for r in evaluated), default=None),
+        "to_accuracy": reach,
+        "energy_j": last.get("energy_j", 0.0),
+        "energy_by_kind_j": {k: last.get(f"energy_{k}_j", 0.0) for k in ("compute", "radio", "idle")},
+        "energy_by_group_j": energy_by_group(sim, float(last.get("sim_time_s", 0.0))),
+        "bytes_down": sim.bytes_down,
+        "bytes_up": sim.bytes_up,
+        "tasks": int(sim.fleet.tasks.sum()),
+        "completed": int(sim.fleet.completed.sum()),
+        "failures": failures,
+        "devices_alive": last.get("alive", sim.fleet.n),
+        "oracle_knowledge": sorted(sim.view.oracle_users),
+        "host_time_s": {"train": host_train, "eval": host_eval, "other": other, "total": host_total},
+        "host_other_fraction": other / host_total if host_total > 0 else 0.0,
+    }
+
+
+def energy_by_group(sim: Simulation, t: float) -> dict[str, float]:
+    used = sim.fleet.energy_total(t)
+    sums = np.bincount(sim.fleet.group_of, weights=used, minlength=len(sim.fleet.groups))
+    return {g.name: float(s) for g, s in zip(sim.fleet.groups, sums, strict=True)}
+
+
+def device_columns(sim: Simulation) -> dict[str, Any]:
+    """Per-device table (devices.csv) as columns."""
+    f = sim.fleet
+    t = float(sim.rows[-1]["sim_time_s"]) if sim.rows else 0.0
+    groups = np.array([g.name for g in f.groups], dtype=object)[f.group_of]
+    classes = np.array([g.profile.device_class for g in f.groups], dtype=object)[f.group_of]
+    idle_more = f.idle_w * np.clip(np.minimum(t, f.depleted_at) - f.settled_at, 0.0, None)
+    cols: dict[str, Any] = {
+        "device": np.arange(f.n),
+        "group": groups,
+        "device_class": classes,
+        "samples": sim.numerics.samples_per_device,
+        "tasks": f.tasks,
+        "completed": f.completed,
+        **{f"failed_{r}": f.failures[r] for r in FAILURE_REASONS},
+        "energy_j": f.energy_total(t),
+        "energy_compute_j": f.energy["compute"],
+        "energy_radio_j": f.energy["radio"],
+        "energy_idle_j": f.energy["idle"] + idle_more,
+        "depleted_at_s": np.where(f.depleted_at <= t, f.depleted_at, np.nan),
+    }
+    return cols

@@ -1,0 +1,285 @@
+"""Prunable model families (iotfl_sim.fl.models) and their cost model (iotfl_sim.fl.cost)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from iotfl_sim.fl.cost import ModelCost, measure_cost
+from iotfl_sim.fl.models import FAMILIES, Scaler, build_model, count_params
+from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of, slice_state
+
+# family -> (in_channels, image_size, number of layer groups); small inputs keep the tests fast.
+SHAPES = {
+    "conv": (1, (28, 28), 4),
+    "resnet18": (3, (16, 16), 4),
+    "vgg16": (3, (32, 32), 15),
+    "cnn_small": (1, (8, 8), 3),
+    "mlp": (1, (8, 8), 2),
+}
+HETEROFL_RATES = (1.0, 0.5, 0.25, 0.125, 0.0625)
+
+
+def _build(family: str, spec: SubmodelSpec, **kwargs) -> nn.Module:
+    cin, size, _ = SHAPES[family]
+    return build_model(family, spec, num_classes=10, in_channels=cin, image_size=size, **kwargs)
+
+
+def _meta_params(family: str, spec: SubmodelSpec, in_channels: int, size: tuple[int, int]) -> int:
+    with torch.device("meta"):  # shapes only: no allocation or initialisation
+        model = build_model(family, spec, num_classes=10, in_channels=in_channels, image_size=size)
+    return count_params(model)
+
+
+def _adaptivefl_spec(rate: float, start: int) -> SubmodelSpec:
+    """AdaptiveFL pool model: layers with index >= start keep int(C * rate) channels."""
+    return SubmodelSpec(rate=rate, layer_rates=(1.0,) * start + (rate,) * (15 - start), rounding="floor")
+
+
+# --- official parameter counts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"), zip(HETEROFL_RATES, (1_556_874, 391_370, 98_922, 25_274, 6_594), strict=True)
+)
+def test_heterofl_conv_mnist_param_counts(rate: float, expected: int) -> None:
+    assert _meta_params("conv", SubmodelSpec(rate), 1, (28, 28)) == expected
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"),
+    zip(HETEROFL_RATES, (11_172_170, 2_796_714, 701_018, 176_178, 44_510), strict=True),
+)
+def test_heterofl_resnet18_cifar10_param_counts(rate: float, expected: int) -> None:
+    assert _meta_params("resnet18", SubmodelSpec(rate), 3, (32, 32)) == expected
+
+
+@pytest.mark.parametrize(
+    ("rate", "start", "expected"),
+    [
+        (0.4, 4, 5_667_148),
+        (0.4, 6, 6_483_040),
+        (0.4, 8, 8_397_106),
+        (0.66, 4, 14_839_789),
+        (0.66, 6, 15_410_557),
+        (0.66, 8, 16_814_977),
+        (1.0, 0, 33_646_666),
+    ],
+)
+def test_adaptivefl_vgg16_pool_param_counts(rate: float, start: int, expected: int) -> None:
+    # AdaptiveFL (paper Table 1, M params): 5.67, 6.48, 8.39, 14.84, 15.41, 16.81, 33.65.
+    assert _meta_params("vgg16", _adaptivefl_spec(rate, start), 3, (32, 32)) == expected
+
+
+# --- nested prefix invariant -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def global_models() -> dict[str, nn.Module]:
+    torch.manual_seed(0)
+    return {f: _build(f, SubmodelSpec(1.0, rounding="floor" if f == "vgg16" else "ceil")) for f in FAMILIES}
+
+
+def _sub_specs(family: str) -> list[SubmodelSpec]:
+    groups = SHAPES[family][2]
+    rounding = "floor" if family == "vgg16" else "ceil"
+    ramp = tuple(1.0 - 0.9 * i / max(1, groups - 1) for i in range(groups))
+    mixed = tuple((0.3, 0.8, 0.55)[i % 3] for i in range(groups))
+    return [
+        SubmodelSpec(1.0, rounding=rounding),
+        SubmodelSpec(0.5, rounding=rounding),
+        SubmodelSpec(0.33, rounding=rounding),
+        SubmodelSpec(0.0625, rounding=rounding),
+        SubmodelSpec(0.5, layer_rates=ramp, rounding=rounding),
+        SubmodelSpec(0.5, layer_rates=mixed, rounding=rounding),
+    ]
+
+
+def _assert_loads(global_model: nn.Module, sub: nn.Module, family: str) -> None:
+    gstate, sstate = global_model.state_dict(), sub.state_dict()
+    assert set(sstate) <= set(gstate)
+    check_nested(shapes_of(gstate), shapes_of(sstate))
+    sub.load_state_dict(slice_state(gstate, shapes_of(sstate)))
+    cin, size, _ = SHAPES[family]
+    sub.train()
+    out = sub(torch.randn(4, cin, *size))
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_submodels_nest_in_global_model(family: str, global_models: dict[str, nn.Module]) -> None:
+    gmodel = global_models[family]
+    for spec in _sub_specs(family):
+        sub = _build(family, spec)
+        if spec.depth is None:
+            assert set(sub.state_dict()) == set(gmodel.state_dict()), spec
+        _assert_loads(gmodel, sub, family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nesting_below_a_reduced_global_rate_with_tracked_bn(family: str) -> None:
+    g = _build(family, SubmodelSpec(0.5), global_rate=0.5, track_bn=True)
+    assert any(k.endswith("running_mean") for k in g.state_dict())
+    for rate in (0.5, 0.25, 0.1):
+        _assert_loads(g, _build(family, SubmodelSpec(rate), global_rate=0.5, track_bn=True), family)
+
+
+@pytest.mark.parametrize(("family", "depths"), [("resnet18", (1, 2, 3)), ("vgg16", (1, 3, 4))])
+def test_depth_truncation_keeps_a_key_subset(
+    family: str, depths: tuple[int, ...], global_models: dict[str, nn.Module]
+) -> None:
+    gkeys = set(global_models[family].state_dict())
+    previous: set[str] = set()
+    for depth in depths:
+        sub = _build(family, SubmodelSpec(0.5, depth=depth))
+        keys = set(sub.state_dict())
+        assert previous < keys < gkeys
+        previous = keys
+        _assert_loads(global_models[family], sub, family)
+
+
+def test_depth_is_rejected_where_unsupported() -> None:
+    with pytest.raises(NotImplementedError):
+        _build("conv", SubmodelSpec(1.0, depth=2))
+    with pytest.raises(ValueError):
+        _build("resnet18", SubmodelSpec(1.0, depth=5))
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(ValueError):
+        build_model("lenet", SubmodelSpec(1.0), num_classes=10, in_channels=1, image_size=(8, 8))
+    with pytest.raises(ValueError):
+        _build("conv", SubmodelSpec(1.0), norm="batch")
+    with pytest.raises(ValueError):
+        _build("conv", SubmodelSpec(1.0, layer_rates=(1.0,) * 5))
+
+
+def test_vgg16_accepts_small_grayscale_inputs() -> None:
+    model = build_model("vgg16", SubmodelSpec(0.25), num_classes=7, in_channels=1, image_size=(28, 28))
+    assert model(torch.randn(2, 1, 28, 28)).shape == (2, 7)
+    assert model.classifier.in_features == 64  # AdaptiveFL's 256-wide head for non-RGB inputs
+
+
+# --- scaler and batch norm -------------------------------------------------------------------
+
+
+def test_scaler_module_is_train_only() -> None:
+    s, x = Scaler(0.25), torch.randn(3, 5)
+    assert torch.allclose(s.train()(x), x / 0.25)
+    assert s.eval()(x) is x
+
+
+@pytest.mark.parametrize("family", ["conv", "resnet18", "cnn_small", "mlp"])
+def test_scaler_changes_training_but_not_evaluation(family: str) -> None:
+    torch.manual_seed(1)
+    spec = SubmodelSpec(0.5)
+    with_s = _build(family, spec, norm="none", scaler=True)
+    without = _build(family, spec, norm="none", scaler=False)
+    without.load_state_dict(with_s.state_dict())
+    cin, size, _ = SHAPES[family]
+    x = torch.randn(4, cin, *size)
+    with torch.no_grad():
+        assert torch.allclose(with_s.eval()(x), without.eval()(x))
+        assert not torch.allclose(with_s.train()(x), without.train()(x))
+
+
+def test_scaler_rates_follow_layer_rates_and_global_rate() -> None:
+    spec = SubmodelSpec(0.25, layer_rates=(0.5, 0.25, 0.25, 0.125))
+    model = build_model("conv", spec, num_classes=10, in_channels=1, image_size=(28, 28), global_rate=0.5)
+    rates = [m.rate for m in model.modules() if isinstance(m, Scaler)]
+    assert rates == [1.0, 0.5, 0.5, 0.25]
+
+
+def test_vgg16_has_no_scaler_unless_asked() -> None:
+    spec = SubmodelSpec(0.25)
+    assert not any(isinstance(m, Scaler) for m in _build("vgg16", spec).modules())
+    assert any(isinstance(m, Scaler) for m in _build("vgg16", spec, scaler=True).modules())
+    assert any(isinstance(m, Scaler) for m in _build("conv", spec).modules())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_running_stats_without_tracking(family: str) -> None:
+    model = _build(family, SubmodelSpec(0.25))
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    assert norms and all(m.momentum is None and m.affine for m in norms)
+    assert not any(("running_" in k or "num_batches_tracked" in k) for k in model.state_dict())
+    for m in norms:
+        assert torch.equal(m.weight, torch.ones_like(m.weight))
+        assert torch.equal(m.bias, torch.zeros_like(m.bias))
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert all(torch.equal(m.bias, torch.zeros_like(m.bias)) for m in linears)
+
+
+# --- cost model ------------------------------------------------------------------------------
+
+
+def _cost(family: str, spec: SubmodelSpec, **kwargs) -> ModelCost:
+    cin, size, _ = SHAPES[family]
+    return measure_cost(family, spec, num_classes=10, in_channels=cin, image_size=size, **kwargs)
+
+
+def test_mlp_flops_match_hand_count() -> None:
+    cost = _cost("mlp", SubmodelSpec(0.5), norm="none")
+    assert cost.flops_forward_per_sample == 2 * (64 * 100 + 100 * 100 + 100 * 10)
+    assert cost.params == (64 * 100 + 100) + (100 * 100 + 100) + (100 * 10 + 10)
+    # Activations kept: 2 x (Linear, Scaler, ReLU) outputs of 100 floats + 10 logits.
+    assert cost.activation_bytes_per_sample == 4 * (6 * 100 + 10)
+
+
+def test_conv_mnist_flops_match_hand_count() -> None:
+    cost = _cost("conv", SubmodelSpec(1.0))
+    macs = 28 * 28 * 64 * 9 + 14 * 14 * 128 * 64 * 9 + 7 * 7 * 256 * 128 * 9 + 3 * 3 * 512 * 256 * 9 + 5120
+    assert cost.flops_forward_per_sample == 2 * macs == 79_949_824
+    assert cost.params == 1_556_874
+
+
+def test_train_flops_and_memory_formulae() -> None:
+    cost = _cost("cnn_small", SubmodelSpec(1.0))
+    assert cost.train_flops(50) == 3 * 50 * cost.flops_forward_per_sample
+    assert cost.memory_bytes(32) == cost.params * 4 * 3 + 32 * cost.activation_bytes_per_sample
+    assert cost.memory_bytes(32, optimizer_slots=2) - cost.memory_bytes(32) == cost.params * 4
+    assert _cost("cnn_small", SubmodelSpec(1.0)) is cost  # cached
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_costs_grow_with_rate(family: str) -> None:
+    costs = [_cost(family, SubmodelSpec(r)) for r in sorted(HETEROFL_RATES)]
+    for small, large in zip(costs, costs[1:], strict=False):
+        assert small.params < large.params
+        assert small.flops_forward_per_sample < large.flops_forward_per_sample
+        assert small.activation_bytes_per_sample < large.activation_bytes_per_sample
+        assert small.memory_bytes(16) < large.memory_bytes(16)
+
+
+def test_resnet18_cifar_cost() -> None:
+    cost = measure_cost("resnet18", SubmodelSpec(1.0), num_classes=10, in_channels=3, image_size=(32, 32))
+    assert cost.params == 11_172_170
+    assert 1.0e9 < cost.flops_forward_per_sample < 1.2e9  # ~0.56 GMACs
+
+
+# --- it learns -------------------------------------------------------------------------------
+
+
+def test_cnn_small_learns_sklearn_digits() -> None:
+    datasets = pytest.importorskip("sklearn.datasets")
+    x, y = datasets.load_digits(return_X_y=True)
+    gen = torch.Generator().manual_seed(0)
+    perm = torch.randperm(len(y), generator=gen)
+    x = torch.tensor(x / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)[perm]
+    y = torch.tensor(y)[perm]
+    split = int(0.8 * len(y))
+    torch.manual_seed(0)
+    model = build_model("cnn_small", SubmodelSpec(1.0), num_classes=10, in_channels=1, image_size=(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    for _ in range(3):
+        model.train()
+        for idx in torch.randperm(split, generator=gen).split(32):
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.inference_mode():
+        acc = (model(x[split:]).argmax(1) == y[split:]).float().mean().item()
+    assert acc >= 0.9
