@@ -40,7 +40,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         parts.append("accuracy " + ", ".join(f"{k[4:]}={v:.4f}" for k, v in acc.items()))
     parts.append(f"simulated {summary['sim_time_s']:.1f} s, energy {summary['energy_j']:.1f} J")
     ht = summary["host_time_s"]
-    parts.append(f"host {ht['total']:.1f} s (train {ht['train']:.1f}, eval {ht['eval']:.1f}, other {ht['other']:.1f})")
+    parts.append(
+        f"host {ht['total']:.1f} s (setup {ht['setup']:.1f}, train {ht['train']:.1f}, eval {ht['eval']:.1f}, "
+        f"simulation and other {ht['other']:.1f})"
+    )
     print("\n".join(parts))
     return 0
 

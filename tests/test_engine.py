@@ -75,10 +75,10 @@ def test_energy_is_sum_of_power_times_time():
     t_comp = 3 * cost.flops_forward_per_sample * samples / p["compute"]["flops"]
     t_up = nbytes * 8 / (p["link"]["up_mbps"] * 1e6) + p["link"]["rtt_ms"] / 1000
     expect = (
-        p["power"]["rx_w"] * t_down
-        + p["power"]["train_w"] * t_comp
+        p["power"]["rx_w"] * t_down  # radio power comes on top of idle power
+        + p["power"]["train_w"] * t_comp  # training power is the whole board's
         + p["power"]["tx_w"] * t_up
-        + p["power"]["idle_w"] * (t_end - t_down - t_comp - t_up)
+        + p["power"]["idle_w"] * (t_end - t_comp)
     )
     assert sim.fleet.energy_total(t_end)[d] == pytest.approx(expect, rel=1e-12)
 

@@ -60,7 +60,7 @@ class Decoupled(StrategyBase):
             mine = [u for u in updates if u.assignment.level == x]
             if mine:
                 w = [float(u.num_samples) if self.cfg.weighting == "data" else 1.0 for u in mine]
-                self.states[x] = aggregate_nested(self.states[x], [Contribution(u.state, wi) for u, wi in zip(mine, w)])
+                self.states[x] = aggregate_nested(self.states[x], [Contribution(u.state, wi) for u, wi in zip(mine, w, strict=True)])
 
     def eval_targets(self) -> list[EvalTarget]:
         targets = [EvalTarget(x, self.specs[x], self.states[x], self.recipes[x]) for x in self.levels]

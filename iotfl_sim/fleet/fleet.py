@@ -107,24 +107,30 @@ class Fleet:
         return bool(self.depleted_at[d] > t)
 
     def spend(self, d: int, t0: float, duration: float, power_w: float, kind: str) -> float | None:
-        """Run an activity of ``duration`` s at ``power_w`` from ``t0``.
+        """Run an activity of ``duration`` s drawing ``power_w`` from ``t0``.
 
         Returns None if the battery lasts, else the instant it runs dry (the device is then offline
-        for good). Idle draw is charged up to ``t0``; during the activity the activity's power
-        replaces the idle power, so energy is the sum of power x time exactly.
+        for good). Idle draw is charged up to ``t0``. ``compute`` power is the whole board's and
+        replaces idle power; ``radio`` power comes on top of idle power (the board stays awake while
+        its radio sends or receives). So energy is the sum of power x time exactly.
         """
         self.settle(d, t0)
+        base = self.idle_w[d] if kind == "radio" else 0.0
+        total_w = power_w + base
         remaining = self.capacity_j[d] - self.used(d)
-        need = power_w * duration
+        need = total_w * duration
         if need <= remaining or not np.isfinite(remaining):
-            self.energy[kind][d] += need
+            self.energy[kind][d] += power_w * duration
+            self.energy["idle"][d] += base * duration
             end = t0 + duration
             self.settled_at[d] = end
             left = remaining - need
             self.depleted_at[d] = end + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf
             return None
-        dead = t0 + (remaining / power_w if power_w > 0 else 0.0)
-        self.energy[kind][d] += max(remaining, 0.0)
+        dead = t0 + (remaining / total_w if total_w > 0 else 0.0)
+        share = power_w / total_w if total_w > 0 else 1.0
+        self.energy[kind][d] += max(remaining, 0.0) * share
+        self.energy["idle"][d] += max(remaining, 0.0) * (1.0 - share)
         self.settled_at[d] = dead
         self.depleted_at[d] = dead
         return float(dead)

@@ -117,7 +117,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.bytes_down = 0.0
         self.bytes_up = 0.0
-        self.host = {"train": 0.0, "eval": 0.0}
+        self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
         self.eval_cache: dict[tuple, tuple[float, float]] = {}
 
     # ------------------------------------------------------------ costs
@@ -263,7 +263,7 @@ class Simulation:
                 row.update(self._evaluate())
             row["host_train_s"] = self.host["train"]
             row["host_eval_s"] = self.host["eval"]
-            row["host_other_s"] = time.perf_counter() - self._t_created - self.host["train"] - self.host["eval"]
+            row["host_other_s"] = time.perf_counter() - self._t_created - sum(self.host.values())
             if self.recorder is not None:
                 self.recorder.round_row(row)
             self.rows.append(row)

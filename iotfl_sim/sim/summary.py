@@ -38,8 +38,8 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             }
             for t in targets
         }
-    host_train, host_eval = sim.host["train"], sim.host["eval"]
-    other = max(host_total - host_train - host_eval, 0.0)
+    host_train, host_eval, host_setup = sim.host["train"], sim.host["eval"], sim.host["setup"]
+    other = max(host_total - host_train - host_eval - host_setup, 0.0)
     failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
     return {
         "name": sc.name,
@@ -61,7 +61,13 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "failures": failures,
         "devices_alive": last.get("alive", sim.fleet.n),
         "oracle_knowledge": sorted(sim.view.oracle_users),
-        "host_time_s": {"train": host_train, "eval": host_eval, "other": other, "total": host_total},
+        "host_time_s": {
+            "setup": host_setup,
+            "train": host_train,
+            "eval": host_eval,
+            "other": other,
+            "total": host_total,
+        },
         "host_other_fraction": other / host_total if host_total > 0 else 0.0,
     }
 
