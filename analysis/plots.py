@@ -1,0 +1,624 @@
+"""Figures of one or several run directories, written as PNG files.
+
+Uses only the run-directory format (see ``analysis.rundir``) and matplotlib's object API with the Agg
+canvas: no pyplot, no display, no global state.
+
+    from analysis.plots import plot_runs
+    plot_runs([Path("runs/a"), Path("runs/b")])          # -> runs/a/plots/*.png
+
+Each run keeps one colour across every figure. A file we would write over is replaced only when it
+was written by this module (recognised by a PNG text tag); any other file of that name is left alone
+and the figure goes to ``name-1.png``, ``name-2.png``, ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from analysis.rundir import (
+    FAILURE_EVENTS,
+    PlotInputError,
+    Run,
+    disambiguate_labels,
+    load_run,
+    read_device_events,
+)
+
+__all__ = ["PlotInputError", "plot_runs", "build_figures", "FIGURE_NAMES"]
+
+PNG_SOFTWARE = "iotfl-sim analysis.plots"
+DPI = 150
+FIGSIZE = (7.5, 4.6)
+MAX_TIMELINE_DEVICES = 20
+
+PHASE_COLORS = {"download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A"}
+FAIL_COLOR = "#D62728"
+LATE_COLOR = "#7B3294"
+ENERGY_PARTS = (("compute", "energy_compute_j"), ("radio", "energy_radio_j"), ("idle", "energy_idle_j"))
+
+# devices.csv columns the figures use (the file can have a million rows: read only these)
+DEVICE_COLUMNS = ("device_class", "energy_j", *(c for _, c in ENERGY_PARTS))
+DEVICE_COLUMNS_FIRST = (
+    "device", "tasks", "failed_oom", "failed_depleted", "failed_refused", "failed_deadline", *DEVICE_COLUMNS
+)  # fmt: skip
+
+FIGURE_NAMES = (
+    "accuracy_vs_time.png",
+    "accuracy_vs_energy.png",
+    "bytes_per_round.png",
+    "devices_alive.png",
+    "energy_by_class.png",
+    "timeline.png",
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# public API
+
+
+def plot_runs(runs: Sequence[str | Path], out: Path | None = None) -> list[Path]:
+    """Write the figures of ``runs`` (run directories, overlaid) as PNGs into ``out``; return the paths.
+
+    ``out`` defaults to ``<first run>/plots/`` and is created if needed. Figures whose data is absent
+    (no evaluated rounds, no devices.csv, no events.jsonl ...) are skipped.
+    Raises PlotInputError when a run directory or its rounds.csv is missing or unreadable.
+    """
+    paths = [Path(runs)] if isinstance(runs, str | Path) else [Path(p) for p in runs]
+    if not paths:
+        raise PlotInputError("no run directory given; a run directory must contain rounds.csv")
+    loaded = [load_run(p, DEVICE_COLUMNS_FIRST if i == 0 else DEVICE_COLUMNS) for i, p in enumerate(paths)]
+    disambiguate_labels(loaded)
+    out = Path(out) if out is not None else paths[0] / "plots"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PlotInputError(f"{out}: cannot create the output folder ({e.strerror})") from e
+    written: list[Path] = []
+    for filename, fig in iter_figures(loaded):
+        target = _target_path(out, filename)
+        tmp = target.with_name(f".{target.name}.part")
+        try:
+            fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": PNG_SOFTWARE})
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        written.append(target)
+    return written
+
+
+def build_figures(runs: Sequence[Run]) -> dict[str, Figure]:
+    """All figures for already loaded runs, by file name (for tests and notebooks)."""
+    return dict(iter_figures(runs))
+
+
+def iter_figures(runs: Sequence[Run]) -> Iterator[tuple[str, Figure]]:
+    """Yield (file name, figure) for every figure the data supports, one at a time."""
+    colors = run_colors(len(runs))
+    builders: list[tuple[str, Callable[[Sequence[Run], list], Figure | None]]] = [
+        ("accuracy_vs_time.png", fig_accuracy_vs_time),
+        ("accuracy_vs_energy.png", fig_accuracy_vs_energy),
+        ("bytes_per_round.png", fig_bytes_per_round),
+        ("devices_alive.png", fig_devices_alive),
+        ("energy_by_class.png", fig_energy_by_class),
+        ("timeline.png", fig_timeline),
+    ]
+    for name, build in builders:
+        fig = build(runs, colors)
+        if fig is not None:
+            yield name, fig
+
+
+def run_colors(n: int) -> list[tuple[float, float, float]]:
+    """One distinct colour per run (tab10, then tab20 for more than 10 runs)."""
+    cmap = colormaps["tab10"] if n <= 10 else colormaps["tab20"]
+    cols = list(cmap.colors)  # type: ignore[attr-defined]
+    return [tuple(cols[i % len(cols)]) for i in range(n)]  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# units and small helpers
+
+
+def _time_unit(max_s: float) -> tuple[str, float]:
+    return ("h", 3600.0) if max_s > 2 * 3600 else ("s", 1.0)
+
+
+def _energy_unit(max_j: float) -> tuple[str, float]:
+    if max_j >= 1e7:
+        return "MJ", 1e6
+    if max_j >= 1e4:
+        return "kJ", 1e3
+    return "J", 1.0
+
+
+def _bytes_unit(max_b: float) -> tuple[str, float]:
+    return ("GB", 1e9) if max_b >= 1e10 else ("MB", 1e6)
+
+
+def _nanmax(arrays: Sequence[np.ndarray | None]) -> float:
+    vals = [float(np.nanmax(a)) for a in arrays if a is not None and a.size and not np.isnan(a).all()]
+    return max(vals, default=0.0)
+
+
+def _acc_scale(runs: Sequence[Run]) -> float:
+    """Accuracies stored as fractions are shown in percent; values above 1 are taken as percent already."""
+    m = _nanmax([r.column(c) for r in runs for c in ("acc_full", "acc_avg")])
+    return 100.0 if m <= 1.0 + 1e-9 else 1.0
+
+
+def _new_figure(height: float | None = None) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(FIGSIZE[0], height or FIGSIZE[1]), layout="constrained")
+    ax = fig.add_subplot()
+    ax.grid(True, alpha=0.3, linewidth=0.6)
+    return fig, ax
+
+
+def _title(ax: Any, title: str, runs: Sequence[Run]) -> None:
+    """Figure title; a single run's label goes below it in small grey (several runs get a legend instead)."""
+    ax.figure.suptitle(title, fontsize=12)
+    if len(runs) == 1:
+        ax.set_title(runs[0].label, fontsize=9, color="0.35", pad=4)
+
+
+def _legend(ax: Any, runs: Sequence[Run], colors: list, styles: Sequence[tuple[str, str]] = ()) -> None:
+    """One legend: a coloured entry per run (when several), then grey line-style entries."""
+    handles: list[Any] = []
+    if len(runs) > 1:
+        handles += [Line2D([], [], color=c, lw=2, label=r.label) for r, c in zip(runs, colors, strict=True)]
+    if styles:
+        style_color = "0.35" if len(runs) > 1 else colors[0]
+        handles += [Line2D([], [], color=style_color, lw=1.6, ls=ls, label=lab) for ls, lab in styles]
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+
+
+def _finite_xy(x: np.ndarray | None, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    if x is None or y is None:
+        return np.zeros(0), np.zeros(0)
+    mask = np.isfinite(x) & np.isfinite(y)
+    return x[mask], y[mask]
+
+
+def _round_axis(run: Run) -> np.ndarray:
+    r = run.column("round")
+    return r if r is not None else np.arange(run.n_rounds, dtype=float)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# figures from rounds.csv
+
+
+def _accuracy_figure(
+    runs: Sequence[Run], colors: list, x_column: str, title: str, with_avg: bool
+) -> Figure | None:
+    if not any(r.column("acc_full") is not None or r.column("acc_avg") is not None for r in runs):
+        return None
+    scale = _acc_scale(runs)
+    if x_column == "sim_time_s":
+        unit, div = _time_unit(_nanmax([r.column(x_column) for r in runs]))
+        xlabel = f"simulated time ({unit})"
+    else:
+        unit, div = _energy_unit(_nanmax([r.column(x_column) for r in runs]))
+        xlabel = f"cumulative fleet energy ({unit})"
+    fig, ax = _new_figure()
+    drew_avg = drew_full = False
+    for run, color in zip(runs, colors, strict=True):
+        x = run.column(x_column)
+        full = run.column("acc_full")
+        fx, fy = _finite_xy(x, full)
+        if fx.size:
+            ax.plot(fx / div, fy * scale, color=color, lw=1.8, marker="o" if fx.size < 30 else None, ms=3.5)
+            drew_full = True
+        avg = run.column("acc_avg") if with_avg else None
+        ax_, ay = _finite_xy(x, avg)
+        if ay.size and not _same_series(full, avg):
+            ax.plot(ax_ / div, ay * scale, color=color, lw=1.4, ls="--")
+            drew_avg = True
+    if not drew_full and not drew_avg:
+        return None
+    styles = [("-", "full model"), ("--", "average over submodels")] if drew_avg else []
+    _legend(ax, runs, colors, styles)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_xlim(left=0)
+    _title(ax, title, runs)
+    return fig
+
+
+def _same_series(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """True when b adds nothing over a (equal wherever b is evaluated)."""
+    if a is None or b is None:
+        return b is None
+    mask = np.isfinite(b)
+    return bool(np.allclose(a[mask], b[mask], equal_nan=True, rtol=0, atol=1e-9))
+
+
+def fig_accuracy_vs_time(runs: Sequence[Run], colors: list) -> Figure | None:
+    """acc_full (solid) and acc_avg (dashed, when it differs) against simulated time."""
+    return _accuracy_figure(runs, colors, "sim_time_s", "Accuracy vs simulated time", with_avg=True)
+
+
+def fig_accuracy_vs_energy(runs: Sequence[Run], colors: list) -> Figure | None:
+    """acc_full against cumulative fleet energy."""
+    if not any(r.column("acc_full") is not None and r.column("energy_j") is not None for r in runs):
+        return None
+    return _accuracy_figure(runs, colors, "energy_j", "Accuracy vs fleet energy", with_avg=False)
+
+
+def fig_bytes_per_round(runs: Sequence[Run], colors: list) -> Figure | None:
+    """Cumulative bytes downloaded (solid) and uploaded (dashed) against round."""
+    cols = [r.column(c) for r in runs for c in ("bytes_down", "bytes_up")]
+    if all(c is None for c in cols):
+        return None
+    unit, div = _bytes_unit(_nanmax(cols))
+    fig, ax = _new_figure()
+    for run, color in zip(runs, colors, strict=True):
+        rnd = _round_axis(run)
+        for col, ls in (("bytes_down", "-"), ("bytes_up", "--")):
+            x, y = _finite_xy(rnd, run.column(col))
+            if x.size:
+                ax.plot(x, y / div, color=color, ls=ls, lw=1.6)
+    _legend(ax, runs, colors, [("-", "downloaded (server → devices)"), ("--", "uploaded (devices → server)")])
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"cumulative traffic ({unit})")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    _title(ax, "Bytes on the wire", runs)
+    return fig
+
+
+def fig_devices_alive(runs: Sequence[Run], colors: list) -> Figure | None:
+    """Devices not yet depleted against simulated time."""
+    if not any(r.column("alive") is not None and r.column("sim_time_s") is not None for r in runs):
+        return None
+    unit, div = _time_unit(_nanmax([r.column("sim_time_s") for r in runs]))
+    fig, ax = _new_figure()
+    for run, color in zip(runs, colors, strict=True):
+        x, y = _finite_xy(run.column("sim_time_s"), run.column("alive"))
+        if not x.size:
+            continue
+        # rows are round ends; start the curve at t=0 with the whole fleet (devices.csv size, if known)
+        fleet = next((len(v) for v in run.devices.values()), 0)
+        start = max(float(fleet), float(y[0])) if fleet else float(y[0])
+        x, y = np.concatenate([[0.0], x]), np.concatenate([[start], y])
+        ax.step(x / div, y, where="post", color=color, lw=1.8)
+    _legend(ax, runs, colors)
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("devices alive")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    _title(ax, "Devices alive (not depleted)", runs)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# energy per device class, from devices.csv
+
+
+def energy_by_class(run: Run) -> dict[str, dict[str, float]] | None:
+    """{device_class: {part: joules}} with parts compute/radio/idle(/other), or {"total": J}; None if no data."""
+    dev = run.devices
+    classes = dev.get("device_class")
+    if classes is None or classes.size == 0:
+        return None
+    names, inverse = _group_index(classes.astype(str))
+
+    def per_class(col: str) -> np.ndarray | None:
+        v = dev.get(col)
+        if v is None or v.dtype.kind != "f":
+            return None
+        return np.bincount(inverse, weights=np.nan_to_num(v), minlength=len(names))
+
+    parts = {p: per_class(c) for p, c in ENERGY_PARTS}
+    total = per_class("energy_j")
+    sums: dict[str, np.ndarray] = {}
+    if all(v is not None for v in parts.values()):
+        sums = {p: v for p, v in parts.items() if v is not None}
+        if total is not None:
+            other = total - sum(sums.values())
+            if np.any(other > 0.01 * np.maximum(total, 1e-12)):
+                sums["other"] = np.clip(other, 0, None)
+    elif total is not None:
+        sums = {"total": total}
+    else:
+        return None
+    return {str(n): {p: float(v[i]) for p, v in sums.items()} for i, n in enumerate(names)}
+
+
+def _group_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Like np.unique(values, return_inverse=True), but fast when there are few distinct values."""
+    names = np.unique(values[:10_000])
+    if len(names) <= 64:
+        inverse = np.full(values.size, -1, dtype=np.intp)
+        for i, n in enumerate(names):
+            inverse[values == n] = i
+        if (inverse >= 0).all():
+            return names, inverse
+    names, inverse = np.unique(values, return_inverse=True)
+    return names, inverse.reshape(-1)
+
+
+def _lighten(color: Any, amount: float) -> tuple[float, float, float]:
+    r, g, b = to_rgb(color)
+    return (r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount)
+
+
+_PART_STYLE = {  # lighten amount, hatch
+    "compute": (0.0, None),
+    "radio": (0.4, "///"),
+    "idle": (0.7, "..."),
+    "other": (0.9, "xx"),
+    "total": (0.0, None),
+}
+
+
+def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
+    """Energy summed per device class: one bar per run, stacked compute / radio / idle."""
+    per_run = [energy_by_class(r) for r in runs]
+    if all(p is None for p in per_run):
+        return None
+    classes = sorted({c for p in per_run if p for c in p})
+    parts = [
+        p
+        for p in ("compute", "radio", "idle", "other", "total")
+        if any(pr and p in next(iter(pr.values())) for pr in per_run)
+    ]
+    unit, div = _energy_unit(max((sum(v.values()) for pr in per_run if pr for v in pr.values()), default=0.0))
+    fig, ax = _new_figure()
+    n = len(runs)
+    width = 0.8 / n
+    x = np.arange(len(classes), dtype=float)
+    for i, (pr, color) in enumerate(zip(per_run, colors, strict=True)):
+        if not pr:
+            continue
+        pos = x - 0.4 + width * (i + 0.5)
+        bottom = np.zeros(len(classes))
+        for part in parts:
+            vals = np.array([pr.get(c, {}).get(part, 0.0) for c in classes]) / div
+            if not vals.any():
+                continue
+            light, hatch = _PART_STYLE[part]
+            ax.bar(
+                pos,
+                vals,
+                width * 0.92,
+                bottom=bottom,
+                color=_lighten(color, light),
+                hatch=hatch,
+                edgecolor=color,
+                linewidth=0.6,
+            )
+            bottom += vals
+    ax.set_xticks(x, classes)
+    if len(classes) > 4 or max((len(c) for c in classes), default=0) > 12:
+        ax.tick_params(axis="x", labelrotation=30)
+        for lab in ax.get_xticklabels():
+            lab.set_horizontalalignment("right")
+    ax.set_xlabel("device class")
+    ax.set_ylabel(f"energy used ({unit})")
+    ax.grid(False, axis="x")
+    ax.set_axisbelow(True)
+    handles: list[Any] = []
+    if n > 1:
+        handles += [Patch(facecolor=c, label=r.label) for r, c in zip(runs, colors, strict=True)]
+    if parts != ["total"]:
+        base = "0.35" if n > 1 else colors[0]
+        handles += [
+            Patch(
+                facecolor=_lighten(base, _PART_STYLE[p][0]), hatch=_PART_STYLE[p][1], edgecolor=base, label=p
+            )
+            for p in parts
+            if p != "total"
+        ]
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+    _title(ax, "Energy by device class", runs)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# timeline (Gantt chart) of a few devices of the first run, from events.jsonl
+
+
+def sample_devices(devices: dict[str, np.ndarray], k: int = MAX_TIMELINE_DEVICES) -> list[int]:
+    """Up to k device ids spread over the fleet: devices that had tasks, about a quarter with failures."""
+    ids_col = devices.get("device")
+    if ids_col is None or ids_col.dtype.kind != "f" or ids_col.size == 0:
+        return []
+    ok_ids = np.isfinite(ids_col)
+    ids = (
+        ids_col.astype(np.int64, copy=False)
+        if ok_ids.all()
+        else np.where(ok_ids, ids_col, -1).astype(np.int64)
+    )
+    active = ok_ids.copy()
+    tasks = devices.get("tasks")
+    if tasks is not None and tasks.dtype.kind == "f":
+        active &= np.nan_to_num(tasks) > 0
+    failed = np.zeros(ids.size, dtype=bool)
+    for col, v in devices.items():
+        if col.startswith("failed_") and v.dtype.kind == "f":
+            failed |= np.nan_to_num(v) > 0
+    failing, fine = ids[active & failed], ids[active & ~failed]
+    n_fail = min(failing.size, max(k // 4, k - fine.size))
+    n_fine = min(fine.size, k - n_fail)
+
+    def spread(a: np.ndarray, m: int) -> list[int]:
+        if m <= 0:
+            return []
+        return [int(v) for v in a[np.unique(np.linspace(0, a.size - 1, m).round().astype(int))]]
+
+    return sorted(set(spread(failing, n_fail) + spread(fine, n_fine)))
+
+
+def _tasks_of(
+    events: list[dict[str, Any]],
+) -> tuple[dict[str, list[tuple[float, float]]], list[float], list[float]]:
+    """Phase segments (start, width), failure times and late times of one device's events."""
+    phases: dict[str, list[tuple[float, float]]] = {"download": [], "train": [], "upload": []}
+    fails: list[float] = []
+    lates: list[float] = []
+    tasks: list[dict[str, float]] = []
+    cur: dict[str, float] | None = None
+    for ev in sorted(events, key=lambda e: e.get("t", 0.0) if isinstance(e.get("t"), int | float) else 0.0):
+        t, kind = ev.get("t"), ev.get("event")
+        if not isinstance(t, int | float):
+            continue
+        t = float(t)
+        if kind == "dispatch":
+            cur = {"dispatch": t}
+            tasks.append(cur)
+        elif kind in ("arrive", "train_start", "train_end", "upload"):
+            if cur is None or kind in cur:
+                cur = {}
+                tasks.append(cur)
+            cur[kind] = t
+        elif kind in FAILURE_EVENTS:
+            fails.append(t)
+            if cur is not None and "fail" not in cur:
+                cur["fail"] = t
+            cur = None
+        elif kind == "late":
+            lates.append(t)
+    for task in tasks:
+        fail = task.get("fail")
+        spans = (
+            ("download", task.get("dispatch"), task.get("arrive")),
+            ("train", task.get("train_start"), task.get("train_end")),
+            ("upload", task.get("train_end"), task.get("upload")),
+        )
+        for phase, start, end in spans:
+            if start is None:
+                continue
+            if end is None:
+                if fail is None or fail < start:
+                    continue
+                end = fail
+            if end >= start:
+                phases[phase].append((start, end - start))
+    return phases, fails, lates
+
+
+def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
+    """Gantt chart of up to 20 devices of the first run: download / train / upload bars, failures as red x."""
+    run = runs[0]
+    if not run.events_path.is_file():
+        return None
+    k = MAX_TIMELINE_DEVICES
+    sampled = sample_devices(run.devices, k)
+    ev = read_device_events(run.events_path, sampled, fill=k)
+    rows = [d for d in sampled if d in ev.by_device]
+    rows += [d for d in ev.first_seen if d not in rows][: max(0, k - len(rows))]
+    rows = sorted(rows)
+    if not rows:
+        return None
+    data = {d: _tasks_of(ev.by_device[d]) for d in rows}
+    t_max = ev.t_last
+    if not ev.truncated:
+        t_max = max(t_max, _nanmax([run.column("sim_time_s")]))
+    unit, div = _time_unit(t_max)
+
+    fig, ax = _new_figure(height=max(3.2, 1.6 + 0.28 * len(rows)))
+    ax.grid(True, axis="x", alpha=0.3, linewidth=0.6)
+    ax.grid(False, axis="y")
+    height = 0.62
+    fail_x: list[float] = []
+    fail_y: list[int] = []
+    late_x: list[float] = []
+    late_y: list[int] = []
+    drawn: set[str] = set()
+    for y, d in enumerate(rows):
+        phases, fails, lates = data[d]
+        for phase, spans in phases.items():
+            if spans:
+                drawn.add(phase)
+                segs = [(s / div, w / div) for s, w in spans]
+                ax.broken_barh(segs, (y - height / 2, height), facecolors=PHASE_COLORS[phase], linewidth=0)
+        fail_x += [t / div for t in fails]
+        fail_y += [y] * len(fails)
+        late_x += [t / div for t in lates]
+        late_y += [y] * len(lates)
+    if late_x:
+        ax.scatter(late_x, late_y, marker="|", s=90, color=LATE_COLOR, linewidths=1.5, zorder=3)
+    if fail_x:
+        ax.scatter(fail_x, fail_y, marker="x", s=40, color=FAIL_COLOR, linewidths=1.8, zorder=4)
+
+    # round ends as faint lines, when there are few enough to see
+    ends = run.column("sim_time_s")
+    if ends is not None:
+        ends = ends[np.isfinite(ends) & (ends <= t_max)]
+        if 0 < ends.size <= 60:
+            for t in ends:
+                ax.axvline(t / div, color="0.6", lw=0.6, ls=":", zorder=0)
+
+    classes = _classes_of(run.devices, rows)
+    ax.set_yticks(range(len(rows)), [f"{d}" + (f" · {classes[d]}" if d in classes else "") for d in rows])
+    ax.tick_params(axis="y", labelsize=8 if len(rows) <= 12 else 7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, t_max / div if t_max > 0 else None)
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("device")
+    handles: list[Any] = [Patch(facecolor=PHASE_COLORS[p], label=p) for p in PHASE_COLORS if p in drawn]
+    if fail_x:
+        handles.append(Line2D([], [], ls="", marker="x", color=FAIL_COLOR, mew=1.8, label="failure"))
+    if late_x:
+        handles.append(Line2D([], [], ls="", marker="|", color=LATE_COLOR, mew=1.5, ms=9, label="late"))
+    if ends is not None and 0 < ends.size <= 60:
+        handles.append(Line2D([], [], color="0.6", lw=0.8, ls=":", label="round end"))
+    if handles:
+        fig.legend(
+            handles=handles, loc="outside lower center", ncol=len(handles), fontsize="small", frameon=False
+        )
+    n_fleet = next((len(v) for v in run.devices.values()), 0)
+    what = f"{len(rows)} of {n_fleet:,} devices" if n_fleet else f"{len(rows)} devices"
+    title = f"Device timeline ({what})"
+    if ev.truncated:
+        title += f", first {t_max / div:.3g} {unit} (event log truncated)"
+    _title(ax, title, [run])
+    return fig
+
+
+def _classes_of(devices: dict[str, np.ndarray], ids: list[int]) -> dict[int, str]:
+    ids_col, classes = devices.get("device"), devices.get("device_class")
+    if ids_col is None or classes is None or ids_col.dtype.kind != "f" or ids_col.size != classes.size:
+        return {}
+    mask = np.isin(ids_col, np.array(ids, dtype=float))
+    return {int(d): str(c) for d, c in zip(ids_col[mask], classes[mask], strict=True)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# output files
+
+
+def _written_by_us(path: Path) -> bool:
+    """True when ``path`` is a PNG carrying this module's Software tag."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and (b"Software\x00" + PNG_SOFTWARE.encode()) in head
+
+
+def _target_path(out: Path, filename: str) -> Path:
+    """``out/filename`` unless a file there was not written by us; then the first free ``stem-N.png``."""
+    stem, suffix = os.path.splitext(filename)
+    for i in itertools.count():
+        p = out / (filename if i == 0 else f"{stem}-{i}{suffix}")
+        if not p.exists() or (p.is_file() and _written_by_us(p)):
+            return p
+    raise AssertionError("unreachable")

@@ -1,0 +1,453 @@
+"""Read a run directory (rounds.csv, devices.csv, events.jsonl, summary.json) into numpy arrays.
+
+Depends only on the documented run-directory format, never on ``iotfl_sim`` itself, so it also works
+on folders copied off a cluster or written by an older version of the simulator.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PlotInputError",
+    "Run",
+    "load_run",
+    "load_runs",
+    "read_device_events",
+    "DeviceEvents",
+]
+
+RUN_DIR_CONTENTS = (
+    "rounds.csv (plus optionally devices.csv, events.jsonl, summary.json, scenario.resolved.yaml)"
+)
+FAILURE_EVENTS = frozenset({"oom", "refused", "depleted", "offline", "dropped"})
+
+_CHUNK_ROWS = 200_000
+_DEVICE_RE_B = re.compile(rb'"device"\s*:\s*(-?\d+)')
+_T_RE_B = re.compile(rb'"t"\s*:\s*([-+0-9.eE]+)')
+_EVENT_BLOCK = 4 * 2**20
+
+
+class PlotInputError(Exception):
+    """A run directory (or a file in it) is missing or unreadable."""
+
+
+@dataclass
+class Run:
+    """One run directory, loaded.
+
+    ``rounds`` maps every rounds.csv column to a float array (empty cells are nan);
+    ``devices`` maps devices.csv columns to arrays (float, or str for text columns such as device_class).
+    """
+
+    path: Path
+    name: str
+    algorithm: str
+    label: str
+    rounds: dict[str, np.ndarray]
+    devices: dict[str, np.ndarray] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_rounds(self) -> int:
+        """Number of rows in rounds.csv."""
+        return len(next(iter(self.rounds.values()))) if self.rounds else 0
+
+    @property
+    def events_path(self) -> Path:
+        """Where this run's event log would be (it may not exist)."""
+        return self.path / "events.jsonl"
+
+    def column(self, name: str) -> np.ndarray | None:
+        """A rounds.csv column, or None when absent or entirely empty."""
+        col = self.rounds.get(name)
+        if col is None or col.size == 0 or np.isnan(col).all():
+            return None
+        return col
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CSV -> columns
+
+
+def _to_float_column(values: Sequence[str]) -> np.ndarray | None:
+    """Parse strings into a float array (empty -> nan); None when some cell is not a number."""
+    try:
+        return np.array(values, dtype=float)
+    except ValueError:
+        pass
+    arr = np.char.strip(np.array(values, dtype=str))
+    arr = np.where(arr == "", "nan", arr)  # (np.where widens a '<U1' array of blanks to fit "nan")
+    try:
+        return arr.astype(float)
+    except ValueError:
+        return None
+
+
+def _lenient_float_column(values: Sequence[str]) -> np.ndarray:
+    """Like _to_float_column, but cells that are not numbers become nan instead of failing."""
+    col = _to_float_column(values)
+    if col is not None:
+        return col
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        try:
+            out[i] = float(v)
+        except ValueError:
+            pass
+    return out
+
+
+def _read_csv_columns(path: Path, columns: Iterable[str] | None, numeric_only: bool) -> dict[str, np.ndarray]:
+    """Read a CSV with a header row into column arrays, in chunks (fast for millions of rows).
+
+    Rows shorter than the header (for example a half-written last line) are dropped.
+    """
+    try:
+        f = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise PlotInputError(
+            f"{path}: cannot read ({e.strerror}); a run directory must contain {RUN_DIR_CONTENTS}"
+        ) from e
+    with f:
+        reader = csv.reader(f)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise PlotInputError(f"{path}: empty file, expected a CSV header row") from None
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise PlotInputError(f"{path}: not a readable CSV file ({e})") from None
+        wanted = header if columns is None else [c for c in columns if c in header]
+        idx = [header.index(c) for c in wanted]
+        ncols = len(header)
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in wanted}
+        text_cols: set[str] = set()
+        try:
+            while True:
+                raw_rows = list(itertools.islice(reader, _CHUNK_ROWS))
+                if not raw_rows:
+                    break
+                chunk = [r for r in raw_rows if len(r) >= ncols]
+                if not chunk:
+                    continue
+                cols = list(zip(*chunk, strict=False))
+                for c, i in zip(wanted, idx, strict=True):
+                    raw = cols[i]
+                    if numeric_only:
+                        parts[c].append(_lenient_float_column(raw))
+                        continue
+                    arr = None if c in text_cols else _to_float_column(raw)
+                    if arr is None:
+                        text_cols.add(c)
+                        arr = np.array(raw, dtype=str)
+                    parts[c].append(arr)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise PlotInputError(f"{path}: not a readable CSV file ({e})") from None
+    out: dict[str, np.ndarray] = {}
+    for c, chunks in parts.items():
+        if not chunks:
+            out[c] = np.zeros(0)
+        elif c in text_cols:
+            out[c] = np.concatenate([ch.astype(str) for ch in chunks])
+        else:
+            out[c] = np.concatenate(chunks)
+    return out
+
+
+def _read_table(path: Path, columns: Iterable[str] | None) -> dict[str, np.ndarray]:
+    """Read devices.csv-like tables: numpy's C parser when the file is regular, else the csv module.
+
+    The first rows decide each column's type (number, number with empty cells, text); a file that
+    does not fit that guess (or has quoted commas, ragged rows ...) is re-read with the csv module.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            head_rows = [r for r in itertools.islice(reader, 2000) if len(r) == len(header)]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        header = []
+    if not header:
+        return _read_csv_columns(path, columns, numeric_only=False)  # raises the right error
+    wanted = header if columns is None else [c for c in dict.fromkeys(columns) if c in header]
+    if not wanted:
+        return {}
+    kinds: dict[str, str] = {}
+    for c in wanted:
+        i = header.index(c)
+        cells = [r[i].strip() for r in head_rows]
+        try:
+            [float(v) for v in cells if v]
+            kinds[c] = "blank" if "" in cells else "num"
+        except ValueError:
+            kinds[c] = "text"
+    width = {c: max([len(r[header.index(c)]) for r in head_rows] + [1]) for c in wanted}
+    width = {c: max(16, 2 * w) for c, w in width.items()}
+    dtype = np.dtype([(f"c{j}", "f8" if kinds[c] == "num" else f"U{width[c]}") for j, c in enumerate(wanted)])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "input contained no data" for a header-only file
+            table = np.atleast_1d(
+                np.loadtxt(
+                    path,
+                    delimiter=",",
+                    skiprows=1,
+                    usecols=[header.index(c) for c in wanted],
+                    dtype=dtype,
+                    quotechar='"',
+                    comments=None,
+                    ndmin=1,
+                )
+            )
+    except (ValueError, OSError, UnicodeDecodeError):
+        return _read_csv_columns(path, wanted, numeric_only=False)
+    out: dict[str, np.ndarray] = {}
+    for j, c in enumerate(wanted):
+        col = table[f"c{j}"]
+        if kinds[c] == "num":
+            out[c] = np.ascontiguousarray(col)
+            continue
+        if col.size and int(np.char.str_len(col).max()) >= width[c]:
+            return _read_csv_columns(path, wanted, numeric_only=False)  # some text may have been cut off
+        if kinds[c] == "blank":
+            try:
+                out[c] = np.where(np.char.strip(col) == "", "nan", col).astype(float)
+                continue
+            except ValueError:
+                pass
+        out[c] = np.ascontiguousarray(col)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# names
+
+
+def _scenario_name_algorithm(path: Path) -> tuple[str | None, str | None]:
+    """(name, algorithm) from scenario.resolved.yaml, read with a couple of regexes (no YAML needed)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None, None
+
+    def clean(s: str) -> str:
+        s = s.split(" #", 1)[0].strip()
+        return s.strip("'\"")
+
+    name = algo = None
+    m = re.search(r"^name:[ \t]*(\S.*)$", text, re.M)
+    if m:
+        name = clean(m.group(1))
+    m = re.search(r"^algorithm:[ \t]*(\S.*)$", text, re.M)
+    if m and not m.group(1).startswith("{"):
+        algo = clean(m.group(1))
+    else:
+        m = re.search(r"^algorithm:.*\n(?:[ \t]+.*\n)*?[ \t]+name:[ \t]*(\S.*)$", text, re.M)
+        if m:
+            algo = clean(m.group(1))
+    return name, algo
+
+
+def _make_label(name: str, algorithm: str) -> str:
+    if algorithm and algorithm.lower() not in name.lower():
+        return f"{name} ({algorithm})"
+    return name
+
+
+# ---------------------------------------------------------------------------------------------------------
+# public API
+
+
+def load_run(path: str | Path, device_columns: Iterable[str] | None = None) -> Run:
+    """Load a run directory; ``device_columns`` restricts which devices.csv columns are read (None: all).
+
+    Raises PlotInputError naming the path when the folder or its rounds.csv is missing or unreadable.
+    devices.csv, summary.json and scenario.resolved.yaml are optional.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else "is not a directory"
+        raise PlotInputError(f"{path}: {what}; a run directory must contain {RUN_DIR_CONTENTS}")
+    rounds_path = path / "rounds.csv"
+    if not rounds_path.is_file():
+        raise PlotInputError(f"{rounds_path}: missing; a run directory must contain {RUN_DIR_CONTENTS}")
+    rounds = _read_csv_columns(rounds_path, None, numeric_only=True)
+
+    devices: dict[str, np.ndarray] = {}
+    devices_path = path / "devices.csv"
+    if devices_path.is_file():
+        devices = _read_table(devices_path, device_columns)
+
+    summary: dict[str, Any] = {}
+    summary_path = path / "summary.json"
+    if summary_path.is_file():
+        try:
+            loaded = json.loads(summary_path.read_text())
+            if isinstance(loaded, dict):
+                summary = loaded
+        except (OSError, ValueError):
+            summary = {}  # a half-written summary must not stop plotting
+
+    name = summary.get("name")
+    algorithm = summary.get("algorithm")
+    if not name or not algorithm:
+        sc_name, sc_algo = _scenario_name_algorithm(path / "scenario.resolved.yaml")
+        name = name or sc_name
+        algorithm = algorithm or sc_algo
+    name = str(name) if name else path.name
+    algorithm = str(algorithm) if algorithm else ""
+    return Run(
+        path=path,
+        name=name,
+        algorithm=algorithm,
+        label=_make_label(name, algorithm),
+        rounds=rounds,
+        devices=devices,
+        summary=summary,
+    )
+
+
+def load_runs(paths: Iterable[str | Path], device_columns: Iterable[str] | None = None) -> list[Run]:
+    """Load several run directories and make their labels unique (a shared label gets the folder name)."""
+    cols = None if device_columns is None else list(device_columns)
+    runs = [load_run(p, cols) for p in paths]
+    disambiguate_labels(runs)
+    return runs
+
+
+def disambiguate_labels(runs: list[Run]) -> None:
+    """Append the folder name to labels that several runs share (then a counter, if still shared)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.label] = counts.get(r.label, 0) + 1
+    for r in runs:
+        if counts[r.label] > 1:
+            r.label = f"{r.label} [{r.path.name}]"
+    seen: dict[str, int] = {}
+    for r in runs:
+        n = seen.get(r.label, 0)
+        seen[r.label] = n + 1
+        if n:
+            r.label = f"{r.label} #{n + 1}"
+
+
+@dataclass
+class DeviceEvents:
+    """Events of a few devices read from events.jsonl: ``by_device[d]`` is a time-ordered list of dicts."""
+
+    by_device: dict[int, list[dict[str, Any]]]
+    first_seen: list[int]
+    truncated: bool
+    t_last: float
+
+
+def read_device_events(
+    path: str | Path,
+    devices: Iterable[int] = (),
+    fill: int = 0,
+    max_lines: int = 3_000_000,
+    max_bytes: int = 256 * 2**20,
+) -> DeviceEvents:
+    """Stream events.jsonl keeping only the events of ``devices`` plus of the first ``fill`` other devices seen.
+
+    Reads in blocks (of up to 4 MiB) and stops at the first block boundary past ``max_lines`` lines or
+    ``max_bytes`` bytes (``truncated`` is then True). Lines that are not valid JSON (a half-written last line) are skipped.
+    Raises PlotInputError if the file cannot be read.
+    """
+    path = Path(path)
+    wanted = {int(d) for d in devices}
+    extra: set[int] = set()
+    by_device: dict[int, list[dict[str, Any]]] = {}
+    first_seen: list[int] = []
+    t_last = 0.0
+
+    def keep(d: int, line: bytes) -> None:
+        nonlocal t_last
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(ev, dict):
+            return
+        if d not in by_device:
+            by_device[d] = []
+            first_seen.append(d)
+        by_device[d].append(ev)
+        t = ev.get("t")
+        if isinstance(t, int | float) and t > t_last:
+            t_last = float(t)
+
+    def line_by_line(block: bytes) -> None:
+        for line in block.splitlines():
+            m = _DEVICE_RE_B.search(line)
+            if m is None:
+                continue
+            d = int(m.group(1))
+            if d not in wanted and d not in extra:
+                if len(extra) >= fill:
+                    continue
+                extra.add(d)
+            keep(d, line)
+
+    def by_pattern(block: bytes, pattern: re.Pattern[bytes]) -> None:
+        for m in pattern.finditer(block):
+            start = block.rfind(b"\n", 0, m.start()) + 1
+            end = block.find(b"\n", m.end())
+            keep(int(m.group(1)), block[start : end if end >= 0 else len(block)])
+
+    pattern: re.Pattern[bytes] | None = None
+    n_lines = n_bytes = 0
+    truncated = False
+    last_line = b""
+    rest = b""
+    block_size = max(4096, min(_EVENT_BLOCK, max_bytes // 4))
+    try:
+        with open(path, "rb") as f:
+            while True:
+                block = f.read(block_size)
+                if not block:
+                    if rest.strip():
+                        line_by_line(rest)  # a last line without newline: probably half-written
+                    break
+                if n_lines >= max_lines or n_bytes >= max_bytes:
+                    truncated = True
+                    break
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                rest, block = block[cut:], block[:cut]
+                if not block:
+                    continue
+                n_lines += block.count(b"\n")
+                n_bytes += len(block)
+                last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1 :]
+                if len(extra) < fill:
+                    line_by_line(block)
+                    continue
+                if pattern is None:
+                    ids = sorted(wanted | extra)
+                    if not ids:
+                        break
+                    alternatives = b"|".join(str(d).encode() for d in ids)
+                    pattern = re.compile(rb'"device"\s*:\s*(' + alternatives + rb")(?![0-9.eE])")
+                by_pattern(block, pattern)
+    except OSError as e:
+        raise PlotInputError(f"{path}: cannot read ({e.strerror})") from e
+    if truncated:
+        # the read horizon is the time of the last line read, whichever device it was about
+        m = _T_RE_B.search(last_line)
+        if m:
+            try:
+                t_last = max(t_last, float(m.group(1)))
+            except ValueError:
+                pass
+    return DeviceEvents(by_device=by_device, first_seen=first_seen, truncated=truncated, t_last=t_last)
