@@ -33,7 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc, groups = _scenario_and_groups(args)
     out = args.out if args.out is not None else sc.output.dir
     progress = False if args.quiet else sc.output.progress
-    path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress)
+    base = Path(args.scenario).resolve().parent
+    path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
     acc = summary["final_accuracy"]
     parts = [f"run: {path}"]
     if acc:
@@ -133,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # e.g. `iotfl-sim schema | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

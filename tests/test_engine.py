@@ -74,10 +74,11 @@ def test_energy_is_sum_of_power_times_time():
     t_down = nbytes * 8 / (p["link"]["down_mbps"] * 1e6) + p["link"]["rtt_ms"] / 1000
     t_comp = 3 * cost.flops_forward_per_sample * samples / p["compute"]["flops"]
     t_up = nbytes * 8 / (p["link"]["up_mbps"] * 1e6) + p["link"]["rtt_ms"] / 1000
+    rtt = p["link"]["rtt_ms"] / 1000
     expect = (
-        p["power"]["rx_w"] * t_down  # radio power comes on top of idle power
+        p["power"]["rx_w"] * (t_down - rtt)  # radio power x air time, on top of idle power
         + p["power"]["train_w"] * t_comp  # training power is the whole board's
-        + p["power"]["tx_w"] * t_up
+        + p["power"]["tx_w"] * (t_up - rtt)
         + p["power"]["idle_w"] * (t_end - t_comp)
     )
     assert sim.fleet.energy_total(t_end)[d] == pytest.approx(expect, rel=1e-12)

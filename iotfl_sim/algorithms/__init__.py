@@ -6,8 +6,9 @@ from iotfl_sim.algorithms.base import Strategy
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.heterofl import HeteroFL
+from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
 
-REGISTRY = {"fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL}
+REGISTRY = {"fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT}
 
 
 def make_strategy(cfg) -> Strategy:

@@ -82,7 +82,9 @@ class EvalTarget:
 class FleetView(Protocol):
     num_devices: int
 
-    def selectable(self) -> np.ndarray: ...  # indices of devices not known to be gone and not busy
+    def selectable(self) -> np.ndarray: ...  # indices of online devices not known to be gone and not busy
+
+    def selectable_mask(self) -> np.ndarray: ...  # the same as a boolean mask over all devices
 
     def declared_free_memory(self) -> np.ndarray: ...  # bytes, per device, from the declared profiles
 

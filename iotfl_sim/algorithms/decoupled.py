@@ -35,13 +35,13 @@ class Decoupled(StrategyBase):
         for i in reversed(range(len(letters))):
             x = letters[i]
             self.level_of[self.fits(self.recipes[x], self.specs[x], ctx.declared_free_memory)] = i
-        self.eligible = np.flatnonzero(self.level_of >= 0)
+        self.eligible = self.level_of >= 0
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipes[x], self.specs[x]) for x in self.levels]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.intersect1d(fleet.selectable(), self.eligible, assume_unique=True)
+        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
         chosen = random_selection(pool, self.c.clients_per_round, rng)
         out = []
         for d in chosen:

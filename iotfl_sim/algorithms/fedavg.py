@@ -30,13 +30,13 @@ class FedAvg(StrategyBase):
         self.recipe = self.recipe_at(rate)
         self.spec = SubmodelSpec(rate=rate, name="full")
         self.state = ctx.initial_state(self.recipe, self.spec)
-        self.eligible = np.flatnonzero(self.fits(self.recipe, self.spec, ctx.declared_free_memory))
+        self.eligible = self.fits(self.recipe, self.spec, ctx.declared_free_memory)
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.spec)]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.intersect1d(fleet.selectable(), self.eligible, assume_unique=True)
+        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
         chosen = random_selection(pool, self.c.clients_per_round, rng)
         return [Assignment(int(d), self.spec, level="full") for d in chosen]
 

@@ -68,19 +68,19 @@ class HeteroFL(StrategyBase):
         self.fits_level = fits  # (devices, levels)
         if self.cfg.assign == "by_id":
             self.fixed = fix_levels_by_id(n, list(self.props))
-            self.eligible = np.arange(n)
+            self.eligible = np.ones(n, dtype=bool)
         else:
             order = np.argsort([-rates[x] for x in self.levels], kind="stable")
             self.fixed = np.full(n, -1, dtype=np.int64)
             for i in reversed(order):  # largest fitting level wins
                 self.fixed[fits[:, i]] = i
-            self.eligible = np.flatnonzero(self.fixed >= 0)
+            self.eligible = self.fixed >= 0
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.specs[x]) for x in self.levels]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.intersect1d(fleet.selectable(), self.eligible, assume_unique=True)
+        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
         chosen = random_selection(pool, self.c.clients_per_round, rng)
         out = []
         for d in chosen:

@@ -7,16 +7,18 @@ devices do.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
 ENERGY_KINDS = ("compute", "radio", "idle")
-FAILURE_REASONS = ("oom", "depleted", "refused", "deadline")
+FAILURE_REASONS = ("oom", "depleted", "offline", "refused", "deadline", "surplus")
 
 
 @dataclass
@@ -32,11 +34,22 @@ class Fleet:
     tx_w: np.ndarray
     rx_w: np.ndarray
     capacity_j: np.ndarray  # inf = mains powered
-    mem_free_b: np.ndarray  # declared typical free memory r_M, bytes
-    mem_sigma_b: np.ndarray
+    mem_free: np.ndarray  # declared typical free memory r_M, in memory units (bytes, or percent of the full model)
+    mem_sigma: np.ndarray  # std of the fluctuation, same units
     down_bps: np.ndarray  # bits per second
     up_bps: np.ndarray
     rtt_s: np.ndarray
+    memory_units: str = "mb"
+    class_names: list[str] = field(default_factory=list)
+    radio: list[RadioPreset] = field(default_factory=list)  # per group
+    preset_power: list[bool] = field(default_factory=list)  # per group: radio power from the preset
+    link_jitter: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    link_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    next_tx: np.ndarray = field(default_factory=lambda: np.zeros(0))  # duty cycle: earliest next transmission
+    ou_tau: np.ndarray = field(default_factory=lambda: np.zeros(0))  # >0: OU memory with this correlation time
+    ou_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # last OU sample (nan: none yet)
+    ou_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ou_draws: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # dynamic state
     energy: dict[str, np.ndarray] = field(default_factory=dict)  # J used, by kind
     settled_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -47,7 +60,7 @@ class Fleet:
     failures: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, groups: list[ResolvedGroup], seed: int) -> Fleet:
+    def build(cls, groups: list[ResolvedGroup], seed: int, memory_units: str = "mb") -> Fleet:
         counts = [g.count for g in groups]
         n = int(sum(counts))
         group_of = np.repeat(np.arange(len(groups), dtype=np.int32), counts)
@@ -57,6 +70,7 @@ class Fleet:
 
         modes = [g.profile.mode(g.power_mode) for g in groups]
         p = [g.profile for g in groups]
+        mem_free, mem_sigma = memory_arrays(groups, seed, memory_units)
         fleet = cls(
             groups=groups,
             seed=seed,
@@ -69,12 +83,22 @@ class Fleet:
             tx_w=per_device([x.power.tx_w for x in p]),
             rx_w=per_device([x.power.rx_w for x in p]),
             capacity_j=per_device([x.battery.joules for x in p]),
-            mem_free_b=per_device([x.memory.free_mb * MB for x in p]),
-            mem_sigma_b=per_device([x.memory.sigma_mb * MB for x in p]),
+            mem_free=mem_free,
+            mem_sigma=mem_sigma,
             down_bps=per_device([x.link.down_mbps * 1e6 for x in p]),
             up_bps=per_device([x.link.up_mbps * 1e6 for x in p]),
             rtt_s=per_device([x.link.rtt_ms / 1000.0 for x in p]),
         )
+        fleet.memory_units = memory_units
+        fleet.radio = [RADIO_PRESETS[g.config.network.radio or g.profile.link.radio] for g in groups]
+        fleet.preset_power = [g.config.network.power_model == "preset" for g in groups]
+        fleet.link_jitter = per_device([g.config.network.jitter for g in groups])
+        fleet.link_loss = per_device([g.config.network.loss for g in groups])
+        fleet.next_tx = np.zeros(n)
+        fleet.ou_tau = per_device([g.config.memory.tau_s if g.config.memory.process == "ou" else 0.0 for g in groups])
+        fleet.ou_value = np.full(n, np.nan)
+        fleet.ou_time = np.zeros(n)
+        fleet.ou_draws = np.zeros(n, dtype=np.int64)
         fleet.energy = {k: np.zeros(n) for k in ENERGY_KINDS}
         fleet.settled_at = np.zeros(n)
         fleet.depleted_at = np.where(fleet.idle_w > 0, fleet.capacity_j / np.maximum(fleet.idle_w, 1e-300), np.inf)
@@ -82,6 +106,10 @@ class Fleet:
         fleet.tasks = np.zeros(n, dtype=np.int64)
         fleet.completed = np.zeros(n, dtype=np.int64)
         fleet.failures = {r: np.zeros(n, dtype=np.int64) for r in FAILURE_REASONS}
+        classes = sorted({g.profile.device_class for g in groups})
+        fleet.class_names = classes
+        class_index = np.asarray([classes.index(g.profile.device_class) for g in groups], dtype=np.int64)
+        fleet._init_ledger(class_index[group_of], len(classes))
         return fleet
 
     @property
@@ -89,19 +117,69 @@ class Fleet:
         return int(self.group_of.shape[0])
 
     # ------------------------------------------------------------ energy
+    #
+    # Per-device energy is stored up to ``settled_at``; after that a live device draws idle power.
+    # Fleet-wide figures per device class are kept incrementally (``_used``, ``_idle_rate``,
+    # ``_idle_settled``), and deaths are found with a heap of depletion instants, so the per-round
+    # figures cost O(classes + deaths) instead of O(devices).
+
+    def _init_ledger(self, class_of: np.ndarray, num_classes: int) -> None:
+        self.class_of = class_of
+        self.num_classes = num_classes
+        self.dead = np.zeros(self.n, dtype=bool)
+        self._used = {k: np.zeros(num_classes) for k in ENERGY_KINDS}
+        self._idle_rate = np.bincount(class_of, weights=self.idle_w, minlength=num_classes)
+        self._idle_settled = np.zeros(num_classes)  # sum of idle_w * settled_at over live devices
+        self._alive = np.bincount(class_of, minlength=num_classes).astype(np.int64)
+        finite = np.flatnonzero(np.isfinite(self.depleted_at))
+        self._heap = list(zip(self.depleted_at[finite].tolist(), finite.tolist(), strict=True))
+        heapq.heapify(self._heap)
+
+    def _add(self, d: int, kind: str, joules: float) -> None:
+        self.energy[kind][d] += joules
+        self._used[kind][self.class_of[d]] += joules
+
+    def _move_settled(self, d: int, t: float) -> None:
+        if not self.dead[d]:
+            self._idle_settled[self.class_of[d]] += self.idle_w[d] * (t - self.settled_at[d])
+        self.settled_at[d] = t
+
+    def _set_depleted(self, d: int, when: float) -> None:
+        self.depleted_at[d] = when
+        if np.isfinite(when):
+            heapq.heappush(self._heap, (float(when), d))
+
+    def _kill_if_due(self, d: int, t: float) -> None:
+        dep = self.depleted_at[d]
+        if self.dead[d] or dep > t:
+            return
+        if dep > self.settled_at[d]:
+            self._add(d, "idle", self.idle_w[d] * (dep - self.settled_at[d]))
+            self._move_settled(d, dep)
+        c = self.class_of[d]
+        self.dead[d] = True
+        self._idle_rate[c] -= self.idle_w[d]
+        self._idle_settled[c] -= self.idle_w[d] * self.settled_at[d]
+        self._alive[c] -= 1
+
+    def advance_to(self, t: float) -> None:
+        """Process every death up to ``t`` (idle draw included) so fleet figures at ``t`` are exact."""
+        while self._heap and self._heap[0][0] <= t:
+            dep, d = heapq.heappop(self._heap)
+            if dep == self.depleted_at[d]:
+                self._kill_if_due(d, t)
 
     def used(self, d: int) -> float:
         return float(self.energy["compute"][d] + self.energy["radio"][d] + self.energy["idle"][d])
 
     def settle(self, d: int, t: float) -> None:
         """Charge idle draw from the last settled instant up to ``t`` (never past depletion)."""
+        self._kill_if_due(d, t)
         last = self.settled_at[d]
-        if t <= last:
+        if self.dead[d] or t <= last:
             return
-        end = min(t, self.depleted_at[d])
-        if end > last:
-            self.energy["idle"][d] += self.idle_w[d] * (end - last)
-        self.settled_at[d] = t
+        self._add(d, "idle", self.idle_w[d] * (t - last))
+        self._move_settled(d, t)
 
     def alive(self, d: int, t: float) -> bool:
         return bool(self.depleted_at[d] > t)
@@ -115,52 +193,109 @@ class Fleet:
         its radio sends or receives). So energy is the sum of power x time exactly.
         """
         self.settle(d, t0)
+        if self.dead[d]:
+            return float(max(t0, self.depleted_at[d]))
         base = self.idle_w[d] if kind == "radio" else 0.0
         total_w = power_w + base
         remaining = self.capacity_j[d] - self.used(d)
         need = total_w * duration
         if need <= remaining or not np.isfinite(remaining):
-            self.energy[kind][d] += power_w * duration
-            self.energy["idle"][d] += base * duration
+            self._add(d, kind, power_w * duration)
+            self._add(d, "idle", base * duration)
             end = t0 + duration
-            self.settled_at[d] = end
+            self._move_settled(d, end)
             left = remaining - need
-            self.depleted_at[d] = end + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf
+            self._set_depleted(d, end + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
             return None
         dead = t0 + (remaining / total_w if total_w > 0 else 0.0)
         share = power_w / total_w if total_w > 0 else 1.0
-        self.energy[kind][d] += max(remaining, 0.0) * share
-        self.energy["idle"][d] += max(remaining, 0.0) * (1.0 - share)
-        self.settled_at[d] = dead
-        self.depleted_at[d] = dead
+        self._add(d, kind, max(remaining, 0.0) * share)
+        self._add(d, "idle", max(remaining, 0.0) * (1.0 - share))
+        self._move_settled(d, dead)
+        self._set_depleted(d, dead)
+        self._kill_if_due(d, dead)
         return float(dead)
 
+    def charge_lump(self, d: int, t: float, joules: float, kind: str) -> float | None:
+        """Charge energy that overlaps other activity (an LTE tail); returns the depletion instant if it empties the battery."""
+        self.settle(d, t)
+        if self.dead[d]:
+            return float(max(t, self.depleted_at[d]))
+        remaining = self.capacity_j[d] - self.used(d)
+        if joules <= remaining or not np.isfinite(remaining):
+            self._add(d, kind, joules)
+            left = remaining - joules
+            self._set_depleted(d, self.settled_at[d] + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
+            return None
+        self._add(d, kind, max(remaining, 0.0))
+        self._set_depleted(d, t)
+        self._kill_if_due(d, t)
+        return t
+
     def energy_total(self, t: float) -> np.ndarray:
-        """Energy used by every device up to ``t`` (J), idle draw included, without mutating state."""
+        """Energy used by every device up to ``t`` (J), idle draw included, without mutating state (O(devices))."""
         used = self.energy["compute"] + self.energy["radio"] + self.energy["idle"]
         idle_more = self.idle_w * np.clip(np.minimum(t, self.depleted_at) - self.settled_at, 0.0, None)
         return used + idle_more
 
-    def energy_by_kind(self, t: float) -> dict[str, float]:
-        idle_more = self.idle_w * np.clip(np.minimum(t, self.depleted_at) - self.settled_at, 0.0, None)
-        return {
-            "compute": float(self.energy["compute"].sum()),
-            "radio": float(self.energy["radio"].sum()),
-            "idle": float(self.energy["idle"].sum() + idle_more.sum()),
-        }
+    def class_energy(self, t: float) -> dict[str, np.ndarray]:
+        """Energy by kind and device class up to ``t`` (J), in O(classes + deaths since the last call)."""
+        self.advance_to(t)
+        out = {k: v.copy() for k, v in self._used.items()}
+        out["idle"] += t * self._idle_rate - self._idle_settled
+        return out
+
+    def alive_count(self, t: float) -> int:
+        self.advance_to(t)
+        return int(self._alive.sum())
 
     def alive_mask(self, t: float) -> np.ndarray:
         return self.depleted_at > t
 
     # ------------------------------------------------------------ draws
 
-    def sample_free_memory(self, d: int, rnd: int) -> float:
-        """FlexFL's fluctuation: r = r_M - |u|, u ~ N(0, sigma^2), drawn per device and round."""
-        sigma = self.mem_sigma_b[d]
+    def sample_free_memory(self, d: int, t: float, rnd: int) -> float:
+        """Free memory of device ``d`` when a task arrives at ``t`` (memory units).
+
+        Gaussian (FlexFL): r = r_M - |u|, u ~ N(0, sigma^2), drawn per device and round.
+        OU: the process's value at ``t``, advanced exactly from its last sample.
+        """
+        if self.ou_tau[d] > 0:
+            return self._ou_advance(d, t)
+        sigma = self.mem_sigma[d]
         if sigma <= 0:
-            return float(self.mem_free_b[d])
+            return float(self.mem_free[d])
         u = stream(self.seed, "memory", d, rnd).normal(0.0, sigma)
-        return float(max(0.0, self.mem_free_b[d] - abs(u)))
+        return float(max(0.0, self.mem_free[d] - abs(u)))
+
+    def _ou_advance(self, d: int, t: float) -> float:
+        mean, sd, tau = self.mem_free[d], self.mem_sigma[d], self.ou_tau[d]
+        rng = stream(self.seed, "memory_ou", d, int(self.ou_draws[d]))
+        self.ou_draws[d] += 1
+        if np.isnan(self.ou_value[d]):
+            x = mean + sd * rng.standard_normal()  # stationary start
+        else:
+            decay = np.exp(-(t - self.ou_time[d]) / tau)
+            x = mean + (self.ou_value[d] - mean) * decay + sd * np.sqrt(1.0 - decay * decay) * rng.standard_normal()
+        self.ou_value[d], self.ou_time[d] = x, t
+        return float(max(0.0, x))
+
+    def memory_shortfall(self, d: int, t0: float, duration: float, need: float) -> float | None:
+        """With OU memory: the first instant in [t0, t0 + duration] at which free memory falls below
+        ``need`` (None if it never does, and always None for Gaussian memory, which holds per task).
+
+        The path is sampled every min(tau / 20, duration / 50) seconds, exactly in distribution.
+        """
+        tau = self.ou_tau[d]
+        if tau <= 0 or duration <= 0:
+            return None
+        step = min(tau / 20.0, duration / 50.0)
+        t = t0
+        while t < t0 + duration:
+            t = min(t + step, t0 + duration)
+            if self._ou_advance(d, t) < need:
+                return t
+        return None
 
     def compute_time(self, d: int, flops: float, rnd: int) -> float:
         base = flops / self.flops[d]
@@ -172,10 +307,36 @@ class Fleet:
             return float(base * rng.lognormal(0.0, sigma))
         return float(base * max(0.05, rng.normal(1.0, sigma)))
 
-    def transfer_time(self, d: int, nbytes: float, up: bool) -> float:
-        """Air time of a message (s): bits / bandwidth + one round-trip of latency."""
-        bps = self.up_bps[d] if up else self.down_bps[d]
-        return float(nbytes * 8.0 / bps + self.rtt_s[d])
+    def radio_power(self, d: int, up: bool, throughput_bps: float) -> float:
+        """Radio power (W, on top of idle) of device ``d`` while sending or receiving."""
+        g = self.group_of[d]
+        if self.preset_power[g]:
+            return transfer_power(self.radio[g], up, throughput_bps)
+        return float(self.tx_w[d] if up else self.rx_w[d])
 
     def group_names(self) -> list[str]:
         return [g.name for g in self.groups]
+
+
+def memory_arrays(groups: list[ResolvedGroup], seed: int, units: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-device mean free memory and fluctuation std, in the fleet's units.
+
+    A group's ``memory.sigma2`` list gives each device one variance drawn uniformly from the list.
+    """
+    scale = MB if units == "mb" else 1.0
+    free_parts, sigma_parts = [], []
+    for i, g in enumerate(groups):
+        m = g.config.memory
+        free = m.free if m.free is not None else (g.profile.memory.free_mb if units == "mb" else 0.0)
+        if isinstance(m.sigma2, list):
+            choice = stream(seed, "memory_sigma", i).choice(np.asarray(m.sigma2, dtype=float), size=g.count)
+            sigma = np.sqrt(choice)
+        elif m.sigma2 is not None:
+            sigma = np.full(g.count, np.sqrt(m.sigma2))
+        elif m.sigma is not None:
+            sigma = np.full(g.count, m.sigma)
+        else:
+            sigma = np.full(g.count, g.profile.memory.sigma_mb if units == "mb" else 0.0)
+        free_parts.append(np.full(g.count, free * scale))
+        sigma_parts.append(sigma * scale)
+    return np.concatenate(free_parts), np.concatenate(sigma_parts)

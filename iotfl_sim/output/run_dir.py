@@ -17,7 +17,8 @@ import yaml
 
 ROUND_COLUMNS_HEAD = [
     "round", "sim_time_s", "round_time_s", "selected", "completed",
-    "failed_oom", "failed_depleted", "failed_refused", "failed_deadline", "alive",
+    "failed_oom", "failed_depleted", "failed_offline", "failed_refused", "failed_deadline", "failed_surplus",
+    "alive",
 ]  # fmt: skip
 ROUND_COLUMNS_TAIL = [
     "train_loss", "energy_j", "energy_compute_j", "energy_radio_j", "energy_idle_j", "energy_round_j",
@@ -50,10 +51,12 @@ def write_atomic(path: Path, text: str) -> None:
 class RunRecorder:
     """Writes rounds.csv, events.jsonl, devices.csv, summary.json and scenario.resolved.yaml."""
 
-    def __init__(self, path: Path, acc_labels: list[str], events: str = "all") -> None:
+    def __init__(
+        self, path: Path, acc_labels: list[str], events: str = "all", extra_columns: list[str] | None = None
+    ) -> None:
         self.path = path
         self.acc_columns = ["acc_full", "acc_avg", *[f"acc_{x}" for x in acc_labels if x not in ("full", "avg")]]
-        self.columns = [*ROUND_COLUMNS_HEAD, *self.acc_columns, "loss_full", *ROUND_COLUMNS_TAIL]
+        self.columns = [*ROUND_COLUMNS_HEAD, *self.acc_columns, "loss_full", *ROUND_COLUMNS_TAIL, *(extra_columns or [])]
         self._rounds_f = open(path / "rounds.csv", "w", newline="")  # noqa: SIM115 - kept open for the run
         self._rounds = csv.DictWriter(self._rounds_f, fieldnames=self.columns)
         self._rounds.writeheader()

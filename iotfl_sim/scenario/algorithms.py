@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim.scenario.profile import Strict
 
@@ -97,5 +97,45 @@ class HeteroFLConfig(_Levels):
         return v
 
 
-AlgorithmConfig = Annotated[FedAvgConfig | DecoupledConfig | HeteroFLConfig, Field(discriminator="name")]
-ALGORITHM_NAMES: tuple[str, ...] = ("fedavg", "decoupled", "heterofl")
+class HeteroFLIoTConfig(HeteroFLConfig):
+    """HeteroFL-IoT: HeteroFL under a per-node energy budget, with a per-round selection that keeps the
+    configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
+
+    name: Literal["heterofl_iot"]  # type: ignore[assignment]
+    selection: Literal["proportional", "random"] = Field(
+        "proportional",
+        description="proportional: each round takes max(share x clients_per_round, 1) nodes of every level among "
+        "the nodes that still have energy (HeteroFL-IoT's ClientSelect); random: plain HeteroFL's uniform draw "
+        "from the same pool (the paper's baseline)",
+    )
+    energy_info: Literal["oracle", "outcomes"] = Field(
+        "oracle",
+        description="oracle: the server knows which nodes still have energy (as the paper's server does; read "
+        "through FleetView.true_state and reported in the summary); outcomes: it learns a node is dead only when "
+        "a task to it fails as depleted",
+    )
+    shortfall: Literal["fill", "leave"] = Field(
+        "fill",
+        description="when a level has fewer live nodes than its quota: fill the free slots from the other levels "
+        "(by their shares), or leave them empty",
+    )
+
+    @model_validator(mode="after")
+    def _proportional_modes(self) -> HeteroFLIoTConfig:
+        if self.selection == "proportional" and self.mode == "dynamic" and self.assign == "by_capacity":
+            raise ValueError(
+                "selection: proportional with mode: dynamic needs assign: by_id (use mode: fix with by_capacity)"
+            )
+        return self
+
+
+AlgorithmConfig = Annotated[
+    FedAvgConfig | DecoupledConfig | HeteroFLConfig | HeteroFLIoTConfig, Field(discriminator="name")
+]
+ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
+    "fedavg": FedAvgConfig,
+    "decoupled": DecoupledConfig,
+    "heterofl": HeteroFLConfig,
+    "heterofl_iot": HeteroFLIoTConfig,
+}
+ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

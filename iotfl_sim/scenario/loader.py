@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from iotfl_sim.scenario.algorithms import ALGORITHM_NAMES
-from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.scenario.algorithms import ALGORITHM_CONFIGS, ALGORITHM_NAMES
+from iotfl_sim.scenario.model import Group, Scenario
 from iotfl_sim.scenario.profile import DeviceProfile
 
 
@@ -205,6 +206,7 @@ class ResolvedGroup:
     profile: DeviceProfile
     count: int
     power_mode: str | None
+    config: Group  # the group's scenario settings (memory, availability, network ...)
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -245,7 +247,7 @@ def resolve_groups(sc: Scenario, base_dir: Path | None = None, source: str = "sc
         if name in names_seen:
             name = f"{name}_{i}"
         names_seen.add(name)
-        groups.append(ResolvedGroup(name, prof, count, g.power_mode))
+        groups.append(ResolvedGroup(name, prof, count, g.power_mode, g))
     return groups
 
 
@@ -269,11 +271,15 @@ def load_scenario(
         raise ScenarioError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(raw, dict):
         raise ScenarioError(f"{source}: a scenario is a YAML mapping (name:, rounds:, fleet:, ...)")
+    algo_before = raw.get("algorithm")
+    name_before = algo_before.get("name") if isinstance(algo_before, dict) else algo_before
     for s in sets or []:
         apply_set(raw, s)
     algo = raw.get("algorithm")
     if isinstance(algo, str):  # shorthand `algorithm: fedavg`
         raw["algorithm"] = algo = {"name": algo}
+    if isinstance(algo, dict) and algo.get("name") != name_before:
+        _drop_foreign_options(algo, name_before)
     if isinstance(algo, dict) and "name" not in algo:
         raise ScenarioError(f"{source}: algorithm.name: required field is missing (one of {', '.join(ALGORITHM_NAMES)})")
     try:
@@ -283,6 +289,22 @@ def load_scenario(
     base_dir = Path(path).resolve().parent / "device_profiles" if path is not None else None
     resolve_groups(sc, base_dir, source)  # fail early on profile problems
     return sc
+
+
+def _drop_foreign_options(algo: dict, previous: Any) -> None:
+    """After `--set algorithm.name=X`, drop the old method's options that X does not take."""
+    cfg = ALGORITHM_CONFIGS.get(algo.get("name"))
+    if cfg is None:
+        return
+    dropped = [k for k in algo if k not in cfg.model_fields]
+    for k in dropped:
+        del algo[k]
+    if dropped:
+        print(
+            f"note: algorithm changed from {previous} to {algo['name']}: dropped options it does not take "
+            f"({', '.join(dropped)})",
+            file=sys.stderr,
+        )
 
 
 def resolved_dict(sc: Scenario, groups: list[ResolvedGroup]) -> dict:

@@ -8,10 +8,57 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim.scenario.algorithms import AlgorithmConfig
+from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.profile import Strict
 
 DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
 MODEL_FAMILIES = ("cnn_small", "conv", "resnet18", "vgg16", "mlp")
+
+
+class MemoryConfig(Strict):
+    """How a group's free memory behaves (values in the fleet's memory_units)."""
+
+    free: float | None = Field(None, gt=0, description="r_M: mean free memory (default: the profile's free_mb)")
+    sigma: float | None = Field(None, ge=0, description="std of the fluctuation (default: the profile's sigma_mb)")
+    sigma2: float | list[float] | None = Field(
+        None, description="variance of u, or a list from which each device draws one (FlexFL Table I)"
+    )
+    process: Literal["gaussian", "ou"] = Field(
+        "gaussian",
+        description="gaussian: r = r_M - |u|, u ~ N(0, sigma^2), drawn when a task arrives; ou: free memory is an "
+        "Ornstein-Uhlenbeck process with mean `free`, stationary std `sigma` and correlation time tau_s, and can "
+        "fall below a task's need during training",
+    )
+    tau_s: float = Field(600.0, gt=0, description="OU correlation time (s)")
+
+    @model_validator(mode="after")
+    def _one_spread(self) -> MemoryConfig:
+        if self.sigma is not None and self.sigma2 is not None:
+            raise ValueError("give sigma or sigma2, not both")
+        values = self.sigma2 if isinstance(self.sigma2, list) else [self.sigma2] if self.sigma2 is not None else []
+        if any(v < 0 for v in values) or (isinstance(self.sigma2, list) and not self.sigma2):
+            raise ValueError("sigma2 must be a non-negative number or a non-empty list of them")
+        return self
+
+
+class NetworkConfig(Strict):
+    """A group's link behaviour beyond the profile's bandwidth and RTT."""
+
+    radio: Literal["wifi", "lte", "nbiot", "lorawan", "ble", "ethernet"] | None = Field(
+        None, description="radio technology (default: the profile's link.radio); sets tail energy and duty cycle"
+    )
+    power_model: Literal["profile", "preset"] = Field(
+        "profile", description="profile: the profile's tx_w/rx_w; preset: the radio preset's power model (LTE: Huang)"
+    )
+    jitter: float = Field(0.0, ge=0, description="lognormal sigma of a multiplicative noise on each transfer's time")
+    loss: float = Field(0.0, ge=0, lt=1, description="packet loss probability; lost packets are retransmitted")
+    gateway: str | None = Field(None, description="name of a fleet.gateways entry whose capacity this group shares")
+
+
+class Gateway(Strict):
+    name: str
+    down_mbps: float = Field(gt=0, description="capacity shared by all downloads through this gateway")
+    up_mbps: float = Field(gt=0, description="capacity shared by all uploads through this gateway")
 
 
 class Group(Strict):
@@ -20,6 +67,11 @@ class Group(Strict):
     count: int | None = Field(None, ge=0)
     fraction: float | None = Field(None, ge=0, le=1)
     power_mode: str | None = Field(None, description="one of the profile's power_modes")
+    memory: MemoryConfig = MemoryConfig()
+    network: NetworkConfig = NetworkConfig()
+    availability: AvailabilityConfig = Field(
+        default_factory=AlwaysAvailability, description="when devices are online (always, bernoulli, markov, diurnal, trace)"
+    )
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="partial profile merged over the named one, e.g. {memory: {sigma_mb: 50}}"
     )
@@ -40,10 +92,27 @@ class Group(Strict):
 
 class Fleet(Strict):
     num_devices: int | None = Field(None, gt=0, description="total devices; needed when groups give fractions")
+    memory_units: Literal["mb", "relative"] = Field(
+        "mb",
+        description="mb: memory in MB, needs measured from the real submodel; relative: FlexFL's units, percent of "
+        "the full model's parameters (every group then gives memory.free)",
+    )
     groups: list[Group] = Field(min_length=1)
+    gateways: list[Gateway] = Field(default_factory=list, description="shared access points / gateways")
 
     @model_validator(mode="after")
     def _sizes_add_up(self) -> Fleet:
+        names = {g.name for g in self.gateways}
+        for i, g in enumerate(self.groups):
+            if g.network.gateway is not None and g.network.gateway not in names:
+                known = ", ".join(sorted(names)) or "none defined"
+                raise ValueError(f"groups[{i}].network.gateway {g.network.gateway!r} is not in fleet.gateways ({known})")
+        if self.memory_units == "relative":
+            missing = [i for i, g in enumerate(self.groups) if g.memory.free is None]
+            if missing:
+                raise ValueError(
+                    f"memory_units is relative, so groups[{missing[0]}].memory.free (percent of the full model) is needed"
+                )
         fractions = [g.fraction for g in self.groups if g.fraction is not None]
         if fractions and len(fractions) != len(self.groups):
             raise ValueError("mix of count and fraction: give every group a count, or every group a fraction")
@@ -116,6 +185,13 @@ class Local(Strict):
 
 class Server(Strict):
     deadline_s: float | None = Field(None, gt=0, description="round deadline in simulated seconds (null: none)")
+    over_selection: float = Field(
+        1.0, ge=1.0, description="select ceil(k * this) devices and keep the first k updates to arrive (FedScale's over-commitment)"
+    )
+    min_participants: int = Field(
+        1, ge=1, description="wait (retry_s at a time) until this many devices can be selected; aggregate only if this many updates arrive"
+    )
+    retry_s: float = Field(60.0, gt=0, description="how long the server waits before retrying when too few devices are online")
     eval_every: int = Field(1, ge=1)
     eval_batch_size: int = Field(1000, ge=1)
     bn_calibration_samples: int | None = Field(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +18,20 @@ import simpy
 import torch
 
 from iotfl_sim.algorithms import make_strategy
-from iotfl_sim.algorithms.base import Assignment, DeviceState, Outcome, StrategyContext, Update
+from iotfl_sim.algorithms.base import Outcome, StrategyContext, Update
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.fl.train import TrainJob
+from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, MB, Fleet
+from iotfl_sim.fleet.network import SharedMedium
 from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.sim.device import DeviceTasks, Task
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
-
-SILENT_FAILURES = ("depleted",)  # the server hears nothing back; it notices at the deadline
 
 
 class InfeasibleFleetError(ScenarioError):
@@ -38,30 +39,36 @@ class InfeasibleFleetError(ScenarioError):
 
 
 @dataclass
-class Task:
-    assignment: Assignment
-    report: simpy.Event
-    status: str | None = None
-    trained: Assignment | None = None
-    finished_at: float = math.nan
-    round_over: bool = False
-
-
-@dataclass
 class _View:
-    """What the server can know: declared profiles and the history of outcomes (no true state)."""
+    """What the server can know, stated once for every method.
+
+    Known: each device's declared profile (declared free memory, compute, link), which devices are
+    online now (devices check in when they come online, as in FedScale and real deployments), which
+    are busy with an earlier task, and the history of outcomes (a device whose task failed with
+    `depleted` is known to be gone). Not known: true current free memory, battery level, compute
+    jitter; a method that uses them must call ``true_state``, which the run summary reports.
+    """
 
     fleet: Fleet
     declared: np.ndarray
     known_gone: np.ndarray
+    availability: Any
+    now: float = 0.0
+    rnd: int = 0
     oracle_users: set[str] = field(default_factory=set)
 
     @property
     def num_devices(self) -> int:
         return self.fleet.n
 
+    def selectable_mask(self) -> np.ndarray:
+        mask = ~(self.known_gone | self.fleet.busy)
+        candidates = np.flatnonzero(mask)
+        mask[candidates[~self.availability.online_mask(self.now, self.rnd, candidates)]] = False
+        return mask
+
     def selectable(self) -> np.ndarray:
-        return np.flatnonzero(~(self.known_gone | self.fleet.busy))
+        return np.flatnonzero(self.selectable_mask())
 
     def declared_free_memory(self) -> np.ndarray:
         return self.declared
@@ -79,10 +86,15 @@ class Simulation:
         recorder: RunRecorder | None = None,
         executor: Any = None,
         progress: Any = None,
+        base_dir: Path | None = None,
     ) -> None:
         self._t_created = time.perf_counter()
         self.sc = sc
-        self.fleet = Fleet.build(groups, sc.seed)
+        self.fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units)
+        self.memory_scale = MB if sc.fleet.memory_units == "mb" else 1.0
+        self.availability = build_availability(
+            [g.config.availability for g in groups], self.fleet.group_of, sc.seed, base_dir
+        )
         self.recorder = recorder
         self.progress = progress
         self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
@@ -105,30 +117,51 @@ class Simulation:
             num_classes=self.numerics.num_classes,
             seed=sc.seed,
             rounds=sc.rounds,
-            clients_per_round=sc.selection_size(),
+            clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
             memory_need=self.memory_need,
             cost=lambda recipe, spec: recipe.cost(spec),
-            declared_free_memory=self.fleet.mem_free_b,
+            declared_free_memory=self.fleet.mem_free,
             initial_state=self._initial_state,
         )
         self.strategy.setup(ctx)
         self._check_feasible()
-        self.view = _View(self.fleet, self.fleet.mem_free_b, np.zeros(self.fleet.n, dtype=bool))
+        self.view = _View(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
+        self.tasks = DeviceTasks(self)
+        gateways = {g.name: g for g in sc.fleet.gateways}
+        self.media: dict[tuple[int, bool], SharedMedium] = {}
+        shared: dict[tuple[str, bool], SharedMedium] = {}
+        for i, g in enumerate(groups):
+            name = g.config.network.gateway
+            if name is not None:
+                for up in (False, True):
+                    if (name, up) not in shared:
+                        cap = gateways[name].up_mbps if up else gateways[name].down_mbps
+                        shared[(name, up)] = SharedMedium(self.env, cap * 1e6, name)
+                    self.media[(i, up)] = shared[(name, up)]
+        self.class_names = self.fleet.class_names
         self.bytes_down = 0.0
         self.bytes_up = 0.0
         self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
-        self.eval_cache: dict[tuple, tuple[float, float]] = {}
 
     # ------------------------------------------------------------ costs
 
     def memory_need(self, recipe: ModelRecipe, spec: SubmodelSpec) -> float:
-        """Bytes a device needs to train ``spec``: weights, gradients, optimizer state, one batch of activations."""
+        """Memory a device needs to train ``spec``, in the fleet's memory units.
+
+        MB units: bytes of weights, gradients, optimizer state and one batch of activations, measured
+        from the real submodel. Relative units (FlexFL): percent of the full model's parameters.
+        """
         key = (recipe, spec)
         need = self._memory_cache.get(key)
         if need is None:
-            slots = 1 if self.sc.local.momentum > 0 else 0
-            need = self._memory_cache[key] = recipe.cost(spec).memory_bytes(self.sc.local.batch_size, slots)
+            if self.sc.fleet.memory_units == "relative":
+                full = replace(recipe, global_rate=1.0).cost(SubmodelSpec(1.0, rounding=spec.rounding)).params
+                need = 100.0 * recipe.cost(spec).params / full
+            else:
+                slots = 1 if self.sc.local.momentum > 0 else 0
+                need = recipe.cost(spec).memory_bytes(self.sc.local.batch_size, slots)
+            self._memory_cache[key] = need
         return need
 
     def message_bytes(self, recipe: ModelRecipe, spec: SubmodelSpec, bits: int) -> float:
@@ -142,120 +175,62 @@ class Simulation:
         specs = self.strategy.candidate_specs()
         needs = [self.memory_need(r, s) for r, s in specs]
         smallest = min(needs)
-        fits = self.fleet.mem_free_b >= smallest
-        if not fits.any():
-            best = max(self.fleet.groups, key=lambda g: g.profile.memory.free_mb)
+        if not (self.fleet.mem_free >= smallest).any():
+            unit = "MB" if self.sc.fleet.memory_units == "mb" else "% of the full model"
+            best = int(np.argmax(self.fleet.mem_free))
+            group = self.fleet.groups[self.fleet.group_of[best]].name
             raise InfeasibleFleetError(
                 f"fleet: no device can hold any submodel of {self.sc.algorithm.name}: the smallest needs "
-                f"{smallest / MB:.3g} MB to train, the roomiest group ({best.name}) declares "
-                f"{best.profile.memory.free_mb:g} MB free; raise memory.free_mb, shrink local.batch_size or the model"
+                f"{smallest / self.memory_scale:.3g} {unit} to train, the roomiest group ({group}) declares "
+                f"{self.fleet.mem_free[best] / self.memory_scale:.3g}; raise memory.free_mb (or the group's memory.free), "
+                "shrink local.batch_size or the model"
             )
 
     # ------------------------------------------------------------ events
 
-    def _event(self, rnd: int, device: int, event: str, **fields: Any) -> None:
+    def event(self, rnd: int, device: int, event: str, at: float | None = None, **fields: Any) -> None:
         if self.recorder is not None:
-            self.recorder.event(self.env.now, rnd, device, event, **fields)
+            self.recorder.event(self.env.now if at is None else at, rnd, device, event, **fields)
 
-    def _fail(self, task: Task, rnd: int, reason: str, **fields: Any) -> None:
-        d = task.assignment.device
-        task.status = reason
-        task.finished_at = self.env.now
-        self._event(rnd, d, reason, **fields)
-        if reason in SILENT_FAILURES and self.sc.server.deadline_s is not None:
-            return  # the server only notices at the deadline
+    def on_completed(self, task: Task) -> None:
+        """An update arrived in time: report it, and end the round early once enough are in."""
+        self._arrived += 1
         if not task.report.triggered:
             task.report.succeed()
-
-    def device_task(self, task: Task, rnd: int):
-        """One device's part of a round: download, check memory, train, upload."""
-        f, a = self.fleet, task.assignment
-        d = a.device
-        env = self.env
-        try:
-            recipe = self.strategy.recipe_for(a)
-            self._event(rnd, d, "dispatch", level=a.level, rate=a.spec.rate)
-            if not f.alive(d, env.now):
-                self._fail(task, rnd, "depleted", phase="dispatch")
-                return
-            nbytes = self.message_bytes(recipe, a.spec, 32)
-            dur = f.transfer_time(d, nbytes, up=False)
-            dead = f.spend(d, env.now, dur, f.rx_w[d], "radio")
-            self.bytes_down += nbytes
-            if dead is not None:
-                yield env.timeout(dead - env.now)
-                self._fail(task, rnd, "depleted", phase="download")
-                return
-            yield env.timeout(dur)
-            free = f.sample_free_memory(d, rnd)
-            self._event(rnd, d, "arrive", free_mb=round(free / MB, 3))
-            f.settle(d, env.now)
-            state = DeviceState(d, free, float(f.capacity_j[d] - f.used(d)))
-            b = self.strategy.adapt(a, state)
-            if b is None:
-                self._fail(task, rnd, "refused")
-                return
-            task.trained = b
-            recipe_b = self.strategy.recipe_for(b)
-            need = self.memory_need(recipe_b, b.spec)
-            if need > free:
-                self._fail(task, rnd, "oom", need_mb=round(need / MB, 3), free_mb=round(free / MB, 3))
-                return
-            samples = int(self.numerics.samples_per_device[d]) * self.sc.local.epochs
-            flops = recipe_b.cost(b.spec).train_flops(samples)
-            dur = f.compute_time(d, flops, rnd)
-            self._event(rnd, d, "train_start", level=b.level, flops=flops)
-            dead = f.spend(d, env.now, dur, f.train_w[d], "compute")
-            if dead is not None:
-                yield env.timeout(dead - env.now)
-                self._fail(task, rnd, "depleted", phase="train")
-                return
-            yield env.timeout(dur)
-            self._event(rnd, d, "train_end")
-            nbytes = self.message_bytes(recipe_b, b.spec, b.bits)
-            dur = f.transfer_time(d, nbytes, up=True)
-            dead = f.spend(d, env.now, dur, f.tx_w[d], "radio")
-            if dead is not None:
-                yield env.timeout(dead - env.now)
-                self._fail(task, rnd, "depleted", phase="upload")
-                return
-            yield env.timeout(dur)
-            self.bytes_up += nbytes
-            task.status = "completed"
-            task.finished_at = env.now
-            self._event(rnd, d, "upload", bytes=nbytes)
-            if task.round_over:
-                self._event(rnd, d, "late")
-            elif not task.report.triggered:
-                task.report.succeed()
-        finally:
-            f.busy[d] = False
+        if self._arrived >= self._wanted and not self._enough.triggered:
+            self._enough.succeed()
 
     # ------------------------------------------------------------ rounds
 
     def server(self):
         sc = self.sc
+        k = sc.selection_size()
         for rnd in range(sc.rounds):
             round_start = self.env.now
-            e_before = float(self.fleet.energy_total(round_start).sum())
+            e_before = self._fleet_energy(round_start)
             down0, up0 = self.bytes_down, self.bytes_up
+            waited = yield from self._wait_for_participants(rnd)
+            if not waited:
+                self.stalled = rnd
+                return
+            self.view.now, self.view.rnd = self.env.now, rnd
             assignments = self.strategy.select(rnd, self.view, stream(sc.seed, "select", rnd))
+            self._wanted, self._arrived, self._enough = k, 0, self.env.event()
             tasks = []
             for a in assignments:
-                task = Task(a, self.env.event())
+                task = Task(a, self.env.event(), rnd)
                 self.fleet.busy[a.device] = True
                 self.fleet.tasks[a.device] += 1
                 tasks.append(task)
-                self.env.process(self.device_task(task, rnd))
-            waiting = simpy.AllOf(self.env, [t.report for t in tasks])
+                self.env.process(self.tasks.run(task))
+            waiting = [simpy.AllOf(self.env, [t.report for t in tasks]), self._enough]
             if sc.server.deadline_s is not None:
-                yield waiting | self.env.timeout(sc.server.deadline_s)
-            else:
-                yield waiting
+                waiting.append(self.env.timeout(sc.server.deadline_s - (self.env.now - round_start)))
+            yield simpy.AnyOf(self.env, waiting)
             round_end = self.env.now
             outcomes = self._close_round(tasks, rnd)
             updates = self._train(rnd, outcomes)
-            if updates:
+            if len(updates) >= sc.server.min_participants:
                 self.strategy.aggregate(rnd, updates)
             self.strategy.observe(rnd, outcomes)
             row = self._row(rnd, round_start, round_end, outcomes, updates, e_before, down0, up0)
@@ -275,19 +250,36 @@ class Simulation:
                     post["acc"] = f"{acc:.3f}"
                 self.progress.set_postfix(post, refresh=False)
 
+    def _fleet_energy(self, t: float) -> float:
+        return float(sum(v.sum() for v in self.fleet.class_energy(t).values()))
+
+    def _wait_for_participants(self, rnd: int):
+        """Wait (retry_s at a time) until min_participants devices are selectable; False if never."""
+        need = self.sc.server.min_participants
+        for _ in range(100_000):
+            self.view.now, self.view.rnd = self.env.now, rnd
+            if int(self.view.selectable_mask().sum()) >= need:
+                return True
+            if self.view.known_gone.all():
+                return False
+            yield self.env.timeout(self.sc.server.retry_s)
+        return False
+
     def _close_round(self, tasks: list[Task], rnd: int) -> list[Outcome]:
         outcomes = []
+        in_time = sorted((t for t in tasks if t.status == "completed"), key=lambda t: t.finished_at)
+        kept = {id(t) for t in in_time[: self._wanted]}  # over-selection keeps the first k to arrive
         for t in tasks:
             d = t.assignment.device
-            if t.status == "completed":
+            if id(t) in kept:
                 status = "completed"
                 self.fleet.completed[d] += 1
-                self._event(rnd, d, "accepted")
+                self.event(rnd, d, "accepted")
             else:
-                status = t.status or "deadline"
+                status = "surplus" if t.status == "completed" else t.status or ("surplus" if self._enough.triggered else "deadline")
                 t.round_over = True
-                if status == "deadline":
-                    self._event(rnd, d, "dropped", reason="deadline")
+                if status in ("deadline", "surplus"):
+                    self.event(rnd, d, "dropped", reason=status)
                 self.fleet.failures[status][d] += 1
                 if status == "depleted":
                     self.view.known_gone[d] = True
@@ -338,7 +330,9 @@ class Simulation:
         levels = []
         cache: dict[tuple, tuple[float, float]] = {}
         for target in self.strategy.eval_targets():
-            key = (target.recipe, target.spec, tuple(v.data_ptr() for v in target.state.values())[:4])
+            # the same weights under another name (HeteroFL's level a is the full model) are evaluated once
+            weights = tuple((v.data_ptr(), tuple(v.shape)) for v in target.state.values())
+            key = (target.recipe, replace(target.spec, name=""), weights)
             if key not in cache:
                 cache[key] = self.numerics.evaluate(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
             acc, loss = cache[key]
@@ -357,8 +351,10 @@ class Simulation:
         for o in outcomes:
             if o.status in counts:
                 counts[o.status] += 1
-        by_kind = self.fleet.energy_by_kind(end)
-        total = sum(by_kind.values())
+        kinds = self.fleet.class_energy(end)
+        by_kind = {k: float(v.sum()) for k, v in kinds.items()}
+        by_class = sum(kinds.values())
+        total = float(by_class.sum())
         return {
             "round": rnd + 1,
             "sim_time_s": end,
@@ -366,13 +362,14 @@ class Simulation:
             "selected": len(outcomes),
             "completed": sum(o.status == "completed" for o in outcomes),
             **{f"failed_{r}": c for r, c in counts.items()},
-            "alive": int(self.fleet.alive_mask(end).sum()),
+            "alive": self.fleet.alive_count(end),
             "train_loss": float(np.mean([u.loss for u in updates])) if updates else None,
             "energy_j": total,
             "energy_compute_j": by_kind["compute"],
             "energy_radio_j": by_kind["radio"],
             "energy_idle_j": by_kind["idle"],
             "energy_round_j": total - e_before,
+            **{f"energy_{c}_j": float(v) for c, v in zip(self.class_names, by_class, strict=True)},
             "bytes_down": self.bytes_down,
             "bytes_up": self.bytes_up,
             "bytes_down_round": self.bytes_down - down0,
@@ -383,6 +380,7 @@ class Simulation:
 
     def run(self) -> dict[str, Any]:
         self.rows: list[dict[str, Any]] = []
+        self.stalled: int | None = None
         proc = self.env.process(self.server())
         self.env.run(until=proc)
         host_total = time.perf_counter() - self._t_created  # set-up counts as bookkeeping
@@ -396,7 +394,12 @@ class Simulation:
 
 
 def run_scenario(
-    sc: Scenario, groups: list[ResolvedGroup], out_parent: str | Path | None, resolved: dict, progress: bool | None = None
+    sc: Scenario,
+    groups: list[ResolvedGroup],
+    out_parent: str | Path | None,
+    resolved: dict,
+    progress: bool | None = None,
+    base_dir: Path | None = None,
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing)."""
     from tqdm import tqdm
@@ -407,11 +410,12 @@ def run_scenario(
     recorder = None
     path = None
     try:
-        sim = Simulation(sc, groups, progress=bar)  # fails on bad input before any folder is made
+        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)  # fails on bad input before any folder is made
         if out_parent is not None:
             path = new_run_dir(out_parent, sc.name)
             labels = [t.label for t in sim.strategy.eval_targets()] if sc.numerics == "torch" else []
-            recorder = RunRecorder(path, labels, sc.output.events)
+            energy_cols = [f"energy_{c}_j" for c in sim.class_names]
+            recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy_cols)
             recorder.scenario(resolved)
             sim.recorder = recorder
         summary = sim.run()

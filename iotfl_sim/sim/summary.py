@@ -60,6 +60,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "completed": int(sim.fleet.completed.sum()),
         "failures": failures,
         "devices_alive": last.get("alive", sim.fleet.n),
+        "stalled_at_round": None if sim.stalled is None else sim.stalled + 1,
         "oracle_knowledge": sorted(sim.view.oracle_users),
         "host_time_s": {
             "setup": host_setup,

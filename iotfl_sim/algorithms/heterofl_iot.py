@@ -1,0 +1,196 @@
+"""HeteroFL-IoT: HeteroFL under a per-node energy budget, with a per-round proportional selection.
+
+Source: "关于 HETEROFL 一种用于异构设备联邦学习架构的复现与改进" (a reproduction and extension of HeteroFL,
+Diao et al., ICLR 2021, for IoT nodes with an energy budget).
+
+What the paper specifies, and how it maps here:
+
+- Energy (§1, §3.4): every node starts with the same energy; each round of training and communication
+  spends energy, more for a more complex (wider) submodel; "能量耗尽就会自动下线，无法再次参与通信"
+  (a node whose energy is exhausted goes offline and never communicates again). The paper's assumption
+  is that a top-level node cannot afford to be picked every round. Here the engine charges the energy
+  (compute power x time for the submodel's FLOPs, radio power x air time for its bytes, so a larger
+  level costs more) and a node whose battery runs dry is offline for good; a scenario gives every node
+  the same battery (``fleet.groups[*].overrides.battery``) and, to match the paper's model in which only
+  training and communication draw energy, zero idle power.
+- Selection (§3.4: "根据复杂度的分配程度，决定每轮的客户端的复杂度占比情况，保证每个通信训练轮次，其数据量不会有
+  波动。实际选择客户端时，根据服务端复杂度占比进行选择"; Algorithm 1, ClientSelect: the level shares
+  a..e sum to 10, "使用比例算出本轮该选择的数量 L_t ← max(L_p × 10, 1)", "选择客户端 C_t ← L_t"):
+  every round the server takes, for each level p, max(share_p x K, 1) nodes of that level (K = the
+  round's size, C x M = 10 in the paper), so a2-b8 gives exactly 2 + 8 nodes every round (Fig. 5)
+  where plain HeteroFL's uniform draw gives 1:9 in some rounds (Fig. 2). Counts are rounded by
+  largest remainder so they sum to K. Nodes are drawn uniformly within a level, among the nodes that
+  still have energy. The paper does not say what happens when a level has fewer live nodes than its
+  quota; ``shortfall: fill`` (default) gives the free slots to the other levels by their shares, so a
+  round keeps K nodes ("保证每轮的训练都有一定量的数据"), ``leave`` leaves them empty.
+- Baseline (§5.1, Fig. 2-4): HeteroFL with its random selection under the same energy limit:
+  ``selection: random`` is that, from the same pool and with the same energy knowledge, so the two
+  runs differ by the one option. ``algorithm.name: heterofl`` (plain HeteroFL) additionally knows
+  nothing of energy and keeps picking dead nodes until their tasks fail.
+- Which nodes "still have energy": in Algorithm 1 the server initialises and keeps the per-client
+  information L_{1:K} ("初始化全局模型参数 W_g^0 和本地的各项信息 L_{1:K}") and ClientSelect decides "根据本地
+  客户端的信息 L_{1:K}", i.e. the paper's server knows every node's energy state exactly (energy is its own
+  counter). The engine is where the true battery lives (with compute jitter, which a declared-cost
+  ledger would not reproduce, and FleetView exposes no declared power or battery figures), so
+  ``energy_info: oracle`` (default) reads it through ``FleetView.true_state(self.name)``: a node is
+  live if ``Fleet.alive(d, now)``. The run summary's ``oracle_knowledge`` lists this method.
+  ``energy_info: outcomes`` uses no oracle: only the engine's record of tasks that failed as
+  ``depleted`` (``FleetView.selectable``), so a dead node wastes one slot before it is dropped.
+  "now" is the end of the last round as the server saw it (the latest finish time among reported
+  outcomes), unless the view offers ``now``; with a deadline this can trail the true clock by the
+  deadline's slack, which only matters for nodes that run dry from idle draw in that gap.
+- Numerics (§3.2-3.3, Algorithm 1): HeteroFL's, inherited unchanged: nested width levels (r = 1/2 per
+  level), Scaler, masked CE, static BN, count-averaged nested aggregation with label-restricted
+  classifier rows. The paper's 5 levels a-e (1, 0.5, 0.25, 0.125, 0.0625) and mixes a2-b8, a2-b4-c4
+  are written with HeteroFL's ``proportions`` notation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from iotfl_sim.algorithms.base import Assignment, FleetView, Outcome
+from iotfl_sim.algorithms.heterofl import HeteroFL
+from iotfl_sim.scenario.algorithms import HeteroFLIoTConfig
+
+
+def largest_remainder(shares: np.ndarray, k: int) -> np.ndarray:
+    """Integer counts summing to ``k`` in proportion to ``shares`` (largest remainder; ties by order)."""
+    shares = np.asarray(shares, dtype=np.float64)
+    if k <= 0 or shares.sum() <= 0:
+        return np.zeros(len(shares), dtype=np.int64)
+    raw = shares / shares.sum() * k
+    out = np.floor(raw + 1e-9).astype(np.int64)
+    rest = k - int(out.sum())
+    if rest > 0:
+        order = np.argsort(-(raw - out), kind="stable")
+        out[order[:rest]] += 1
+    return out
+
+
+def level_quotas(shares: np.ndarray, k: int) -> np.ndarray:
+    """HeteroFL-IoT's per-level counts: share_p x k by largest remainder, at least 1 per level
+    (Algorithm 1: L_t = max(L_p x 10, 1)) where k allows; the extra ones come from the largest counts."""
+    q = largest_remainder(shares, k)
+    if k >= len(q):
+        for i in np.flatnonzero(q == 0):
+            j = int(np.argmax(q))
+            q[j] -= 1
+            q[i] = 1
+    return q
+
+
+def fill_quotas(quota: np.ndarray, avail: np.ndarray, shares: np.ndarray, fill: bool) -> np.ndarray:
+    """How many nodes to take per level: the quota capped by the live nodes of the level; with ``fill``
+    the slots a level cannot use go to the levels with spare live nodes, by their shares."""
+    take = np.minimum(quota, avail)
+    if not fill:
+        return take
+    short = int(quota.sum() - take.sum())
+    while short > 0:
+        spare = avail - take
+        open_ = spare > 0
+        if not open_.any():
+            break
+        extra = np.minimum(largest_remainder(np.where(open_, shares, 0.0), short), spare)
+        if extra.sum() == 0:  # shares of every open level are 0: take in order
+            extra = np.zeros_like(take)
+            extra[np.flatnonzero(open_)[0]] = 1
+        take += extra
+        short -= int(extra.sum())
+    return take
+
+
+class _PoolView:
+    """A FleetView narrowed to a given pool of devices (lets HeteroFL's own selection run over the
+    nodes that still have energy); everything else is the wrapped view's."""
+
+    def __init__(self, view: FleetView, pool: np.ndarray) -> None:
+        self._view = view
+        self._mask = np.zeros(view.num_devices, dtype=bool)
+        self._mask[pool] = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def selectable_mask(self) -> np.ndarray:
+        return self._mask.copy()
+
+    def selectable(self) -> np.ndarray:
+        return np.flatnonzero(self._mask)
+
+
+class HeteroFLIoT(HeteroFL):
+    name = "heterofl_iot"
+
+    def __init__(self, cfg: HeteroFLIoTConfig) -> None:
+        super().__init__(cfg)
+        self.cfg: HeteroFLIoTConfig = cfg
+        self.clock = 0.0  # end of the last round as the server saw it
+        self.last_mix: dict[str, int] = {}
+
+    # -- which nodes still have energy
+
+    def now(self, fleet: FleetView) -> float:
+        t = getattr(fleet, "now", None)
+        return float(t) if t is not None else self.clock
+
+    def live_pool(self, fleet: FleetView) -> np.ndarray:
+        """Devices this method may select: not busy, not known gone, eligible, and (oracle) with energy left."""
+        mask = fleet.selectable_mask() & self.eligible
+        if self.cfg.energy_info == "oracle":
+            mask &= fleet.true_state(self.name).alive_mask(self.now(fleet))
+        return np.flatnonzero(mask)
+
+    # -- selection
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        pool = self.live_pool(fleet)
+        if self.cfg.selection == "random":
+            out = super().select(rnd, _PoolView(fleet, pool), rng)
+        elif self.cfg.mode == "fix":
+            out = self._proportional_fix(pool, rng)
+        else:
+            out = self._proportional_dynamic(pool, rng)
+        self.last_mix = {x: sum(a.level == x for a in out) for x in self.levels}
+        return out
+
+    def _proportional_fix(self, pool: np.ndarray, rng: np.random.Generator) -> list[Assignment]:
+        k = self.c.clients_per_round
+        by_level = [pool[self.fixed[pool] == i] for i in range(len(self.levels))]
+        avail = np.array([len(p) for p in by_level], dtype=np.int64)
+        take = fill_quotas(level_quotas(self.props, k), avail, self.props, self.cfg.shortfall == "fill")
+        out = []
+        for i, (members, n) in enumerate(zip(by_level, take, strict=True)):
+            if n <= 0:
+                continue
+            chosen = (
+                members
+                if n >= len(members)
+                else members[rng.choice(len(members), size=int(n), replace=False)]
+            )
+            x = self.levels[i]
+            out.extend(Assignment(int(d), self.specs[x], level=x) for d in chosen)
+        out.sort(key=lambda a: a.device)
+        return out
+
+    def _proportional_dynamic(self, pool: np.ndarray, rng: np.random.Generator) -> list[Assignment]:
+        # dynamic mode with by_id: any node can take any level, so pick the round's nodes uniformly and
+        # hand out exactly the quota of each level among them (instead of HeteroFL's multinomial draw)
+        k = min(self.c.clients_per_round, len(pool))
+        if k == 0:
+            return []
+        chosen = pool if len(pool) <= k else np.sort(pool[rng.choice(len(pool), size=k, replace=False)])
+        quota = level_quotas(self.props, k)
+        levels = rng.permutation(np.repeat(np.arange(len(self.levels)), quota))
+        return [
+            Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i])
+            for d, i in zip(chosen, levels, strict=True)
+        ]
+
+    def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
+        times = [o.finished_at for o in outcomes if np.isfinite(o.finished_at)]
+        if times:
+            self.clock = max(self.clock, max(times))

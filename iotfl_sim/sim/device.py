@@ -1,0 +1,176 @@
+"""One device's part of a round, as a SimPy process: download, memory check, training, upload.
+
+Every activity ends early at the first of: the device going offline (availability), free memory
+falling below the task's need (OU memory, during training), the battery running dry. The task
+then fails with that reason at that instant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from iotfl_sim.algorithms.base import Assignment, DeviceState
+from iotfl_sim.fleet.network import duty_cycled_duration, lorawan_frames, retransmitted_bytes
+from iotfl_sim.seeding import stream
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.engine import Simulation
+
+SILENT_FAILURES = ("depleted", "offline")  # the server hears nothing back; it notices at the deadline
+
+
+@dataclass
+class Task:
+    assignment: Assignment
+    report: simpy.Event
+    rnd: int
+    status: str | None = None
+    trained: Assignment | None = None
+    finished_at: float = math.nan
+    round_over: bool = False
+
+
+class DeviceTasks:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.fleet = sim.fleet
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def fail(self, task: Task, reason: str, at: float | None = None, **fields: Any) -> None:
+        d = task.assignment.device
+        task.status = reason
+        task.finished_at = self.env.now if at is None else at
+        self.sim.event(task.rnd, d, reason, at=at, **fields)
+        if reason in SILENT_FAILURES and self.sim.sc.server.deadline_s is not None:
+            return  # the server only notices at the deadline
+        if not task.report.triggered:
+            task.report.succeed()
+
+    # ------------------------------------------------------------ activities
+
+    def activity(self, task: Task, duration: float, power_w: float, kind: str, memory_need: float | None = None):
+        """Run for ``duration`` at ``power_w``; returns (reason, instant) of an early end, or (None, end)."""
+        f, d, t0 = self.fleet, task.assignment.device, self.env.now
+        end, reason = t0 + duration, None
+        t_off = self.sim.availability.offline_at(d, t0, task.rnd)
+        if t_off < end:
+            end, reason = t_off, "offline"
+        if memory_need is not None:
+            t_oom = f.memory_shortfall(d, t0, end - t0, memory_need)
+            if t_oom is not None and t_oom < end:
+                end, reason = t_oom, "oom"
+        dead = f.spend(d, t0, end - t0, power_w, kind)
+        if dead is not None:
+            end, reason = dead, "depleted"
+        if end > t0:
+            yield self.env.timeout(end - t0)
+        return reason, end
+
+    def transfer(self, task: Task, nbytes: float, up: bool):
+        """Move a message over the device's link (or its gateway); returns (reason, instant) like ``activity``."""
+        f, sim = self.fleet, self.sim
+        d = task.assignment.device
+        g = f.group_of[d]
+        preset = f.radio[g]
+        rng = stream(sim.sc.seed, "link", d, task.rnd, int(up))
+        sent = retransmitted_bytes(nbytes, float(f.link_loss[d]), rng)
+        jitter = float(rng.lognormal(0.0, f.link_jitter[d])) if f.link_jitter[d] > 0 else 1.0
+        bps = float(f.up_bps[d] if up else f.down_bps[d])
+        rtt = float(f.rtt_s[d])
+        medium = sim.media.get((int(g), up))
+        if medium is not None:
+            t0 = self.env.now
+            air = yield self.env.process(medium.transfer(sent * 8.0 * jitter, bps))
+            yield self.env.timeout(rtt)
+            # the shared medium fixes the duration only as it unfolds: settle energy and failures afterwards
+            power = f.radio_power(d, up, sent * 8.0 / max(air, 1e-12)) * air / (air + rtt)
+            end, reason = self.env.now, None
+            t_off = sim.availability.offline_at(d, t0, task.rnd)
+            if t_off < end:
+                end, reason = t_off, "offline"
+            dead = f.spend(d, t0, end - t0, power, "radio")
+            if dead is not None:
+                end, reason = dead, "depleted"
+        else:
+            air = sent * 8.0 / bps * jitter
+            duration = air
+            if up and preset.duty_cycle < 1.0:
+                wait = f.next_tx[d] - self.env.now
+                if wait > 0:  # the sub-band is still closed after the last frame
+                    reason, end = yield from self.activity(task, wait, 0.0, "radio")
+                    if reason is not None:
+                        return reason, end
+                frames = lorawan_frames(sent)
+                duration = duty_cycled_duration(air, preset.duty_cycle, frames)
+                f.next_tx[d] = self.env.now + duration + (air / frames) * (1.0 / preset.duty_cycle - 1.0)
+            power = f.radio_power(d, up, sent * 8.0 / air) * air / (duration + rtt)
+            reason, end = yield from self.activity(task, duration + rtt, power, "radio")
+        if reason is None and preset.tail_s > 0:
+            dead = f.charge_lump(d, self.env.now, preset.tail_w * preset.tail_s, "radio")
+            if dead is not None:
+                reason, end = "depleted", dead
+        return reason, end
+
+    # ------------------------------------------------------------ the task
+
+    def run(self, task: Task):
+        sim, f, a = self.sim, self.fleet, task.assignment
+        d, rnd = a.device, task.rnd
+        try:
+            recipe = sim.strategy.recipe_for(a)
+            sim.event(rnd, d, "dispatch", level=a.level, rate=a.spec.rate)
+            if not f.alive(d, self.env.now):
+                self.fail(task, "depleted", phase="dispatch")
+                return
+            if not sim.availability.online(d, self.env.now, rnd):
+                self.fail(task, "offline", phase="dispatch")
+                return
+            nbytes = sim.message_bytes(recipe, a.spec, 32)
+            sim.bytes_down += nbytes
+            reason, at = yield from self.transfer(task, nbytes, up=False)
+            if reason is not None:
+                self.fail(task, reason, at=at, phase="download")
+                return
+            free = f.sample_free_memory(d, self.env.now, rnd)
+            sim.event(rnd, d, "arrive", free=round(free / sim.memory_scale, 4))
+            f.settle(d, self.env.now)
+            b = sim.strategy.adapt(a, DeviceState(d, free, float(f.capacity_j[d] - f.used(d))))
+            if b is None:
+                self.fail(task, "refused")
+                return
+            task.trained = b
+            recipe_b = sim.strategy.recipe_for(b)
+            need = sim.memory_need(recipe_b, b.spec)
+            if need > free:
+                self.fail(task, "oom", need=round(need / sim.memory_scale, 4), free=round(free / sim.memory_scale, 4))
+                return
+            samples = int(sim.numerics.samples_per_device[d]) * sim.sc.local.epochs
+            flops = recipe_b.cost(b.spec).train_flops(samples)
+            duration = f.compute_time(d, flops, rnd)
+            sim.event(rnd, d, "train_start", level=b.level, flops=flops)
+            reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
+            if reason is not None:
+                self.fail(task, reason, at=at, phase="train", **({"need": round(need / sim.memory_scale, 4)} if reason == "oom" else {}))
+                return
+            sim.event(rnd, d, "train_end")
+            nbytes = sim.message_bytes(recipe_b, b.spec, b.bits)
+            reason, at = yield from self.transfer(task, nbytes, up=True)
+            if reason is not None:
+                self.fail(task, reason, at=at, phase="upload")
+                return
+            sim.bytes_up += nbytes
+            task.status = "completed"
+            task.finished_at = self.env.now
+            sim.event(rnd, d, "upload", bytes=nbytes)
+            if task.round_over:
+                sim.event(rnd, d, "late")
+            else:
+                sim.on_completed(task)
+        finally:
+            f.busy[d] = False

@@ -1,0 +1,73 @@
+"""Checks of benchmarks/calibration_fedx.py: the rebuilt FedX workloads and the comparison arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cal():
+    path = ROOT / "benchmarks" / "calibration_fedx.py"
+    spec = importlib.util.spec_from_file_location("calibration_fedx", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+# Multiply-adds of one 32x32 sample through the small net (d=2, e=3, k=5, 10 classes), written out layer by
+# layer from the OFA MobileNetV3 layout by hand: output positions x input channels per group x kernel area.
+# Spatial sizes: 32 -> 16 (stem) -> 8 (stage 24) -> 4 (stage 40) -> 2 (stage 80) -> 2 (stage 112) -> 1 (stage 160).
+# SE mid widths: make_divisible(c // 4, 8) = 24 (c=72), 32 (120), 64 (240), 88 (336), 120 (480).
+SMALL_MACS = [
+    16 * 16 * 16 * 3 * 9,  # stem 3x3/2, 3 -> 16
+    256 * 16 * 9, 256 * 16 * 16,  # first block: dw 3x3, 1x1 16 -> 16
+    256 * 16 * 48, 64 * 48 * 25, 64 * 48 * 24,  # stage 24, block 1 (stride 2)
+    64 * 24 * 72, 64 * 72 * 25, 64 * 72 * 24,  # stage 24, block 2
+    64 * 24 * 72, 16 * 72 * 25, 2 * 72 * 24, 16 * 72 * 40,  # stage 40, block 1 (stride 2, SE)
+    16 * 40 * 120, 16 * 120 * 25, 2 * 120 * 32, 16 * 120 * 40,  # stage 40, block 2
+    16 * 40 * 120, 4 * 120 * 25, 4 * 120 * 80,  # stage 80, block 1 (stride 2)
+    4 * 80 * 240, 4 * 240 * 25, 4 * 240 * 80,  # stage 80, block 2
+    4 * 80 * 240, 4 * 240 * 25, 2 * 240 * 64, 4 * 240 * 112,  # stage 112, block 1 (SE)
+    4 * 112 * 336, 4 * 336 * 25, 2 * 336 * 88, 4 * 336 * 112,  # stage 112, block 2
+    4 * 112 * 336, 1 * 336 * 25, 2 * 336 * 88, 1 * 336 * 160,  # stage 160, block 1 (stride 2, SE)
+    1 * 160 * 480, 1 * 480 * 25, 2 * 480 * 120, 1 * 480 * 160,  # stage 160, block 2
+    160 * 960, 960 * 1280, 1280 * 10,  # final expand, feature mix (after pooling), classifier
+]  # fmt: skip
+
+
+def test_small_forward_flops_equal_hand_count(cal):
+    assert sum(SMALL_MACS) == 4_180_176
+    flops = cal.forward_flops_per_sample(cal.build_workload("small"))
+    assert flops == 2 * sum(SMALL_MACS)  # 8.36 MFLOP, the profile_derivations.md figure
+
+
+@pytest.mark.parametrize("name", ["small", "medium", "large"])
+def test_params_match_fedx_reported_counts(cal, name):
+    # FedX reports 2.41 / 3.51 / 6.39M; its counts match the 200-class head (profile_derivations.md).
+    model = cal.build_workload(name, num_classes=200)
+    reported = cal.FEDX_PARAMS_M[name] * 1e6
+    assert abs(cal.count_params(model, bn_affine=False) / reported - 1) < 0.005
+    assert abs(cal.count_params(model, bn_affine=True) / reported - 1) < 0.005
+
+
+def test_predictions_follow_profiles_and_fits_are_exact_on_fit_point(cal):
+    w = cal.Workload("medium", 3, 4, 1, 1, fwd_flops=14e6, step=cal.StepCost(0.0, 700))
+    pi = yaml.safe_load((ROOT / "device_profiles" / "raspberry_pi_5.yaml").read_text())
+    flops, _ = cal.load_flops("raspberry_pi_5")
+    assert flops == float(pi["compute"]["flops"])
+    nano = yaml.safe_load((ROOT / "device_profiles" / "jetson_nano.yaml").read_text())["compute"]
+    assert cal.load_flops("jetson_nano")[0] == float(nano["power_modes"][nano["default_mode"]]["flops"])
+    row = cal.Row("raspberry_pi_5", "Pi 5", flops, "", w, measured_s=11.6)
+    assert row.predicted_s == pytest.approx(3 * 14e6 * 750 / flops)
+    assert row.ratio == pytest.approx(row.predicted_s / 11.6)
+    for _, _, fn in cal.MODELS:
+        assert fn(row, row) == pytest.approx(11.6)

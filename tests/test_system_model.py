@@ -1,0 +1,264 @@
+"""Device, energy, network and server behaviour against analytic expectations (system-only runs)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+import yaml
+from conftest import BIG, TINY, base_scenario
+
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fleet.network import (
+    LORAWAN_FRAME_BYTES,
+    SharedMedium,
+    duty_cycled_duration,
+    retransmitted_bytes,
+)
+from iotfl_sim.output.run_dir import RunRecorder
+from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.sim.engine import Simulation
+
+ROOT = Path(__file__).resolve().parents[1]
+COST = ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0))
+MSG_BYTES = COST.params * 4 + 1024
+
+
+def simulate(data: dict, tmp_path: Path | None = None, base_dir: Path | None = None) -> Simulation:
+    sc = load_scenario(text=yaml.safe_dump(data))
+    sim = Simulation(sc, resolve_groups(sc), base_dir=base_dir)
+    if tmp_path is not None:
+        sim.recorder = RunRecorder(tmp_path, [], "all")
+    sim.run()
+    if sim.recorder is not None:
+        sim.recorder.close()
+    return sim
+
+
+def events(tmp_path: Path) -> list[dict]:
+    return [json.loads(x) for x in open(tmp_path / "events.jsonl")]
+
+
+def one_group(profile: dict, count: int = 1, **group) -> dict:
+    return {"groups": [{"name": "g", "count": count, "profile": profile, **group}]}
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_ou_memory_has_configured_mean_variance_and_correlation():
+    data = base_scenario(numerics="none", rounds=1)
+    data["fleet"]["groups"][1]["memory"] = {"process": "ou", "free": 500.0, "sigma": 40.0, "tau_s": 100.0}
+    sim = simulate(data)
+    f, d = sim.fleet, 5  # a device of the OU group
+    samples = np.array([f.sample_free_memory(d, 1e4 + 1000.0 * i, 0) for i in range(4000)]) / 2**20
+    assert samples.mean() == pytest.approx(500.0, abs=2.5)
+    assert samples.std() == pytest.approx(40.0, rel=0.06)
+    # lag-tau autocorrelation of an OU process is exp(-1)
+    x = np.array([f.sample_free_memory(d, 1e7 + 100.0 * i, 0) for i in range(6000)])
+    r = np.corrcoef(x[:-1], x[1:])[0, 1]
+    assert r == pytest.approx(np.exp(-1.0), abs=0.05)
+
+
+def test_ou_memory_can_fall_during_training_and_fail_the_task_then(tmp_path):
+    prof = copy.deepcopy(TINY)
+    prof["compute"]["flops"] = 1e6  # training takes a long time: memory has time to move
+    prof["battery"]["capacity_j"] = None
+    data = base_scenario(numerics="none", rounds=3, clients_per_round=4, fleet=one_group(prof, 4))
+    need_mb = COST.memory_bytes(16) / 2**20
+    data["fleet"]["groups"][0]["memory"] = {"process": "ou", "free": need_mb + 0.4, "sigma": 0.3, "tau_s": 30.0}
+    simulate(data, tmp_path)
+    ev = events(tmp_path)
+    mid = [e for e in ev if e["event"] == "oom" and e.get("phase") == "train"]
+    assert mid, "expected an out-of-memory failure during training"
+    for e in mid:
+        start = next(x for x in ev if x["event"] == "train_start" and x["device"] == e["device"] and x["round"] == e["round"])
+        assert e["t"] > start["t"]
+
+
+def test_sigma2_list_gives_each_device_one_of_the_variances():
+    data = base_scenario(numerics="none", rounds=1)
+    data["fleet"]["groups"][1]["count"] = 200
+    data["fleet"]["groups"][1]["memory"] = {"sigma2": [5.0, 8.0, 10.0]}
+    sim = simulate(data)
+    sig2 = np.round((sim.fleet.mem_sigma[4:] / 2**20) ** 2, 6)
+    assert set(sig2.tolist()) == {5.0, 8.0, 10.0}
+
+
+# ---------------------------------------------------------------- energy
+
+
+def test_fleet_figures_kept_incrementally_equal_the_full_computation():
+    data = base_scenario(numerics="none", rounds=6, clients_per_round=6)
+    data["fleet"]["groups"][0]["profile"]["battery"]["capacity_j"] = 3.0  # some die mid-run, from idle too
+    data["fleet"]["groups"][0]["count"] = 10
+    sim = simulate(data)
+    for t in (sim.rows[-1]["sim_time_s"], sim.rows[-1]["sim_time_s"] + 100.0):
+        total = sum(v.sum() for v in sim.fleet.class_energy(t).values())
+        assert total == pytest.approx(sim.fleet.energy_total(t).sum(), rel=1e-9)
+        assert sim.fleet.alive_count(t) == int((sim.fleet.depleted_at > t).sum())
+    used = sim.fleet.energy_total(1e6)
+    assert np.all(used[:10] <= 3.0 + 1e-9)  # a battery never goes negative
+
+
+def test_lte_tail_energy_is_charged_after_each_transfer():
+    prof = copy.deepcopy(BIG)
+    prof["power"]["idle_w"] = 0.0
+    prof["link"] = {"radio": "lte", "down_mbps": 10.0, "up_mbps": 5.0, "rtt_ms": 0.0}
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
+    data["fleet"]["groups"][0]["network"] = {"power_model": "preset"}
+    sim = simulate(data)
+    air_down, air_up = MSG_BYTES * 8 / 10e6, MSG_BYTES * 8 / 5e6
+    expect = (0.05197 * 10 + 1.28804) * air_down + (0.43839 * 5 + 1.28804) * air_up + 2 * 11.576 * 1.06
+    assert sim.fleet.energy["radio"][0] == pytest.approx(expect, rel=1e-9)
+
+
+# ---------------------------------------------------------------- network
+
+
+def test_two_simultaneous_uploads_through_a_gateway_each_get_half():
+    env = simpy.Environment()
+    gw = SharedMedium(env, 10e6)
+    took = []
+
+    def upload():
+        took.append((yield env.process(gw.transfer(5e6, 100e6))))
+
+    env.process(upload())
+    env.process(upload())
+    env.run()
+    assert took == [pytest.approx(1.0), pytest.approx(1.0)]  # 5 Mbit at 5 Mbit/s each
+
+
+def test_gateway_shares_by_max_min_fairness_and_reallocates():
+    env = simpy.Environment()
+    gw = SharedMedium(env, 10e6)
+    done = {}
+
+    def flow(name, bits, cap, start):
+        yield env.timeout(start)
+        yield env.process(gw.transfer(bits, cap))
+        done[name] = env.now
+
+    env.process(flow("slow", 2e6, 2e6, 0.0))  # capped at 2 Mbit/s: the other gets 8
+    env.process(flow("fast", 8e6, 100e6, 0.0))
+    env.process(flow("late", 4e6, 100e6, 0.5))
+    env.run()
+    # 0-0.5 s: slow 2, fast 8 (fast has 4 Mbit left); 0.5-1.0: slow 2, fast 4, late 4 (slow done);
+    # then fast and late have 2 Mbit left each at 5 Mbit/s: both done at 1.4 s
+    assert done["slow"] == pytest.approx(1.0)
+    assert done["fast"] == pytest.approx(1.4)
+    assert done["late"] == pytest.approx(1.4)
+
+
+def test_gateway_in_a_scenario_halves_two_devices_uploads():
+    prof = copy.deepcopy(BIG)
+    prof["link"] = {"radio": "wifi", "down_mbps": 100.0, "up_mbps": 100.0, "rtt_ms": 0.0}
+    prof["compute"]["flops"] = 1e12
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=2, fleet=one_group(prof, 2))
+    data["fleet"]["gateways"] = [{"name": "ap", "down_mbps": 1000.0, "up_mbps": 1.0}]
+    data["fleet"]["groups"][0]["network"] = {"gateway": "ap"}
+    sim = simulate(data)
+    samples = int(sim.numerics.samples_per_device.min())  # 719 and 718: one starts its upload a hair earlier
+    t_down = MSG_BYTES * 8 / 100e6  # the gateway's downlink is not the bottleneck
+    t_comp = 3 * COST.flops_forward_per_sample * samples / 1e12
+    t_up = 2 * MSG_BYTES * 8 / 1e6  # both messages through the shared 1 Mbit/s, half each while both send
+    assert sim.rows[0]["sim_time_s"] == pytest.approx(t_down + t_comp + t_up, rel=1e-9)
+
+
+def test_lorawan_duty_cycle_holds(tmp_path):
+    prof = copy.deepcopy(TINY)
+    prof["link"] = {"radio": "lorawan", "down_mbps": 1.0, "up_mbps": 0.00547, "rtt_ms": 0.0}
+    prof["battery"]["capacity_j"] = None
+    prof["compute"]["flops"] = 1e12
+    data = base_scenario(numerics="none", rounds=3, clients_per_round=1, fleet=one_group(prof))
+    simulate(data, tmp_path)
+    ev = events(tmp_path)
+    frames = -(-MSG_BYTES // LORAWAN_FRAME_BYTES)
+    air = MSG_BYTES * 8 / 5470.0
+    ends = [e["t"] for e in ev if e["event"] == "upload"]
+    starts = [e["t"] for e in ev if e["event"] == "train_end"]
+    assert len(ends) == 3
+    assert ends[0] - starts[0] == pytest.approx(duty_cycled_duration(air, 0.01, frames), rel=1e-9)
+    # over the whole run (up to the end of the silence after the last frame) at most 1 % on air
+    silence = air / frames * 99
+    assert 3 * air / (ends[-1] + silence - starts[0]) <= 0.01 + 1e-12
+    # the second upload had to wait for the sub-band to reopen
+    assert ends[1] - starts[1] > ends[0] - starts[0]
+
+
+def test_retransmissions_follow_the_loss_rate():
+    rng = np.random.default_rng(0)
+    sent = np.mean([retransmitted_bytes(1460 * 1000, 0.2, rng) for _ in range(300)])
+    assert sent / (1460 * 1000) == pytest.approx(1 / 0.8, rel=0.01)
+
+
+# ---------------------------------------------------------------- availability and server
+
+
+def test_device_going_offline_mid_task_fails_at_that_instant(tmp_path):
+    prof = copy.deepcopy(TINY)
+    prof["compute"]["flops"] = 1e6
+    prof["battery"]["capacity_j"] = None
+    trace = tmp_path / "trace.csv"
+    trace.write_text("device,online_from,online_until\n0,0,40\n")
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
+    data["fleet"]["groups"][0]["availability"] = {"kind": "trace", "format": "csv", "path": "trace.csv"}
+    sim = simulate(data, tmp_path, base_dir=tmp_path)
+    ev = events(tmp_path)
+    off = [e for e in ev if e["event"] == "offline"]
+    assert len(off) == 1 and off[0]["t"] == pytest.approx(40.0) and off[0]["phase"] == "train"
+    assert sim.rows[0]["failed_offline"] == 1
+
+
+def test_over_selection_keeps_the_first_k_to_arrive():
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=4)
+    data["server"] = {"over_selection": 2.0}
+    sim = simulate(data)
+    row = sim.rows[0]
+    assert row["selected"] == 8 and row["completed"] == 4 and row["failed_surplus"] == 4
+    # the four fast devices (group big) arrive first and the round ends with the fourth of them
+    samples = int(sim.numerics.samples_per_device[4])
+    link = BIG["link"]
+    fast = (
+        MSG_BYTES * 8 / (link["down_mbps"] * 1e6)
+        + MSG_BYTES * 8 / (link["up_mbps"] * 1e6)
+        + 2 * link["rtt_ms"] / 1000
+        + 3 * COST.flops_forward_per_sample * samples / BIG["compute"]["flops"]
+    )
+    assert row["sim_time_s"] == pytest.approx(fast, rel=1e-9)
+
+
+def test_server_waits_until_enough_devices_are_online(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("device,online_from,online_until\n" + "".join(f"{d},300,1e9\n" for d in range(4)))
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=2)
+    for g in data["fleet"]["groups"]:
+        g["availability"] = {"kind": "trace", "format": "csv", "path": "trace.csv"}
+    data["server"] = {"min_participants": 2, "retry_s": 60.0}
+    sim = simulate(data, tmp_path, base_dir=tmp_path)
+    first = min(e["t"] for e in events(tmp_path) if e["event"] == "dispatch")
+    assert first == pytest.approx(300.0)  # retries at 0, 60, ..., 300
+    assert sim.rows[0]["completed"] == 2
+
+
+# ---------------------------------------------------------------- FlexFL's configurations
+
+
+@pytest.mark.parametrize("conf,sigma2", [(1, {0.0}), (2, {5.0, 8.0, 10.0}), (3, {10.0, 20.0, 30.0})])
+def test_flexfl_configurations(conf, sigma2):
+    sc = load_scenario(ROOT / "scenarios" / f"flexfl_conf{conf}.yaml", sets=["numerics=none", "rounds=1"])
+    assert sc.fleet.memory_units == "relative"
+    sim = Simulation(sc, resolve_groups(sc))
+    counts = np.bincount(sim.fleet.group_of)
+    assert (counts / counts.sum()).tolist() == pytest.approx([0.4, 0.3, 0.3])
+    assert sorted(set((sim.fleet.mem_free).tolist())) == [35.0, 60.0, 110.0]
+    assert set(np.round(sim.fleet.mem_sigma**2, 6).tolist()) == sigma2
+    # relative units: the full model needs 100 (% of itself)
+    full = sim.strategy.candidate_specs()[0]
+    assert sim.memory_need(*full) == pytest.approx(100.0)
