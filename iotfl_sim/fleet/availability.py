@@ -69,11 +69,17 @@ INF = math.inf
 class Availability(Protocol):
     """What the engine asks of availability (one object for the whole fleet)."""
 
-    def online(self, d: int, t: float, rnd: int) -> bool: ...
+    def online(self, d: int, t: float, rnd: int) -> bool:
+        """Is device d online at time t (round rnd)?"""
+        ...
 
-    def offline_at(self, d: int, t: float, rnd: int) -> float: ...
+    def offline_at(self, d: int, t: float, rnd: int) -> float:
+        """First instant >= t at which d goes offline (inf if it stays online; t if offline at t)."""
+        ...
 
-    def online_mask(self, t: float, rnd: int, devices: np.ndarray) -> np.ndarray: ...
+    def online_mask(self, t: float, rnd: int, devices: np.ndarray) -> np.ndarray:
+        """``online`` vectorised over an index array."""
+        ...
 
 
 class TraceError(ScenarioError):

@@ -168,6 +168,8 @@ class Simulation:
         return recipe.cost(spec).params * bits / 8.0 + self.sc.server.header_bytes
 
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
+        if self.sc.numerics == "none":
+            return {}  # system-only: no weights exist
         torch.manual_seed(int_seed(self.sc.seed, "init"))
         return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}
 
