@@ -262,3 +262,35 @@ def test_flexfl_configurations(conf, sigma2):
     # relative units: the full model needs 100 (% of itself)
     full = sim.strategy.candidate_specs()[0]
     assert sim.memory_need(*full) == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------- harvesting
+
+
+def test_harvest_path_is_piecewise_linear_and_capped():
+    from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
+
+    h = Harvest(power_w=3.0, start_s=6.0, length_s=12.0, period_s=24.0)  # a 24-second "day"
+    # draw 1 W from a full 100 J battery over 0..24: -6, +24 (capped at 100 right away), -6
+    level, dead = battery_path(100.0, 100.0, 0.0, 24.0, 1.0, h)
+    assert dead is None and level == pytest.approx(94.0)
+    # from 10 J: 0-6 s -> 4 J, 6-18 s +24 -> 28 J, 18-24 s -> 22 J
+    assert battery_path(10.0, 100.0, 0.0, 24.0, 1.0, h)[0] == pytest.approx(22.0)
+    # drawing 2 W: each day nets 36 - 48 = -12 J; from 100 J at the day's window start
+    t = depletion_time(100.0, 100.0, 6.0, 2.0, h)
+    level, dead = battery_path(100.0, 100.0, 6.0, t + 1.0, 2.0, h)
+    assert dead == pytest.approx(t) and level == 0.0
+    assert depletion_time(50.0, 100.0, 0.0, 1.0, h) == float("inf")  # the day brings more than it costs
+
+
+def test_solar_harvesting_keeps_a_device_alive_that_would_otherwise_die():
+    prof = copy.deepcopy(TINY)
+    prof["battery"]["capacity_j"] = 5000.0
+    prof["power"]["idle_w"] = 0.05  # 100,000 s on the battery alone; a 12-hour night costs 2,160 J
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof, 2))
+    dying = simulate(data)
+    assert dying.fleet.depleted_at[1] == pytest.approx(100_000.0)
+    data["fleet"]["groups"][0]["harvest"] = {"power_w": 0.2, "start_hour": 6, "hours": 12}
+    solar = simulate(data)
+    assert solar.fleet.depleted_at[1] == float("inf")
+    assert solar.fleet.alive_count(1e7) == 2

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.seeding import stream
@@ -41,6 +42,8 @@ class Fleet:
     rtt_s: np.ndarray
     memory_units: str = "mb"
     class_names: list[str] = field(default_factory=list)
+    harvests: list[Harvest | None] = field(default_factory=list)  # per group
+    level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # battery level at settled_at (harvesting devices)
     radio: list[RadioPreset] = field(default_factory=list)  # per group
     preset_power: list[bool] = field(default_factory=list)  # per group: radio power from the preset
     link_jitter: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -102,6 +105,13 @@ class Fleet:
         fleet.energy = {k: np.zeros(n) for k in ENERGY_KINDS}
         fleet.settled_at = np.zeros(n)
         fleet.depleted_at = np.where(fleet.idle_w > 0, fleet.capacity_j / np.maximum(fleet.idle_w, 1e-300), np.inf)
+        fleet.harvests = [_harvest(g) for g in groups]
+        fleet.level = fleet.capacity_j.copy()
+        for i, h in enumerate(fleet.harvests):
+            if h is not None:
+                members = group_of == i
+                cap = float(fleet.capacity_j[members][0])
+                fleet.depleted_at[members] = depletion_time(cap, cap, 0.0, float(fleet.idle_w[members][0]), h)
         fleet.busy = np.zeros(n, dtype=bool)
         fleet.tasks = np.zeros(n, dtype=np.int64)
         fleet.completed = np.zeros(n, dtype=np.int64)
@@ -178,6 +188,9 @@ class Fleet:
         last = self.settled_at[d]
         if self.dead[d] or t <= last:
             return
+        h = self.harvests[self.group_of[d]]
+        if h is not None:
+            self.level[d], _ = battery_path(self.level[d], self.capacity_j[d], last, t, self.idle_w[d], h)
         self._add(d, "idle", self.idle_w[d] * (t - last))
         self._move_settled(d, t)
 
@@ -197,6 +210,9 @@ class Fleet:
             return float(max(t0, self.depleted_at[d]))
         base = self.idle_w[d] if kind == "radio" else 0.0
         total_w = power_w + base
+        h = self.harvests[self.group_of[d]]
+        if h is not None:
+            return self._spend_harvesting(d, t0, duration, power_w, base, kind, h)
         remaining = self.capacity_j[d] - self.used(d)
         need = total_w * duration
         if need <= remaining or not np.isfinite(remaining):
@@ -216,11 +232,38 @@ class Fleet:
         self._kill_if_due(d, dead)
         return float(dead)
 
+    def _spend_harvesting(self, d: int, t0: float, duration: float, power_w: float, base: float, kind: str, h: Harvest):
+        cap, idle = self.capacity_j[d], self.idle_w[d]
+        level, dead = battery_path(self.level[d], cap, t0, t0 + duration, power_w + base, h)
+        end = t0 + duration if dead is None else dead
+        self._add(d, kind, power_w * (end - t0))
+        self._add(d, "idle", base * (end - t0))
+        self._move_settled(d, end)
+        self.level[d] = level
+        if dead is None:
+            self._set_depleted(d, depletion_time(level, cap, end, idle, h))
+            return None
+        self._set_depleted(d, dead)
+        self._kill_if_due(d, dead)
+        return float(dead)
+
     def charge_lump(self, d: int, t: float, joules: float, kind: str) -> float | None:
         """Charge energy that overlaps other activity (an LTE tail); returns the depletion instant if it empties the battery."""
         self.settle(d, t)
         if self.dead[d]:
             return float(max(t, self.depleted_at[d]))
+        h = self.harvests[self.group_of[d]]
+        if h is not None:
+            self.level[d] -= joules
+            if self.level[d] > 0:
+                self._add(d, kind, joules)
+                self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], h))
+                return None
+            self._add(d, kind, joules + self.level[d])
+            self.level[d] = 0.0
+            self._set_depleted(d, t)
+            self._kill_if_due(d, t)
+            return t
         remaining = self.capacity_j[d] - self.used(d)
         if joules <= remaining or not np.isfinite(remaining):
             self._add(d, kind, joules)
@@ -316,6 +359,14 @@ class Fleet:
 
     def group_names(self) -> list[str]:
         return [g.name for g in self.groups]
+
+
+def _harvest(g: ResolvedGroup) -> Harvest | None:
+    cfg = g.config.harvest
+    if cfg is None or not np.isfinite(g.profile.battery.joules):
+        return None
+    hour = cfg.day_s / 24.0
+    return Harvest(cfg.power_w, cfg.start_hour * hour, cfg.hours * hour, cfg.day_s)
 
 
 def memory_arrays(groups: list[ResolvedGroup], seed: int, units: str) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,15 @@ class NetworkConfig(Strict):
     gateway: str | None = Field(None, description="name of a fleet.gateways entry whose capacity this group shares")
 
 
+class HarvestConfig(Strict):
+    """Energy coming in during a daily window: a solar day, or a charger plugged in at night."""
+
+    power_w: float = Field(gt=0, description="power harvested (or charging power) during the window, W")
+    start_hour: float = Field(6.0, ge=0, lt=24, description="window start, hours after the start of a simulated day")
+    hours: float = Field(12.0, gt=0, le=24, description="window length, hours")
+    day_s: float = Field(86400.0, gt=0, description="length of a simulated day, s")
+
+
 class Gateway(Strict):
     name: str
     down_mbps: float = Field(gt=0, description="capacity shared by all downloads through this gateway")
@@ -69,6 +78,7 @@ class Group(Strict):
     power_mode: str | None = Field(None, description="one of the profile's power_modes")
     memory: MemoryConfig = MemoryConfig()
     network: NetworkConfig = NetworkConfig()
+    harvest: HarvestConfig | None = Field(None, description="daily harvesting/charging window (battery devices)")
     availability: AvailabilityConfig = Field(
         default_factory=AlwaysAvailability, description="when devices are online (always, bernoulli, markov, diurnal, trace)"
     )
