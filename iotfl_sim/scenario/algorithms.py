@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from iotfl_sim.scenario.profile import Strict
 
@@ -34,6 +34,14 @@ def parse_proportions(text: str) -> dict[str, float]:
     if total <= 0:
         raise ValueError(f"level weights in {text!r} sum to zero")
     return {k: v / total for k, v in out.items()}
+
+
+def _valid_levels(text: str) -> str:
+    parse_proportions(text)
+    return text
+
+
+LevelString = Annotated[str, AfterValidator(_valid_levels)]
 
 
 class _Levels(Strict):
@@ -64,14 +72,8 @@ class FedAvgConfig(Strict):
 
 class DecoupledConfig(_Levels):
     name: Literal["decoupled"]
-    levels: str = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
+    levels: LevelString = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
     weighting: Literal["data", "count"] = "data"
-
-    @field_validator("levels")
-    @classmethod
-    def _levels_parse(cls, v: str) -> str:
-        parse_proportions(v)
-        return v
 
 
 class HeteroFLConfig(_Levels):
@@ -79,7 +81,7 @@ class HeteroFLConfig(_Levels):
     mode: Literal["fix", "dynamic"] = Field(
         "fix", description="fix: a device keeps its level; dynamic: levels are re-drawn every round"
     )
-    proportions: str = Field("a1-b1-c1-d1-e1", description="level mix in HeteroFL's notation, e.g. 'a2-b8'")
+    proportions: LevelString = Field("a1-b1-c1-d1-e1", description="level mix in HeteroFL's notation, e.g. 'a2-b8'")
     assign: Literal["by_id", "by_capacity"] = Field(
         "by_id",
         description="by_id: the paper's assignment by user id and proportions; by_capacity: each device gets the "
@@ -89,12 +91,6 @@ class HeteroFLConfig(_Levels):
     label_restricted_classifier: bool = Field(
         True, description="aggregate classifier rows only from clients that hold that label"
     )
-
-    @field_validator("proportions")
-    @classmethod
-    def _props_parse(cls, v: str) -> str:
-        parse_proportions(v)
-        return v
 
 
 class HeteroFLIoTConfig(HeteroFLConfig):
