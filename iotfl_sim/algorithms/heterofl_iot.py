@@ -25,20 +25,22 @@ What the paper specifies, and how it maps here:
   round keeps K nodes ("保证每轮的训练都有一定量的数据"), ``leave`` leaves them empty.
 - Baseline (§5.1, Fig. 2-4): HeteroFL with its random selection under the same energy limit:
   ``selection: random`` is that, from the same pool and with the same energy knowledge, so the two
-  runs differ by the one option. ``algorithm.name: heterofl`` (plain HeteroFL) additionally knows
-  nothing of energy and keeps picking dead nodes until their tasks fail.
+  runs differ by the one option. ``algorithm.name: heterofl`` (plain HeteroFL) knows only what
+  failed tasks tell it: a node is dropped once a task to it fails as ``depleted``.
 - Which nodes "still have energy": in Algorithm 1 the server initialises and keeps the per-client
   information L_{1:K} ("初始化全局模型参数 W_g^0 和本地的各项信息 L_{1:K}") and ClientSelect decides "根据本地
   客户端的信息 L_{1:K}", i.e. the paper's server knows every node's energy state exactly (energy is its own
   counter). The engine is where the true battery lives (with compute jitter, which a declared-cost
   ledger would not reproduce, and FleetView exposes no declared power or battery figures), so
   ``energy_info: oracle`` (default) reads it through ``FleetView.true_state(self.name)``: a node is
-  live if ``Fleet.alive(d, now)``. The run summary's ``oracle_knowledge`` lists this method.
+  live if ``Fleet.alive_mask(now)`` holds for it. The run summary's ``oracle_knowledge`` lists this method.
   ``energy_info: outcomes`` uses no oracle: only the engine's record of tasks that failed as
-  ``depleted`` (``FleetView.selectable``), so a dead node wastes one slot before it is dropped.
-  "now" is the end of the last round as the server saw it (the latest finish time among reported
-  outcomes), unless the view offers ``now``; with a deadline this can trail the true clock by the
-  deadline's slack, which only matters for nodes that run dry from idle draw in that gap.
+  ``depleted`` (``FleetView.selectable``), so a node that ran dry between tasks costs one failed
+  dispatch before it is dropped.
+  "now" is the view's simulated clock (``now``; a view without one falls back to the latest finish
+  time among reported outcomes). With no idle draw (the paper's model) a node can run dry only during
+  a task, whose failure the server sees, so ``outcomes`` and ``oracle`` select alike; they differ
+  when nodes also drain while idle.
 - Numerics (§3.2-3.3, Algorithm 1): HeteroFL's, inherited unchanged: nested width levels (r = 1/2 per
   level), Scaler, masked CE, static BN, count-averaged nested aggregation with label-restricted
   classifier rows. The paper's 5 levels a-e (1, 0.5, 0.25, 0.125, 0.0625) and mixes a2-b8, a2-b4-c4
@@ -129,7 +131,6 @@ class HeteroFLIoT(HeteroFL):
         super().__init__(cfg)
         self.cfg: HeteroFLIoTConfig = cfg
         self.clock = 0.0  # end of the last round as the server saw it
-        self.last_mix: dict[str, int] = {}
 
     # -- which nodes still have energy
 
@@ -149,13 +150,10 @@ class HeteroFLIoT(HeteroFL):
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         pool = self.live_pool(fleet)
         if self.cfg.selection == "random":
-            out = super().select(rnd, _PoolView(fleet, pool), rng)
-        elif self.cfg.mode == "fix":
-            out = self._proportional_fix(pool, rng)
-        else:
-            out = self._proportional_dynamic(pool, rng)
-        self.last_mix = {x: sum(a.level == x for a in out) for x in self.levels}
-        return out
+            return super().select(rnd, _PoolView(fleet, pool), rng)
+        if self.cfg.mode == "fix":
+            return self._proportional_fix(pool, rng)
+        return self._proportional_dynamic(pool, rng)
 
     def _proportional_fix(self, pool: np.ndarray, rng: np.random.Generator) -> list[Assignment]:
         k = self.c.clients_per_round
