@@ -294,3 +294,35 @@ def test_solar_harvesting_keeps_a_device_alive_that_would_otherwise_die():
     solar = simulate(data)
     assert solar.fleet.depleted_at[1] == float("inf")
     assert solar.fleet.alive_count(1e7) == 2
+
+
+# ---------------------------------------------------------------- power modes and the example deployment
+
+
+def test_power_mode_changes_throughput_and_power_together():
+    def compute(mode: str) -> tuple[float, float]:
+        data = base_scenario(numerics="none", rounds=1, clients_per_round=1)
+        data["fleet"] = {"groups": [{"name": "nano", "profile": "jetson_nano", "count": 1, "power_mode": mode}]}
+        sim = simulate(data)
+        return sim.fleet.energy["compute"][0], float(sim.fleet.flops[0])
+
+    from iotfl_sim.scenario.loader import load_profile
+
+    nano = load_profile("jetson_nano")
+    (e5, f5), (e10, f10) = compute("5w"), compute("10w")
+    assert (f5, f10) == (nano.mode("5w")[0], nano.mode("10w")[0])
+    work = e5 / nano.mode("5w")[1] * f5  # energy / power x throughput = FLOPs, whatever the mode
+    assert e10 / nano.mode("10w")[1] * f10 == pytest.approx(work, rel=1e-12)
+
+
+def test_field_deployment_example_runs_every_mechanism(tmp_path):
+    path = ROOT / "scenarios" / "iot_field_deployment.yaml"
+    sc = load_scenario(path, sets=["rounds=3", "numerics=none"])
+    sim = Simulation(sc, resolve_groups(sc), base_dir=path.parent)
+    sim.recorder = RunRecorder(tmp_path, [], "all")
+    sim.run()
+    sim.recorder.close()
+    assert sim.media, "the barn access point is a shared medium"
+    assert any(h is not None for h in sim.fleet.harvests)
+    assert any(r.duty_cycle < 1 for r in sim.fleet.radio)
+    assert sum(r["completed"] for r in sim.rows) > 0
