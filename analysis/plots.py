@@ -51,7 +51,8 @@ ENERGY_PARTS = (("compute", "energy_compute_j"), ("radio", "energy_radio_j"), ("
 # devices.csv columns the figures use (the file can have a million rows: read only these)
 DEVICE_COLUMNS = ("device_class", "energy_j", *(c for _, c in ENERGY_PARTS))
 DEVICE_COLUMNS_FIRST = (
-    "device", "tasks", "failed_oom", "failed_depleted", "failed_refused", "failed_deadline", *DEVICE_COLUMNS
+    "device", "tasks", "failed_oom", "failed_depleted", "failed_offline", "failed_refused", "failed_deadline",
+    "failed_surplus", *DEVICE_COLUMNS
 )  # fmt: skip
 
 FIGURE_NAMES = (
