@@ -67,7 +67,6 @@ def make_strategy(n: int = 100, k: int = 10, **cfg) -> HeteroFLIoT:
         rounds=10,
         clients_per_round=k,
         memory_need=lambda r, s: 0.0,
-        cost=lambda r, s: r.cost(s),
         declared_free_memory=np.full(n, 1e12),
         initial_state=lambda r, s: {k: v.detach().clone() for k, v in r.build(s).state_dict().items()},
     )

@@ -326,3 +326,17 @@ def test_field_deployment_example_runs_every_mechanism(tmp_path):
     assert any(h is not None for h in sim.fleet.harvests)
     assert any(r.duty_cycle < 1 for r in sim.fleet.radio)
     assert sum(r["completed"] for r in sim.rows) > 0
+
+
+def test_deadline_counts_from_dispatch_after_waiting_for_devices(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("device,online_from,online_until\n" + "".join(f"{d},300,1e9\n" for d in range(8)))
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=8)
+    for g in data["fleet"]["groups"]:
+        g["availability"] = {"kind": "trace", "format": "csv", "path": "trace.csv"}
+    data["server"] = {"min_participants": 2, "retry_s": 60.0, "deadline_s": 3.0}
+    sim = simulate(data, tmp_path, base_dir=tmp_path)
+    row = sim.rows[0]
+    # dispatched at 300 s; the fast devices finish within 3 s, the slow ones (over 6 s of upload) are cut
+    assert row["sim_time_s"] == pytest.approx(303.0)
+    assert row["completed"] == 4 and row["failed_deadline"] == 4

@@ -104,7 +104,6 @@ class StrategyContext:
     rounds: int
     clients_per_round: int
     memory_need: Any  # callable(recipe, spec) -> bytes needed on the device to train spec
-    cost: Any  # callable(recipe, spec) -> ModelCost
     declared_free_memory: np.ndarray  # bytes per device
     initial_state: Any  # callable(recipe, spec) -> State, seeded
 

@@ -357,8 +357,6 @@ class Fleet:
             return transfer_power(self.radio[g], up, throughput_bps)
         return float(self.tx_w[d] if up else self.rx_w[d])
 
-    def group_names(self) -> list[str]:
-        return [g.name for g in self.groups]
 
 
 def _harvest(g: ResolvedGroup) -> Harvest | None:

@@ -15,10 +15,11 @@ from typing import Any
 
 import yaml
 
+from iotfl_sim.fleet.fleet import FAILURE_REASONS
+
 ROUND_COLUMNS_HEAD = [
     "round", "sim_time_s", "round_time_s", "selected", "completed",
-    "failed_oom", "failed_depleted", "failed_offline", "failed_refused", "failed_deadline", "failed_surplus",
-    "alive",
+    *(f"failed_{r}" for r in FAILURE_REASONS), "alive",
 ]  # fmt: skip
 ROUND_COLUMNS_TAIL = [
     "train_loss", "energy_j", "energy_compute_j", "energy_radio_j", "energy_idle_j", "energy_round_j",

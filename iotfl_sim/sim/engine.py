@@ -119,7 +119,6 @@ class Simulation:
             rounds=sc.rounds,
             clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
             memory_need=self.memory_need,
-            cost=lambda recipe, spec: recipe.cost(spec),
             declared_free_memory=self.fleet.mem_free,
             initial_state=self._initial_state,
         )
@@ -139,7 +138,6 @@ class Simulation:
                         cap = gateways[name].up_mbps if up else gateways[name].down_mbps
                         shared[(name, up)] = SharedMedium(self.env, cap * 1e6, name)
                     self.media[(i, up)] = shared[(name, up)]
-        self.class_names = self.fleet.class_names
         self.bytes_down = 0.0
         self.bytes_up = 0.0
         self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
@@ -226,8 +224,8 @@ class Simulation:
                 tasks.append(task)
                 self.env.process(self.tasks.run(task))
             waiting = [simpy.AllOf(self.env, [t.report for t in tasks]), self._enough]
-            if sc.server.deadline_s is not None:
-                waiting.append(self.env.timeout(sc.server.deadline_s - (self.env.now - round_start)))
+            if sc.server.deadline_s is not None:  # counted from dispatch, not from any wait for devices
+                waiting.append(self.env.timeout(sc.server.deadline_s))
             yield simpy.AnyOf(self.env, waiting)
             round_end = self.env.now
             outcomes = self._close_round(tasks, rnd)
@@ -371,7 +369,7 @@ class Simulation:
             "energy_radio_j": by_kind["radio"],
             "energy_idle_j": by_kind["idle"],
             "energy_round_j": total - e_before,
-            **{f"energy_{c}_j": float(v) for c, v in zip(self.class_names, by_class, strict=True)},
+            **{f"energy_{c}_j": float(v) for c, v in zip(self.fleet.class_names, by_class, strict=True)},
             "bytes_down": self.bytes_down,
             "bytes_up": self.bytes_up,
             "bytes_down_round": self.bytes_down - down0,
@@ -416,7 +414,7 @@ def run_scenario(
         if out_parent is not None:
             path = new_run_dir(out_parent, sc.name)
             labels = [t.label for t in sim.strategy.eval_targets()] if sc.numerics == "torch" else []
-            energy_cols = [f"energy_{c}_j" for c in sim.class_names]
+            energy_cols = [f"energy_{c}_j" for c in sim.fleet.class_names]
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy_cols)
             recorder.scenario(resolved)
             sim.recorder = recorder
