@@ -170,7 +170,7 @@ def apply_set(raw: dict, assignment: str) -> None:
         raise ScenarioError(f"--set {assignment!r}: write it as key.path=value, e.g. --set rounds=20")
     key, value_text = assignment.split("=", 1)
     parts: list[Any] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
-    if not all(parts):
+    if any(p == "" for p in parts):  # list index 0 is a valid key part
         raise ScenarioError(f"--set {assignment!r}: empty key in {key!r}")
     value = yaml.safe_load(value_text) if value_text.strip() else None
     cur: Any = raw
@@ -209,6 +209,22 @@ class ResolvedGroup:
     config: Group  # the group's scenario settings (memory, availability, network ...)
 
 
+# Fields that say the same thing in two units: an override in one replaces the profile's value in the other.
+_SAME_QUANTITY: dict[str, tuple[str, str]] = {"battery": ("capacity_j", "capacity_wh")}
+
+
+def _merge_overrides(profile: dict, overrides: dict) -> dict:
+    base = copy.deepcopy(profile)
+    for section, pair in _SAME_QUANTITY.items():
+        over, have = overrides.get(section), base.get(section)
+        if not (isinstance(over, dict) and isinstance(have, dict)):
+            continue
+        for given, other in (pair, pair[::-1]):
+            if given in over and other not in over:
+                have.pop(other, None)
+    return _deep_merge(base, overrides)
+
+
 def _deep_merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
@@ -226,7 +242,7 @@ def resolve_groups(sc: Scenario, base_dir: Path | None = None, source: str = "sc
             base = load_profile(g.profile, base_dir, where=f"{where}.profile").model_dump(mode="json")
         else:
             base = g.profile
-        merged = _deep_merge(base, g.overrides)
+        merged = _merge_overrides(base, g.overrides)
         try:
             prof = DeviceProfile.model_validate(merged)
         except ValidationError as e:
