@@ -14,10 +14,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from iotfl_sim.fl.objectives import LocalObjective
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 State = dict[str, torch.Tensor]
+__all__ = [
+    "Assignment", "DeviceState", "LocalObjective", "Outcome", "ServerWork", "Strategy", "StrategyContext", "Update",
+]
 
 
 @dataclass
@@ -61,13 +65,6 @@ class Update:
     loss: float
 
 
-@dataclass(frozen=True)
-class LocalObjective:
-    """How a device trains: plain CE, or CE with logits of absent classes masked to 0 (HeteroFL)."""
-
-    masked_labels: bool = False
-
-
 @dataclass
 class EvalTarget:
     """A model the server evaluates: ``label`` is a column suffix in rounds.csv (acc_<label>)."""
@@ -77,6 +74,28 @@ class EvalTarget:
     state: State
     recipe: ModelRecipe
     is_level: bool = True  # counted in the "avg" column
+
+
+@dataclass
+class ServerWork:
+    """Work the server does (pretraining, APoZ, distillation ...), charged on the simulated clock.
+
+    A strategy runs the work for real on the host and calls ``charge`` with its FLOPs; the engine
+    turns the pending charges into simulated server time (FLOPs / the server's FLOP/s) at the next
+    point of the round where the server computes: before dispatch (work done in ``setup`` or
+    ``select``) or after aggregation (work done in ``aggregate`` or ``observe``).
+    """
+
+    pending: list[tuple[str, float]] = field(default_factory=list)
+
+    def charge(self, what: str, flops: float) -> None:
+        if not flops >= 0:
+            raise ValueError(f"server work {what!r}: FLOPs must be non-negative, got {flops}")
+        self.pending.append((what, float(flops)))
+
+    def drain(self) -> list[tuple[str, float]]:
+        out, self.pending = self.pending, []
+        return out
 
 
 class FleetView(Protocol):
@@ -106,6 +125,10 @@ class StrategyContext:
     memory_need: Any  # callable(recipe, spec) -> bytes needed on the device to train spec
     declared_free_memory: np.ndarray  # bytes per device
     initial_state: Any  # callable(recipe, spec) -> State, seeded
+    server_work: ServerWork = field(default_factory=ServerWork)
+    data: Any = None  # the run's dataset (fl.data.Dataset) for server-side work; None in system-only mode
+    parts: list[np.ndarray] | None = None  # each device's train indices (None in system-only mode)
+    proxy_indices: np.ndarray | None = None  # train indices held out for the server (config's proxy_fraction)
 
 
 class Strategy(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -14,7 +15,9 @@ from iotfl_sim.algorithms.base import (
     Outcome,
     State,
     StrategyContext,
+    Update,
 )
+from iotfl_sim.fl.aggregate import Contribution
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 
@@ -50,6 +53,18 @@ class StrategyBase:
         """Which devices' declared free memory can hold a training task of ``spec``."""
         return free_bytes >= self.c.memory_need(recipe, spec)
 
+    def largest_fitting(
+        self, pool: Sequence[tuple[ModelRecipe, SubmodelSpec]], free: float, upto: int | None = None
+    ) -> int | None:
+        """Device-side adaptive pruning: the index of the largest pool model (``pool`` ordered by size,
+        smallest first) whose training need fits ``free``, among ``pool[: upto + 1]``; None if none fits."""
+        last = len(pool) - 1 if upto is None else upto
+        for i in range(last, -1, -1):
+            recipe, spec = pool[i]
+            if self.c.memory_need(recipe, spec) <= free:
+                return i
+        return None
+
     @staticmethod
     def slice_for(state: State, recipe: ModelRecipe, spec: SubmodelSpec) -> State:
         return slice_state(state, recipe.shapes(spec))
@@ -65,3 +80,18 @@ def classifier_keys(recipe: ModelRecipe, spec: SubmodelSpec) -> tuple[str, ...]:
     if last is None:
         return ()
     return tuple(k for k in model.state_dict() if k.rsplit(".", 1)[0] == last)
+
+
+def contributions(updates: Sequence[Update], weighting: str = "data", restrict_labels: bool = False) -> list[Contribution]:
+    """One aggregation contribution per update, weighted by client data size (``data``) or uniformly
+    (``count``); ``restrict_labels`` lets a client update only the classifier rows of labels it holds."""
+    if weighting not in ("data", "count"):
+        raise ValueError(f"weighting must be 'data' or 'count', got {weighting!r}")
+    return [
+        Contribution(
+            u.state,
+            float(u.num_samples) if weighting == "data" else 1.0,
+            u.label_set if restrict_labels else None,
+        )
+        for u in updates
+    ]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, random_selection
-from iotfl_sim.algorithms.common import StrategyBase
-from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedAvgConfig
@@ -49,10 +49,7 @@ class FedAvg(StrategyBase):
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:
             return
-        contributions = [
-            Contribution(u.state, float(u.num_samples) if self.cfg.weighting == "data" else 1.0) for u in updates
-        ]
-        self.state = aggregate_nested(self.state, contributions)
+        self.state = aggregate_nested(self.state, contributions(updates, self.cfg.weighting))
 
     def eval_targets(self) -> list[EvalTarget]:
         return [EvalTarget("full", self.spec, self.state, self.recipe)]

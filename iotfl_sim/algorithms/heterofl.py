@@ -26,8 +26,8 @@ from iotfl_sim.algorithms.base import (
     Update,
     random_selection,
 )
-from iotfl_sim.algorithms.common import StrategyBase, classifier_keys
-from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.algorithms.common import StrategyBase, classifier_keys, contributions
+from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import HeteroFLConfig, parse_proportions
@@ -102,14 +102,13 @@ class HeteroFL(StrategyBase):
         return self.state
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:
-        return LocalObjective(masked_labels=self.cfg.masked_ce)
+        return LocalObjective("masked_ce" if self.cfg.masked_ce else "ce")
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:
             return
-        restrict = self.cfg.label_restricted_classifier
-        contributions = [Contribution(u.state, 1.0, u.label_set if restrict else None) for u in updates]
-        self.state = aggregate_nested(self.state, contributions, classifier_keys=self.classifier)
+        parts = contributions(updates, "count", self.cfg.label_restricted_classifier)
+        self.state = aggregate_nested(self.state, parts, classifier_keys=self.classifier)
 
     def eval_targets(self) -> list[EvalTarget]:
         targets = [

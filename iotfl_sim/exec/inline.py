@@ -24,7 +24,7 @@ class InlineExecutor:
         return model
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
-        return [train_local(self._skeleton(j.recipe, j.spec), j, self.x, self.y) for j in jobs]
+        return [train_local(self._skeleton(j.recipe, j.spec), j, self.x, self.y, self._skeleton) for j in jobs]
 
     def close(self) -> None:
         self._skeletons.clear()

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from iotfl_sim.fl.objectives import LocalObjective, objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 
 State = dict[str, torch.Tensor]
 
@@ -30,8 +31,9 @@ class TrainJob:
     momentum: float
     weight_decay: float
     clip_grad_norm: float | None
-    label_mask: np.ndarray | None  # classes kept in the logits (masked CE), None: plain CE
+    label_mask: np.ndarray | None  # the client's classes (used by masked CE)
     seed: int
+    objective: LocalObjective = field(default_factory=LocalObjective)
 
 
 @dataclass
@@ -42,14 +44,34 @@ class TrainResult:
     loss: float
 
 
-def masked_cross_entropy(logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """HeteroFL's masked CE: logits of classes the client does not hold are filled with 0 (not -inf)."""
-    mask = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device)
-    mask[keep] = True
-    return F.cross_entropy(logits.masked_fill(~mask, 0.0), target)
+Skeleton = Callable[[ModelRecipe, SubmodelSpec], nn.Module]
 
 
-def train_local(model: nn.Module, job: TrainJob, x: torch.Tensor, y: torch.Tensor) -> TrainResult:
+def _teacher_fn(model: nn.Module, job: TrainJob, skeleton: Skeleton | None):
+    """Self-KD teachers: the objective's smaller specs cut from the student's current weights, no gradient."""
+    specs = job.objective.teachers
+    if not specs:
+        return None
+    if skeleton is None:
+        raise ValueError("a self_kd objective needs a skeleton builder for its teacher models")
+    teachers = [(skeleton(job.recipe, s), job.recipe.shapes(s)) for s in specs]
+
+    def run(xb: torch.Tensor) -> list[torch.Tensor]:
+        out = []
+        with torch.no_grad():
+            current = model.state_dict()
+            for teacher, shapes in teachers:
+                teacher.load_state_dict(slice_state(current, shapes), strict=True)
+                teacher.train()
+                out.append(teacher(xb))
+        return out
+
+    return run
+
+
+def train_local(
+    model: nn.Module, job: TrainJob, x: torch.Tensor, y: torch.Tensor, skeleton: Skeleton | None = None
+) -> TrainResult:
     """Train ``model`` (a skeleton for job.spec, reused across jobs) from job.weights.
 
     A fresh SGD optimizer per job (HeteroFL resets momentum every round), shuffling from the job's
@@ -63,6 +85,7 @@ def train_local(model: nn.Module, job: TrainJob, x: torch.Tensor, y: torch.Tenso
     opt = torch.optim.SGD(model.parameters(), lr=job.lr, momentum=job.momentum, weight_decay=job.weight_decay)
     idx = torch.as_tensor(job.indices, dtype=torch.long)
     keep = torch.as_tensor(job.label_mask, dtype=torch.long) if job.label_mask is not None else None
+    teachers = _teacher_fn(model, job, skeleton)
     total_loss, steps = 0.0, 0
     for _ in range(job.epochs):
         order = idx[torch.randperm(len(idx), generator=gen)]
@@ -71,8 +94,7 @@ def train_local(model: nn.Module, job: TrainJob, x: torch.Tensor, y: torch.Tenso
             if len(batch) < 2 and len(order) > 1:
                 continue
             xb, yb = x[batch], y[batch]
-            logits = model(xb)
-            loss = masked_cross_entropy(logits, yb, keep) if keep is not None else F.cross_entropy(logits, yb)
+            loss = objective_loss(job.objective, model(xb), yb, keep=keep, teachers=teachers, x=xb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if job.clip_grad_norm is not None:

@@ -193,6 +193,15 @@ class Local(Strict):
     clip_grad_norm: float | None = Field(1.0, gt=0, description="clip gradients to this norm (null: no clipping)")
 
 
+class ServerCompute(Strict):
+    """The server's own compute, for work a method does there (pretraining, APoZ, distillation ...)."""
+
+    flops: float = Field(
+        1.0e13, gt=0, description="sustained training FLOP/s of the server (default: one data-centre GPU, ~10 TFLOP/s)"
+    )
+    power_w: float = Field(300.0, ge=0, description="server power while it computes, W (reported as server_energy_j)")
+
+
 class Server(Strict):
     deadline_s: float | None = Field(None, gt=0, description="round deadline in simulated seconds (null: none)")
     over_selection: float = Field(
@@ -209,6 +218,9 @@ class Server(Strict):
     )
     target_accuracies: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95])
     header_bytes: int = Field(1024, ge=0, description="fixed per-message overhead on the wire")
+    compute: ServerCompute = Field(
+        default_factory=ServerCompute, description="the server's compute; its work runs on the simulated clock"
+    )
 
 
 class Output(Strict):

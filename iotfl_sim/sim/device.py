@@ -32,6 +32,7 @@ class Task:
     trained: Assignment | None = None
     finished_at: float = math.nan
     round_over: bool = False
+    sent: bool = False  # the model went on the air (counts as sent for the communication waste)
 
 
 class DeviceTasks:
@@ -133,6 +134,7 @@ class DeviceTasks:
                 return
             nbytes = sim.message_bytes(recipe, a.spec, 32)
             sim.bytes_down += nbytes
+            task.sent = True
             reason, at = yield from self.transfer(task, nbytes, up=False)
             if reason is not None:
                 self.fail(task, reason, at=at, phase="download")

@@ -18,7 +18,7 @@ import simpy
 import torch
 
 from iotfl_sim.algorithms import make_strategy
-from iotfl_sim.algorithms.base import Outcome, StrategyContext, Update
+from iotfl_sim.algorithms.base import Outcome, ServerWork, StrategyContext, Update
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.fl.train import TrainJob
@@ -121,7 +121,12 @@ class Simulation:
             memory_need=self.memory_need,
             declared_free_memory=self.fleet.mem_free,
             initial_state=self._initial_state,
+            server_work=ServerWork(),
+            data=self.numerics.dataset,
+            parts=self.numerics.parts or None,
+            proxy_indices=self.numerics.proxy,
         )
+        self.server_work = ctx.server_work
         self.strategy.setup(ctx)
         self._check_feasible()
         self.view = _View(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
@@ -140,6 +145,9 @@ class Simulation:
                     self.media[(i, up)] = shared[(name, up)]
         self.bytes_down = 0.0
         self.bytes_up = 0.0
+        self.server_time = 0.0  # simulated seconds the server spent computing, all rounds
+        self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
+        self.params_back = 0.0
         self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
 
     # ------------------------------------------------------------ costs
@@ -200,6 +208,19 @@ class Simulation:
         if self._arrived >= self._wanted and not self._enough.triggered:
             self._enough.succeed()
 
+    def _serve(self, rnd: int):
+        """Run the strategy's pending server work on the simulated clock; returns the seconds spent."""
+        spent = 0.0
+        rate = self.sc.server.compute.flops
+        for what, flops in self.server_work.drain():
+            duration = flops / rate
+            self.event(rnd, -1, "server_work", what=what, flops=flops, duration=round(duration, 6))
+            if duration > 0:
+                yield self.env.timeout(duration)
+            spent += duration
+        self.server_time += spent
+        return spent
+
     # ------------------------------------------------------------ rounds
 
     def server(self):
@@ -215,6 +236,7 @@ class Simulation:
                 return
             self.view.now, self.view.rnd = self.env.now, rnd
             assignments = self.strategy.select(rnd, self.view, stream(sc.seed, "select", rnd))
+            server_s = yield from self._serve(rnd)  # set-up work (first round) and selection work
             self._wanted, self._arrived, self._enough = k, 0, self.env.event()
             tasks = []
             for a in assignments:
@@ -227,13 +249,17 @@ class Simulation:
             if sc.server.deadline_s is not None:  # counted from dispatch, not from any wait for devices
                 waiting.append(self.env.timeout(sc.server.deadline_s))
             yield simpy.AnyOf(self.env, waiting)
-            round_end = self.env.now
             outcomes = self._close_round(tasks, rnd)
             updates = self._train(rnd, outcomes)
             if len(updates) >= sc.server.min_participants:
                 self.strategy.aggregate(rnd, updates)
             self.strategy.observe(rnd, outcomes)
+            server_s += yield from self._serve(rnd)  # aggregation-side work
+            round_end = self.env.now
             row = self._row(rnd, round_start, round_end, outcomes, updates, e_before, down0, up0)
+            row.update(self._comm_waste(tasks, outcomes))
+            row["server_time_s"] = server_s
+            row["server_energy_j"] = self.server_time * sc.server.compute.power_w
             if sc.numerics == "torch" and ((rnd + 1) % sc.server.eval_every == 0 or rnd + 1 == sc.rounds):
                 row.update(self._evaluate())
             row["host_train_s"] = self.host["train"]
@@ -249,6 +275,25 @@ class Simulation:
                 if acc is not None:
                     post["acc"] = f"{acc:.3f}"
                 self.progress.set_postfix(post, refresh=False)
+
+    def _comm_waste(self, tasks: list[Task], outcomes: list[Outcome]) -> dict[str, float | None]:
+        """AdaptiveFL's communication waste rate, 1 - sum size(returned) / sum size(sent), in parameters.
+
+        Sent: every model put on the air (a task whose download started). Returned: the models the
+        server accepted, at the size the device actually trained (smaller after on-device pruning).
+        A task that failed or came too late returns nothing, so its whole model counts as waste.
+        """
+        sent = sum(self._params(t.assignment) for t in tasks if t.sent)
+        back = sum(self._params(o.trained or o.assignment) for o in outcomes if o.status == "completed")
+        self.params_sent += sent
+        self.params_back += back
+        return {
+            "comm_waste": 1.0 - back / sent if sent > 0 else None,
+            "comm_waste_cum": 1.0 - self.params_back / self.params_sent if self.params_sent > 0 else None,
+        }
+
+    def _params(self, a) -> int:
+        return self.strategy.recipe_for(a).cost(a.spec).params
 
     def _fleet_energy(self, t: float) -> float:
         return float(sum(v.sum() for v in self.fleet.class_energy(t).values()))
@@ -298,7 +343,6 @@ class Simulation:
             d = b.device
             recipe = self.strategy.recipe_for(b)
             weights = slice_state(self.strategy.payload(o.assignment), recipe.shapes(b.spec))
-            masked = self.strategy.local_objective(b).masked_labels
             jobs.append(
                 TrainJob(
                     key=i,
@@ -312,8 +356,9 @@ class Simulation:
                     momentum=loc.momentum,
                     weight_decay=loc.weight_decay,
                     clip_grad_norm=loc.clip_grad_norm,
-                    label_mask=self.numerics.labels_per_device[d] if masked else None,
+                    label_mask=self.numerics.labels_per_device[d],
                     seed=int_seed(self.sc.seed, "train", d, rnd),
+                    objective=self.strategy.local_objective(b),
                 )
             )
         results = self.executor.run(jobs)

@@ -27,6 +27,7 @@ class NumericsSetup:
     samples_per_device: np.ndarray
     labels_per_device: list[np.ndarray]
     parts: list[np.ndarray] = field(default_factory=list)
+    proxy: np.ndarray | None = None  # train indices held out for the server (a method's proxy set)
     dataset: Dataset | None = None
     calib_x: torch.Tensor | None = None
 
@@ -37,6 +38,22 @@ class NumericsSetup:
     def evaluate(self, recipe: ModelRecipe, spec: SubmodelSpec, state: dict, batch_size: int) -> tuple[float, float]:
         assert self.dataset is not None and self.calib_x is not None
         return evaluate(recipe, spec, state, self.calib_x, self.dataset.x_test, self.dataset.y_test, batch_size)
+
+
+def split_proxy(n: int, fraction: float, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """(server proxy indices, the rest for the clients): a seeded random ``fraction`` of the train set.
+
+    A method whose config has ``proxy_fraction`` > 0 (FlexFL's pretraining set) gets these samples on
+    the server; the clients' partitions are drawn from the rest, so no sample is in both.
+    """
+    everything = np.arange(n)
+    if fraction <= 0:
+        return None, everything
+    k = max(1, int(round(n * fraction)))
+    if k >= n:
+        raise ScenarioError(f"algorithm.proxy_fraction: {fraction:g} leaves no training data for the clients")
+    proxy = np.sort(stream(seed, "proxy").choice(n, size=k, replace=False))
+    return proxy, np.setdiff1d(everything, proxy, assume_unique=True)
 
 
 def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
@@ -54,18 +71,21 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         raise ScenarioError(f"data.dataset: {e}") from None
     p = sc.data.partition
     labels = ds.y_train.numpy()
+    proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)
     try:
         parts = partition(
-            labels,
+            labels[clients],
             num_devices,
             p.method,
             stream(sc.seed, "partition"),
             alpha=p.alpha,
             classes_per_client=p.classes_per_client,
-            groups=ds.groups_train,
+            groups=None if ds.groups_train is None else ds.groups_train[clients],
         )
     except PartitionError as e:
         raise ScenarioError(f"data.partition: {e}") from None
+    if proxy is not None:
+        parts = [clients[x] for x in parts]
     cap = sc.server.bn_calibration_samples
     if cap is not None and cap < len(ds.x_train):
         pick = np.sort(stream(sc.seed, "bn_calibration").choice(len(ds.x_train), size=cap, replace=False))
@@ -79,6 +99,7 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         samples_per_device=np.array([len(x) for x in parts], dtype=np.int64),
         labels_per_device=label_sets(labels, parts),
         parts=parts,
+        proxy=proxy,
         dataset=ds,
         calib_x=calib,
     )
