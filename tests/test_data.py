@@ -143,12 +143,82 @@ def test_cifar100_tiny_and_pixel_layout(tmp_path: Path) -> None:
     assert np.corrcoef(first_red, ds.x_train[0, 0].flatten().numpy())[0, 1] > 0.999
 
 
-def test_cifar_missing_batch_names_file(tmp_path: Path) -> None:
+def test_cifar10_tiny_notes_all_five_batches(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(1, 6):
+        write_cifar_batch(folder / f"data_batch_{i}", 2, b"labels", 10, rng)
+    write_cifar_batch(folder / "test_batch", 2, b"labels", 10, rng)
+    ds = load_dataset("cifar10", tmp_path)
+    assert len(ds.x_train) == 10
+    assert "5 of the 5 official train batches" in ds.notes and "10 train images" in ds.notes
+
+
+def _read_labels(path: Path) -> list[int]:
+    with path.open("rb") as f:
+        return pickle.load(f, encoding="bytes")[b"labels"]
+
+
+def test_cifar10_loads_the_batches_present_in_order(tmp_path: Path) -> None:
+    # Like the shared offline copy: a subset of the train batches. A non-batch file is ignored, and
+    # batches are ordered by number, not by name.
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    sizes = {4: 3, 2: 5}
+    for i, n in sizes.items():
+        write_cifar_batch(folder / f"data_batch_{i}", n, b"labels", 10, rng)
+    write_cifar_batch(folder / "test_batch", 4, b"labels", 10, rng)
+    (folder / "data_batch_1.md5").write_text("not a batch\n")
+    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": [b"airplane"]}))
+    ds = load_dataset("cifar10", tmp_path)
+    assert tuple(ds.x_train.shape) == (8, 3, 32, 32) and tuple(ds.x_test.shape) == (4, 3, 32, 32)
+    expected = _read_labels(folder / "data_batch_2") + _read_labels(folder / "data_batch_4")
+    assert ds.y_train.tolist() == expected
+    assert ds.notes == (
+        f"cifar10: 2 of the 5 official train batches (data_batch_2, data_batch_4) in {folder.resolve()}, "
+        "8 train images"
+    )
+    assert_normalized(ds)
+
+
+def test_cifar10_batches_directly_in_root(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    write_cifar_batch(tmp_path / "data_batch_3", 3, b"labels", 10, rng)
+    write_cifar_batch(tmp_path / "test_batch", 2, b"labels", 10, rng)
+    ds = load_dataset("cifar10", tmp_path)
+    assert len(ds.x_train) == 3 and "1 of the 5 official train batches (data_batch_3)" in ds.notes
+
+
+def test_cifar10_without_train_batches_names_folder_and_fix(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    write_cifar_batch(folder / "test_batch", 2, b"labels", 10, np.random.default_rng(0))
+    with pytest.raises(DatasetError) as err:
+        load_dataset("cifar10", tmp_path)
+    msg = str(err.value)
+    assert f"no data_batch_* file in {folder.resolve()}" in msg
+    assert "copy at least one of the official CIFAR-10 python batches there" in msg and "IOTFL_DATA" in msg
+    assert "\n" not in msg
+
+
+def test_cifar_missing_test_batch_names_file(tmp_path: Path) -> None:
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
     write_cifar_batch(folder / "data_batch_1", 3, b"labels", 10, np.random.default_rng(0))
-    with pytest.raises(DatasetError, match="data_batch_2"):
+    with pytest.raises(DatasetError, match="test_batch not found"):
         load_dataset("cifar10", tmp_path)
+
+
+def test_cifar10_shared_partial_copy() -> None:
+    # The offline copy holds data_batch_1, data_batch_2 and test_batch, with a few images missing.
+    root = need("cifar-10-batches-py")
+    ds = load_dataset("cifar10", root)
+    assert tuple(ds.x_train.shape) == (19_984, 3, 32, 32) and tuple(ds.x_test.shape) == (9_980, 3, 32, 32)
+    assert ds.num_classes == 10 and set(ds.y_train.unique().tolist()) == set(range(10))
+    assert ds.notes.startswith("cifar10: 2 of the 5 official train batches (data_batch_1, data_batch_2)")
+    assert_normalized(ds)
 
 
 def write_idx(path: Path, array: np.ndarray, compress: bool) -> None:

@@ -7,7 +7,15 @@ import torch
 from torch import nn
 
 from iotfl_sim.fl.cost import ModelCost, measure_cost
-from iotfl_sim.fl.models import FAMILIES, Scaler, build_model, count_params
+from iotfl_sim.fl.models import (
+    FAMILIES,
+    LAYER_GROUPS,
+    InvertedResidual,
+    MobileNetV2,
+    Scaler,
+    build_model,
+    count_params,
+)
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of, slice_state
 
 # family -> (in_channels, image_size, number of layer groups); small inputs keep the tests fast.
@@ -15,6 +23,7 @@ SHAPES = {
     "conv": (1, (28, 28), 4),
     "resnet18": (3, (16, 16), 4),
     "vgg16": (3, (32, 32), 15),
+    "mobilenetv2": (3, (32, 32), 9),
     "cnn_small": (1, (8, 8), 3),
     "mlp": (1, (8, 8), 2),
 }
@@ -72,6 +81,14 @@ def test_adaptivefl_vgg16_pool_param_counts(rate: float, start: int, expected: i
     assert _meta_params("vgg16", _adaptivefl_spec(rate, start), 3, (32, 32)) == expected
 
 
+@pytest.mark.parametrize(
+    ("rate", "expected"), zip(HETEROFL_RATES, (2_236_682, 587_178, 160_802, 47_208, 15_328), strict=True)
+)
+def test_mobilenetv2_cifar10_param_counts(rate: float, expected: int) -> None:
+    # Rate 1.0 equals torchvision's mobilenet_v2(num_classes=10): strides change no parameter count.
+    assert _meta_params("mobilenetv2", SubmodelSpec(rate), 3, (32, 32)) == expected
+
+
 # --- nested prefix invariant -----------------------------------------------------------------
 
 
@@ -125,7 +142,9 @@ def test_nesting_below_a_reduced_global_rate_with_tracked_bn(family: str) -> Non
         _assert_loads(g, _build(family, SubmodelSpec(rate), global_rate=0.5, track_bn=True), family)
 
 
-@pytest.mark.parametrize(("family", "depths"), [("resnet18", (1, 2, 3)), ("vgg16", (1, 3, 4))])
+@pytest.mark.parametrize(
+    ("family", "depths"), [("resnet18", (1, 2, 3)), ("vgg16", (1, 3, 4)), ("mobilenetv2", (1, 4, 6))]
+)
 def test_depth_truncation_keeps_a_key_subset(
     family: str, depths: tuple[int, ...], global_models: dict[str, nn.Module]
 ) -> None:
@@ -144,6 +163,8 @@ def test_depth_is_rejected_where_unsupported() -> None:
         _build("conv", SubmodelSpec(1.0, depth=2))
     with pytest.raises(ValueError):
         _build("resnet18", SubmodelSpec(1.0, depth=5))
+    with pytest.raises(ValueError):
+        _build("mobilenetv2", SubmodelSpec(1.0, depth=8))
 
 
 def test_invalid_arguments() -> None:
@@ -170,7 +191,7 @@ def test_scaler_module_is_train_only() -> None:
     assert s.eval()(x) is x
 
 
-@pytest.mark.parametrize("family", ["conv", "resnet18", "cnn_small", "mlp"])
+@pytest.mark.parametrize("family", ["conv", "resnet18", "mobilenetv2", "cnn_small", "mlp"])
 def test_scaler_changes_training_but_not_evaluation(family: str) -> None:
     torch.manual_seed(1)
     spec = SubmodelSpec(0.5)
@@ -191,10 +212,11 @@ def test_scaler_rates_follow_layer_rates_and_global_rate() -> None:
     assert rates == [1.0, 0.5, 0.5, 0.25]
 
 
-def test_vgg16_has_no_scaler_unless_asked() -> None:
+@pytest.mark.parametrize("family", ["vgg16", "mobilenetv2"])
+def test_no_scaler_unless_asked(family: str) -> None:
     spec = SubmodelSpec(0.25)
-    assert not any(isinstance(m, Scaler) for m in _build("vgg16", spec).modules())
-    assert any(isinstance(m, Scaler) for m in _build("vgg16", spec, scaler=True).modules())
+    assert not any(isinstance(m, Scaler) for m in _build(family, spec).modules())
+    assert any(isinstance(m, Scaler) for m in _build(family, spec, scaler=True).modules())
     assert any(isinstance(m, Scaler) for m in _build("conv", spec).modules())
 
 
@@ -256,6 +278,118 @@ def test_resnet18_cifar_cost() -> None:
     cost = measure_cost("resnet18", SubmodelSpec(1.0), num_classes=10, in_channels=3, image_size=(32, 32))
     assert cost.params == 11_172_170
     assert 1.0e9 < cost.flops_forward_per_sample < 1.2e9  # ~0.56 GMACs
+
+
+def _mobilenetv2_cifar_macs(num_classes: int = 10) -> int:
+    """Hand count of the CIFAR MobileNetV2's multiply-accumulates on one 32x32 image."""
+    cfg = [(1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2),
+           (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]  # fmt: skip
+    side, cin = 32, 32
+    macs = side * side * 32 * 3 * 9  # stem, stride 1
+    for t, c, n, s in cfg:
+        for b in range(n):
+            hidden = t * cin
+            if t != 1:
+                macs += side * side * cin * hidden  # 1x1 expand at the input resolution
+            side //= s if b == 0 else 1
+            macs += side * side * hidden * 9 + side * side * hidden * c  # depthwise + projection
+            cin = c
+    return macs + side * side * 320 * 1280 + 1280 * num_classes
+
+
+def test_mobilenetv2_cifar_cost() -> None:
+    cost = measure_cost("mobilenetv2", SubmodelSpec(1.0), num_classes=10, in_channels=3, image_size=(32, 32))
+    assert cost.params == 2_236_682
+    assert cost.flops_forward_per_sample == 2 * _mobilenetv2_cifar_macs() == 175_952_896
+    half = measure_cost("mobilenetv2", SubmodelSpec(0.5), num_classes=10, in_channels=3, image_size=(32, 32))
+    assert half.params == 587_178 and half.flops_forward_per_sample < cost.flops_forward_per_sample / 3
+
+
+# --- MobileNetV2 structure -------------------------------------------------------------------
+
+# Identity shortcuts of the full architecture, stage by stage: every block but a stage's first.
+MNV2_RESIDUALS = [[False], [False, True], [False, True, True], [False, True, True, True],
+                  [False, True, True], [False, True, True], [False]]  # fmt: skip
+
+
+def _blocks(model: nn.Module) -> list[list[InvertedResidual]]:
+    return [list(getattr(model, f"layer{i}")) for i in range(1, 8)]
+
+
+@pytest.mark.parametrize("spec", _sub_specs("mobilenetv2") + [SubmodelSpec(0.37, rounding="floor")], ids=str)
+def test_mobilenetv2_pruned_blocks_stay_well_formed(spec: SubmodelSpec) -> None:
+    with torch.device("meta"):
+        model = build_model("mobilenetv2", spec, num_classes=10, in_channels=3, image_size=(32, 32))
+    assert LAYER_GROUPS["mobilenetv2"] == 9
+    blocks = _blocks(model)
+    assert [[b.residual for b in stage] for stage in blocks] == MNV2_RESIDUALS  # never from pruned widths
+    assert blocks[0][0].expand is None and all(b.expand is not None for stage in blocks[1:] for b in stage)
+    cin = model.stem.conv.out_channels
+    assert cin == spec.width(32, 0)
+    for g, stage in enumerate(blocks, start=1):
+        for b in stage:
+            dw = b.depthwise.conv
+            hidden = b.expand.conv.out_channels if b.expand is not None else cin
+            assert dw.groups == dw.in_channels == dw.out_channels == hidden
+            assert tuple(dw.weight.shape) == (hidden, 1, 3, 3)
+            assert b.project.conv.in_channels == hidden
+            if b.expand is not None:
+                assert b.expand.conv.in_channels == cin
+            cin = b.project.conv.out_channels
+        assert cin == spec.width((16, 24, 32, 64, 96, 160, 320)[g - 1], g)  # the stage's one output width
+    assert model.last.conv.in_channels == cin and model.last.conv.out_channels == spec.width(1280, 8)
+    assert model.classifier.out_features == 10
+
+
+def test_mobilenetv2_hidden_width_follows_the_block_stage_rate() -> None:
+    rates = (1.0, 1.0, 0.5, 0.25, 1.0, 1.0, 1.0, 1.0, 1.0)
+    with torch.device("meta"):
+        model = build_model(
+            "mobilenetv2",
+            SubmodelSpec(1.0, layer_rates=rates),
+            num_classes=10,
+            in_channels=3,
+            image_size=(32, 32),
+        )
+    first, second = _blocks(model)[2][:2]  # stage 3 (32 channels) at rate 0.25 after stage 2 at 0.5
+    assert tuple(first.expand.conv.weight.shape) == (36, 12, 1, 1)  # hidden ceil(0.25 * 6 * 24), input 12
+    assert tuple(second.expand.conv.weight.shape) == (48, 8, 1, 1)  # hidden ceil(0.25 * 6 * 32)
+    assert tuple(second.project.conv.weight.shape) == (8, 48, 1, 1)
+
+
+def test_mobilenetv2_forward_shapes_and_cifar_strides() -> None:
+    torch.manual_seed(0)
+    model = _build("mobilenetv2", SubmodelSpec(0.5))
+    assert isinstance(model, MobileNetV2)
+    x = torch.randn(2, 3, 32, 32)
+    assert model(x).shape == (2, 10)
+    # Stem and the 24-channel stage keep 32x32 (CIFAR variant); three stride-2 stages leave 4x4.
+    assert model.forward_features(x).shape == (2, 160, 4, 4)
+    assert _build("mobilenetv2", SubmodelSpec(0.5, depth=2))(x).shape == (2, 12, 32, 32)
+    assert _build("mobilenetv2", SubmodelSpec(0.5, depth=3))(x).shape == (2, 16, 16, 16)
+    gray = build_model("mobilenetv2", SubmodelSpec(0.25), num_classes=62, in_channels=1, image_size=(28, 28))
+    assert gray(torch.randn(2, 1, 28, 28)).shape == (2, 62)
+
+
+def test_mobilenetv2_half_width_submodel_trains_a_step() -> None:
+    torch.manual_seed(0)
+    gmodel = _build("mobilenetv2", SubmodelSpec(1.0))
+    sub = _build("mobilenetv2", SubmodelSpec(0.5))
+    sub.load_state_dict(slice_state(gmodel.state_dict(), shapes_of(sub.state_dict())))
+    before = {k: v.clone() for k, v in sub.state_dict().items()}
+    opt = torch.optim.SGD(sub.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    sub.train()
+    loss = nn.functional.cross_entropy(sub(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss)
+    after = sub.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed == list(before)  # every tensor (conv, depthwise, norm, classifier) moved
+    with torch.no_grad():
+        assert nn.functional.cross_entropy(sub(x), y) < loss
 
 
 # --- it learns -------------------------------------------------------------------------------

@@ -11,11 +11,13 @@ Loaded datasets are cached in-process; treat their tensors as read-only.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import json
 import os
 import pickle
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,8 @@ _SUBDIRS = {
     "femnist": ("femnist", "."),
     "har": ("uci_har", "."),
 }
+CIFAR10_TRAIN_BATCHES = 5  # data_batch_1 ... data_batch_5 in the official archive
+_CIFAR10_BATCH = re.compile(r"data_batch_(\d+)")
 _HAR_NPZ = "har_inertial_signals_float32.npz"
 _HAR_SIGNALS = tuple(
     f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in ("x", "y", "z")
@@ -55,7 +59,11 @@ class DatasetError(Exception):
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A train/test pair of normalized tensors plus, where the data has them, natural owners."""
+    """A train/test pair of normalized tensors plus, where the data has them, natural owners.
+
+    ``notes`` says how the loaded copy departs from (or matches) the official files, in one line:
+    for CIFAR-10, how many of the five train batches were found.
+    """
 
     name: str
     x_train: torch.Tensor
@@ -65,6 +73,7 @@ class Dataset:
     num_classes: int
     groups_train: np.ndarray | None = None
     groups_test: np.ndarray | None = None
+    notes: str = ""
 
     @property
     def in_channels(self) -> int:
@@ -147,7 +156,7 @@ def _hint(name: str) -> str:
     return {
         "mnist": "mnist/train-images-idx3-ubyte.gz",
         "fashion_mnist": "fashion_mnist/train-images-idx3-ubyte.gz",
-        "cifar10": "cifar-10-batches-py/data_batch_1",
+        "cifar10": "cifar-10-batches-py/data_batch_1 ... data_batch_5 and test_batch",
         "cifar100": "cifar-100-python/train",
         "femnist": "femnist/train/*.json",
         "har": f"uci_har/{_HAR_NPZ} (or 'uci_har/UCI HAR Dataset/train/Inertial Signals/*.txt')",
@@ -356,9 +365,14 @@ def _read_cifar_batch(name: str, path: Path, root: Path, label_key: bytes) -> tu
 
 
 def _load_cifar(
-    name: str, root: Path, train_files: Sequence[str], test_file: str, label_key: bytes, classes: int
+    name: str,
+    root: Path,
+    folder: Path,
+    train_files: Sequence[str],
+    test_file: str,
+    label_key: bytes,
+    classes: int,
 ) -> Dataset:
-    folder = _cifar_folder(name, root, train_files[0])
     parts = [_read_cifar_batch(name, folder / f, root, label_key) for f in train_files]
     x_te, y_te = _read_cifar_batch(name, folder / test_file, root, label_key)
     x_tr = np.concatenate([p[0] for p in parts])
@@ -368,12 +382,37 @@ def _load_cifar(
     return _package(name, x_tr, y_tr, x_te, y_te, classes)
 
 
+def _cifar10_batches(folder: Path) -> list[str]:
+    """The ``data_batch_<n>`` files in ``folder``, ordered by ``n`` (empty if none or no folder)."""
+    found = []
+    for path in folder.glob("data_batch_*"):
+        match = _CIFAR10_BATCH.fullmatch(path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path.name))
+    return [file for _, file in sorted(found)]
+
+
 def _load_cifar10(name: str, root: Path) -> Dataset:
-    return _load_cifar(name, root, [f"data_batch_{i}" for i in range(1, 6)], "test_batch", b"labels", 10)
+    # Any non-empty subset of the train batches loads (the shared offline copy keeps only two), and
+    # ``notes`` says how many were read, so a reduced train set never goes unnoticed.
+    folder = next((root / sub for sub in _SUBDIRS[name] if _cifar10_batches(root / sub)), None)
+    if folder is None:
+        raise DatasetError(
+            f"{name}: no data_batch_* file in {root / _SUBDIRS[name][0]}; copy at least one of the official "
+            f"CIFAR-10 python batches there, or {_fix(name, root)}"
+        )
+    files = _cifar10_batches(folder)
+    ds = _load_cifar(name, root, folder, files, "test_batch", b"labels", 10)
+    notes = (
+        f"{name}: {len(files)} of the {CIFAR10_TRAIN_BATCHES} official train batches ({', '.join(files)}) "
+        f"in {folder}, {len(ds.y_train):,} train images"
+    )
+    return dataclasses.replace(ds, notes=notes)
 
 
 def _load_cifar100(name: str, root: Path) -> Dataset:
-    return _load_cifar(name, root, ["train"], "test", b"fine_labels", 100)
+    folder = _cifar_folder(name, root, "train")
+    return _load_cifar(name, root, folder, ["train"], "test", b"fine_labels", 100)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ Families (see ``FAMILIES``):
 - ``resnet18``: HeteroFL's pre-activation ResNet18 (3x3 stem, no max-pool, blocks [2, 2, 2, 2]).
 - ``vgg16``: AdaptiveFL's VGG16-BN with the 4096-wide head (256-wide for non-RGB inputs, as in
   AdaptiveFL's code); 15 prunable groups (13 convs + 2 hidden FC layers, FlexFL's grouping).
+- ``mobilenetv2``: MobileNetV2 (FlexFL's and AdapterFL's mid-size model) with CIFAR strides; 9 prunable
+  groups (stem, the 7 bottleneck stages, the last 1x1 conv).
 - ``cnn_small``: a 3-conv CNN for tiny images such as sklearn's 8x8 digits.
 - ``mlp``: two hidden layers [200, 200], for tiny tests and tabular data (HAR).
 """
@@ -23,7 +25,7 @@ from torch import nn
 
 from iotfl_sim.fl.submodel import SubmodelSpec
 
-FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "cnn_small", "mlp")
+FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_small", "mlp")
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
@@ -33,6 +35,13 @@ VGG16_CFG: tuple[int | str, ...] = (
     64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M",
 )  # fmt: skip
 VGG16_CONVS = 13
+MOBILENETV2_STEM = 32
+# (expansion t, output channels c, blocks n, first block's stride s) per bottleneck stage. The second
+# stage's stride is 1 instead of ImageNet's 2: the CIFAR variant (see ``MobileNetV2``).
+MOBILENETV2_CFG: tuple[tuple[int, int, int, int], ...] = (
+    (1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1),
+)  # fmt: skip
+MOBILENETV2_LAST = 1280
 CNN_SMALL_HIDDEN = (32, 64, 128)
 MLP_HIDDEN = (200, 200)
 
@@ -41,11 +50,13 @@ LAYER_GROUPS: dict[str, int] = {
     "conv": len(CONV_HIDDEN),
     "resnet18": len(RESNET_HIDDEN),
     "vgg16": VGG16_CONVS + 2,
+    "mobilenetv2": len(MOBILENETV2_CFG) + 2,  # stem, one group per stage, last 1x1 conv
     "cnn_small": len(CNN_SMALL_HIDDEN),
     "mlp": len(MLP_HIDDEN),
 }
-# Full depth per family that supports depth truncation (ResNet stages, VGG pool-delimited stages).
-FULL_DEPTH: dict[str, int] = {"resnet18": len(RESNET_HIDDEN), "vgg16": 5}
+# Full depth per family that supports depth truncation (ResNet stages, VGG pool-delimited stages,
+# MobileNetV2 bottleneck stages).
+FULL_DEPTH: dict[str, int] = {"resnet18": len(RESNET_HIDDEN), "vgg16": 5, "mobilenetv2": len(MOBILENETV2_CFG)}
 
 
 class Scaler(nn.Module):
@@ -314,6 +325,170 @@ class VGG(nn.Module):
         return self.classifier(self.projector(self.flatten(self.pool(out))))
 
 
+class ConvNormAct(nn.Module):
+    """Bias-free conv -> Scaler -> Norm -> ReLU6; ``act=False`` keeps it linear (MobileNetV2's projection)."""
+
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        *,
+        stride: int = 1,
+        groups: int = 1,
+        act: bool = True,
+        scaler: nn.Module,
+        norm: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(
+            cin, cout, kernel_size=kernel, stride=stride, padding=kernel // 2, groups=groups, bias=False
+        )
+        self.scaler = scaler
+        self.norm = norm
+        self.act = nn.ReLU6() if act else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.norm(self.scaler(self.conv(x))))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2 bottleneck: 1x1 expand (absent when t = 1) -> 3x3 depthwise -> linear 1x1 projection.
+
+    The depthwise conv has ``groups == hidden`` whatever the width, so its weight is ``(hidden, 1, 3, 3)``
+    and pruning only shortens the first dim. It gets no scaler: each output sees 9 inputs at any width.
+    """
+
+    def __init__(
+        self,
+        cin: int,
+        hidden: int,
+        cout: int,
+        stride: int,
+        *,
+        expand: bool,
+        residual: bool,
+        scaler: bool,
+        rate: float,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        if not expand and hidden != cin:
+            raise ValueError(f"a block without expansion needs hidden == cin, got {hidden} and {cin}")
+        self.expand: ConvNormAct | None = None
+        if expand:
+            self.expand = ConvNormAct(
+                cin, hidden, 1, scaler=_scaler(scaler, rate), norm=_norm2d(norm, hidden, track_bn)
+            )
+        self.depthwise = ConvNormAct(
+            hidden,
+            hidden,
+            3,
+            stride=stride,
+            groups=hidden,
+            scaler=nn.Identity(),
+            norm=_norm2d(norm, hidden, track_bn),
+        )
+        self.project = ConvNormAct(
+            hidden, cout, 1, act=False, scaler=_scaler(scaler, rate), norm=_norm2d(norm, cout, track_bn)
+        )
+        # Decided by the caller from the full architecture; the pruned widths line up because every
+        # block of a stage keeps the stage's output width.
+        self.residual = residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.expand(x) if self.expand is not None else x
+        out = self.project(self.depthwise(out))
+        return out + x if self.residual else out
+
+
+class MobileNetV2(nn.Module):
+    """MobileNetV2 for 32x32 inputs: 3x3 stem, 7 bottleneck stages, 1x1 conv to 1280, avgpool -> linear.
+
+    Strides are the CIFAR variant of kuangliu/pytorch-cifar (FlexFL and AdapterFL train MobileNetV2 on
+    32x32 CIFAR): the stem and the first block of the 24-channel stage have stride 1 instead of 2, so
+    a 32x32 image ends as a 4x4 map. Blocks follow Sandler et al. and torchvision: ReLU6, no expansion
+    conv when t = 1, an identity shortcut only where the full architecture keeps stride 1 and the
+    channel count, no dropout. kuangliu's blocks differ (ReLU, a 1x1 expansion even at t = 1, 1x1
+    projection shortcuts; 2,296,922 parameters); this one has 2,236,682 with 10 classes, as
+    torchvision's ``mobilenet_v2(num_classes=10)``, near AdapterFL's "2.25 M" (Table I).
+
+    ``widths`` are the pruned channels of the 9 layer groups (stem, stages 1-7, last conv); ``hidden``
+    the pruned expanded width of every block, stage by stage. With ``depth`` < 7 only the first
+    ``depth`` stages exist and ``forward`` returns their feature map (no last conv, no head).
+    """
+
+    def __init__(
+        self,
+        widths: list[int],
+        hidden: list[list[int]],
+        rates: list[float],
+        *,
+        in_channels: int,
+        num_classes: int,
+        depth: int,
+        scaler: bool,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        self.stem = ConvNormAct(
+            in_channels,
+            widths[0],
+            3,
+            scaler=_scaler(scaler, rates[0]),
+            norm=_norm2d(norm, widths[0], track_bn),
+        )
+        cin, full_cin = widths[0], MOBILENETV2_STEM
+        for stage in range(depth):
+            t, c, n, s = MOBILENETV2_CFG[stage]
+            blocks = []
+            for b in range(n):
+                stride = s if b == 0 else 1
+                blocks.append(
+                    InvertedResidual(
+                        cin,
+                        hidden[stage][b],
+                        widths[stage + 1],
+                        stride,
+                        expand=t != 1,
+                        residual=stride == 1 and full_cin == c,
+                        scaler=scaler,
+                        rate=rates[stage + 1],
+                        norm=norm,
+                        track_bn=track_bn,
+                    )
+                )
+                cin, full_cin = widths[stage + 1], c
+            self.add_module(f"layer{stage + 1}", nn.Sequential(*blocks))
+        self.depth = depth
+        self.has_head = depth == len(MOBILENETV2_CFG)
+        if self.has_head:
+            self.last = ConvNormAct(
+                cin,
+                widths[-1],
+                1,
+                scaler=_scaler(scaler, rates[-1]),
+                norm=_norm2d(norm, widths[-1], track_bn),
+            )
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.flatten = nn.Flatten()
+            self.classifier = nn.Linear(widths[-1], num_classes)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.stem(x)
+        for stage in range(self.depth):
+            out = getattr(self, f"layer{stage + 1}")(out)
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.forward_features(x)
+        if not self.has_head:
+            return out
+        return self.classifier(self.flatten(self.pool(self.last(out))))
+
+
 class MLP(nn.Module):
     """Flatten -> [Linear -> Scaler -> Norm -> ReLU] x len(hidden) -> Linear(classes)."""
 
@@ -375,10 +550,11 @@ def build_model(
     ``global_rate`` is the global model's rate (HeteroFL's first level); in training mode each
     Scaler divides by its layer's rate / ``global_rate``. ``scaler=None`` means the family's own
     default: on for ``conv``, ``resnet18``, ``cnn_small`` and ``mlp`` (HeteroFL), off for ``vgg16``
-    (AdaptiveFL has none); ``True``/``False`` force it on/off for any family. ``norm`` is ``bn``
-    (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln`` or ``none``.
-    ``spec.depth`` (resnet18: stages 1..4, vgg16: stages 1..5) keeps only the first stages and drops
-    the head; other families raise NotImplementedError for a depth.
+    (AdaptiveFL has none) and ``mobilenetv2``; ``True``/``False`` force it on/off for any family.
+    ``norm`` is ``bn`` (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln``
+    or ``none``. ``spec.depth`` (resnet18: stages 1..4, vgg16: stages 1..5, mobilenetv2: bottleneck
+    stages 1..7) keeps only the first stages and drops the head; other families raise
+    NotImplementedError for a depth.
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}; expected one of {FAMILIES}")
@@ -392,7 +568,7 @@ def build_model(
             f"{family!r} has {groups} prunable layer groups, got {len(spec.layer_rates)} layer_rates"
         )
     depth = _check_depth(family, spec.depth)
-    use_scaler = (family != "vgg16") if scaler is None else bool(scaler)
+    use_scaler = (family not in ("vgg16", "mobilenetv2")) if scaler is None else bool(scaler)
     rates = [spec.layer_rate(layer) / global_rate for layer in range(groups)]
     h, w = image_size
 
@@ -436,6 +612,19 @@ def build_model(
             norm=norm,
             track_bn=track_bn,
         )
+    elif family == "mobilenetv2":
+        widths, hidden = _mobilenetv2_widths(spec)
+        model = MobileNetV2(
+            widths,
+            hidden,
+            rates,
+            in_channels=in_channels,
+            num_classes=num_classes,
+            depth=depth or FULL_DEPTH["mobilenetv2"],
+            scaler=use_scaler,
+            norm=norm,
+            track_bn=track_bn,
+        )
     else:  # mlp
         widths = [spec.width(c, layer) for layer, c in enumerate(MLP_HIDDEN)]
         model = MLP(
@@ -449,6 +638,22 @@ def build_model(
         )
     _init_params(model)
     return model
+
+
+def _mobilenetv2_widths(spec: SubmodelSpec) -> tuple[list[int], list[list[int]]]:
+    """Kept channels of the 9 layer groups, and each block's expanded width (cut by its stage's rate)."""
+    full = [MOBILENETV2_STEM] + [c for _, c, _, _ in MOBILENETV2_CFG] + [MOBILENETV2_LAST]
+    widths = [spec.width(c, group) for group, c in enumerate(full)]
+    hidden: list[list[int]] = []
+    cin, full_cin = widths[0], MOBILENETV2_STEM
+    for stage, (t, c, n, _) in enumerate(MOBILENETV2_CFG):
+        stage_hidden = []
+        for _ in range(n):
+            # Without expansion (t = 1) the depthwise conv runs on the block's input channels.
+            stage_hidden.append(cin if t == 1 else spec.width(t * full_cin, stage + 1))
+            cin, full_cin = widths[stage + 1], c
+        hidden.append(stage_hidden)
+    return widths, hidden
 
 
 def _conv_units(

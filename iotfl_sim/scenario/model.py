@@ -12,7 +12,7 @@ from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConf
 from iotfl_sim.scenario.profile import Strict
 
 DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
-MODEL_FAMILIES = ("cnn_small", "conv", "resnet18", "vgg16", "mlp")
+MODEL_FAMILIES = ("cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp")
 
 
 class MemoryConfig(Strict):
@@ -164,7 +164,7 @@ class Data(Strict):
 
 
 class Model(Strict):
-    family: Literal["cnn_small", "conv", "resnet18", "vgg16", "mlp"] = "cnn_small"
+    family: Literal["cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp"] = "cnn_small"
     norm: Literal["bn", "none"] = "bn"
     scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")
 
