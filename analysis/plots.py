@@ -43,7 +43,8 @@ DPI = 150
 FIGSIZE = (7.5, 4.6)
 MAX_TIMELINE_DEVICES = 20
 
-PHASE_COLORS = {"download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A"}
+PHASE_COLORS = {"download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A", "server": "#B276B2"}
+SERVER = -1  # the device id of the server's own events (server_work)
 FAIL_COLOR = "#D62728"
 LATE_COLOR = "#7B3294"
 ENERGY_PARTS = (("compute", "energy_compute_j"), ("radio", "energy_radio_j"), ("idle", "energy_idle_j"))
@@ -514,6 +515,18 @@ def _tasks_of(
     return phases, fails, lates
 
 
+def _server_spans(
+    events: list[dict[str, Any]],
+) -> tuple[dict[str, list[tuple[float, float]]], list[float], list[float]]:
+    """The server's compute spans (start, duration) from its server_work events, shaped like ``_tasks_of``."""
+    spans = []
+    for e in events:
+        t, d = e.get("t"), e.get("duration")
+        if e.get("event") == "server_work" and isinstance(t, int | float) and isinstance(d, int | float) and d > 0:
+            spans.append((float(t), float(d)))
+    return {"server": spans}, [], []
+
+
 def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     """Gantt chart of up to 20 devices of the first run: download / train / upload bars, failures as red x."""
     run = runs[0]
@@ -521,13 +534,15 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
         return None
     k = MAX_TIMELINE_DEVICES
     sampled = sample_devices(run.devices, k)
-    ev = read_device_events(run.events_path, sampled, fill=k)
+    ev = read_device_events(run.events_path, [*sampled, SERVER], fill=k)
     rows = [d for d in sampled if d in ev.by_device]
-    rows += [d for d in ev.first_seen if d not in rows][: max(0, k - len(rows))]
+    rows += [d for d in ev.first_seen if d not in rows and d != SERVER][: max(0, k - len(rows))]
     rows = sorted(rows)
+    if SERVER in ev.by_device:
+        rows.insert(0, SERVER)
     if not rows:
         return None
-    data = {d: _tasks_of(ev.by_device[d]) for d in rows}
+    data = {d: _server_spans(ev.by_device[d]) if d == SERVER else _tasks_of(ev.by_device[d]) for d in rows}
     t_max = ev.t_last
     if not ev.truncated:
         t_max = max(t_max, _nanmax([run.column("sim_time_s")]))
@@ -567,7 +582,10 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
                 ax.axvline(t / div, color="0.6", lw=0.6, ls=":", zorder=0)
 
     classes = _classes_of(run.devices, rows)
-    ax.set_yticks(range(len(rows)), [f"{d}" + (f" · {classes[d]}" if d in classes else "") for d in rows])
+    ax.set_yticks(
+        range(len(rows)),
+        ["server" if d == SERVER else f"{d}" + (f" · {classes[d]}" if d in classes else "") for d in rows],
+    )
     ax.tick_params(axis="y", labelsize=8 if len(rows) <= 12 else 7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, t_max / div if t_max > 0 else None)
@@ -585,8 +603,9 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
             handles=handles, loc="outside lower center", ncol=len(handles), fontsize="small", frameon=False
         )
     n_fleet = next((len(v) for v in run.devices.values()), 0)
-    what = f"{len(rows)} of {n_fleet:,} devices" if n_fleet else f"{len(rows)} devices"
-    title = f"Device timeline ({what})"
+    n_rows = len([d for d in rows if d != SERVER])
+    what = f"{n_rows} of {n_fleet:,} devices" if n_fleet else f"{n_rows} devices"
+    title = f"Device timeline ({what}" + (" and the server)" if SERVER in rows else ")")
     if ev.truncated:
         title += f", first {t_max / div:.3g} {unit} (event log truncated)"
     _title(ax, title, [run])

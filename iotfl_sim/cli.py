@@ -37,6 +37,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
     acc = summary["final_accuracy"]
     parts = [f"run: {path}"]
+    if summary.get("data_notes"):
+        parts.append(f"note: {summary['data_notes']}")
     if acc:
         parts.append("accuracy " + ", ".join(f"{k[4:]}={v:.4f}" for k, v in acc.items()))
     parts.append(f"simulated {summary['sim_time_s']:.1f} s, energy {summary['energy_j']:.1f} J")

@@ -290,3 +290,18 @@ def test_live_run_partial_files(tmp_path: Path) -> None:
     r = load_run(run)
     assert r.n_rounds == 4 and np.isfinite(r.rounds["bytes_up"]).all()
     assert "bytes_per_round.png" in {p.name for p in plot_runs([run], out=tmp_path / "p1")}
+
+
+def test_timeline_shows_the_servers_work_as_its_own_row(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "srv", rounds=3, devices=6)
+    events = run / "events.jsonl"
+    server = {"t": 0.0, "round": 0, "device": -1, "event": "server_work", "what": "pretrain", "duration": 2.5}
+    events.write_text(json.dumps(server) + "\n" + events.read_text())
+    fig = build_figures([load_run(run)])["timeline.png"]
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0] == "server" and labels.count("server") == 1
+    bars = [c for c in ax.collections if hasattr(c, "get_paths") and len(c.get_paths()) == 1]
+    server_bars = [b for b in bars if b.get_paths()[0].get_extents().y0 < 0]  # row 0 spans y in (-0.31, 0.31)
+    assert server_bars and server_bars[0].get_paths()[0].get_extents().width == pytest.approx(2.5, rel=1e-6)
+    assert "and the server" in fig.get_suptitle()

@@ -65,6 +65,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "devices_alive": last.get("alive", sim.fleet.n),
         "stalled_at_round": None if sim.stalled is None else sim.stalled + 1,
         "oracle_knowledge": sorted(sim.view.oracle_users),
+        "data_notes": sim.numerics.dataset.notes if sim.numerics.dataset is not None else "",
         "host_time_s": {
             "setup": host_setup,
             "train": host_train,
