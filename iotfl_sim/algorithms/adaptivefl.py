@@ -46,10 +46,14 @@ What the paper specifies, and the choices it leaves open:
   largest pool model with size <= Gamma, and below the smallest still model 0, which the table update
   treats as pruned (even when model 0 was sent). The simulator enforces memory, so that last case
   fails as ``oom``; the code variant still updates its tables from it as the code would (m' = model 0).
+  In both references clients are drawn among the selectable devices (the code draws among all clients
+  and would crash on an all-zero reward column; here that column falls back to uniform).
 - Local training: plain CE. Aggregation (Algorithm 2): prefix regions weighted by client data size,
   untouched entries keep their values. Evaluation: every pool model (acc_S3 ... acc_L1) and ``full``;
   ``acc_avg`` is the mean over the level heads S_1, M_1, L_1 (Table 2's "avg"), or over the whole pool
-  with ``avg_over: pool``.
+  with ``avg_over: pool``. Per-round counts of models kept whole / pruned / refused are kept in
+  ``AdaptiveFL.history`` (not in rounds.csv: the engine has no hook for strategy columns; the
+  engine's comm_waste / comm_waste_cum already measure the waste from the sent and trained specs).
 - Resources (paper Sec. 4.1 / code): Gaussian clipped, VGG 8+-1 [6, 11], 16+-1 [13, 19], 35+-2 [25, 40]
   M params. The fleet's model is r = r_M - |u|, u ~ N(0, sigma^2) (percent of the full model): the
   scenarios map each class to r_M = mean + sigma and the paper's sigma, in percent of 33.65 M (weak
