@@ -97,14 +97,12 @@ def test_vgg16_pool_has_table1_parameter_counts():
 
 def test_vgg16_strategy_pool_order_and_labels():
     recipe = ModelRecipe("vgg16", 10, 3, (32, 32))  # scaler on in the recipe: the strategy turns it off
+    ctx = StrategyContext(
+        recipe=recipe, num_devices=2, samples_per_device=np.ones(2), labels_per_device=[], num_classes=10, seed=0,
+        rounds=1, clients_per_round=1, memory_need=lambda r, spec: float(count_params(r.build(spec))),
+        declared_free_memory=np.ones(2), initial_state=lambda r, spec: {},  # pool construction only
+    )  # fmt: skip
     s = AdaptiveFL(AdaptiveFLConfig(name="adaptivefl"))
-    s.ctx = StrategyContext(recipe=recipe, num_devices=2, samples_per_device=np.ones(2), labels_per_device=[],
-                            num_classes=10, seed=0, rounds=1, clients_per_round=1, memory_need=None,
-                            declared_free_memory=np.ones(2), initial_state=None)  # fmt: skip
-    # only the pool construction (no model state) is exercised here
-    ctx = s.ctx
-    ctx.memory_need = lambda r, spec: float(count_params(r.build(spec)))
-    ctx.initial_state = lambda r, spec: {}
     s.setup(ctx)
     assert [p.name for p in s.pool] == ["S3", "S2", "S1", "M3", "M2", "M1", "L1"]
     assert s.sizes.tolist() == [5667148, 6483040, 8397106, 14839789, 15410557, 16814977, 33646666]
