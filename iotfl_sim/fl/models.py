@@ -54,6 +54,9 @@ LAYER_GROUPS: dict[str, int] = {
     "cnn_small": len(CNN_SMALL_HIDDEN),
     "mlp": len(MLP_HIDDEN),
 }
+# Prunable groups that are hidden fully connected layers: AdaptiveFL scales them by r_w whatever the
+# start layer (its VGG head 512r -> 4096r -> 4096r -> classes).
+FC_GROUPS: dict[str, tuple[int, ...]] = {"vgg16": (VGG16_CONVS, VGG16_CONVS + 1)}
 # Full depth per family that supports depth truncation (ResNet stages, VGG pool-delimited stages,
 # MobileNetV2 bottleneck stages).
 FULL_DEPTH: dict[str, int] = {"resnet18": len(RESNET_HIDDEN), "vgg16": 5, "mobilenetv2": len(MOBILENETV2_CFG)}
@@ -672,3 +675,19 @@ def _conv_units(
 def count_params(module: nn.Module) -> int:
     """Number of parameters (not buffers) of ``module``."""
     return sum(p.numel() for p in module.parameters())
+
+
+def start_layer_rates(family: str, r_w: float, start: int) -> tuple[float, ...]:
+    """Per-group rates of AdaptiveFL's fine-grained width pruning (r_w, I): groups with 0-based index
+    below ``start`` keep every channel, the others keep ``r_w`` of them; hidden FC groups
+    (``FC_GROUPS``) always get ``r_w``. Use as ``SubmodelSpec(layer_rates=...)`` (AdaptiveFL and FlexFL
+    truncate with int(): ``rounding="floor"``)."""
+    if family not in LAYER_GROUPS:
+        raise ValueError(f"unknown model family {family!r}; expected one of {FAMILIES}")
+    if not 0.0 < r_w <= 1.0:
+        raise ValueError(f"width rate must be in (0, 1], got {r_w}")
+    groups = LAYER_GROUPS[family]
+    if not 0 <= start < groups:
+        raise ValueError(f"start layer for {family!r} must be in [0, {groups - 1}], got {start}")
+    fc = FC_GROUPS.get(family, ())
+    return tuple(r_w if (g >= start or g in fc) else 1.0 for g in range(groups))

@@ -125,13 +125,63 @@ class HeteroFLIoTConfig(HeteroFLConfig):
         return self
 
 
+class AdaptiveFLConfig(Strict):
+    """AdaptiveFL (Jia et al., DAC 2024): fine-grained width pruning (r_w, I), RL client selection
+    (``iotfl_sim.algorithms.adaptivefl``)."""
+
+    name: Literal["adaptivefl"]
+    width_rates: list[float] = Field(
+        default_factory=lambda: [0.4, 0.66, 1.0],
+        description="r_w of the size levels, ascending, the last 1.0 (small, medium, large)",
+    )
+    start_layers: list[int] | None = Field(
+        None,
+        description="start pruning layers I (0-based prunable group index; groups below I keep all channels); "
+        "default per family: vgg16 [4, 6, 8], resnet18 [1, 2, 3], conv [0, 1, 2], mobilenetv2 [3, 4, 5], "
+        "cnn_small [0, 1], mlp [0]",
+    )
+    selection: Literal["rl", "random", "greedy"] = Field(
+        "rl",
+        description="rl: RandomSel of models + RL client selection; random: RandomSel + uniform clients "
+        "(AdaptiveFL+Random); greedy: the largest model to uniformly drawn clients (AdaptiveFL+Greedy)",
+    )
+    curiosity: bool = Field(True, description="rl: use the curiosity reward R_c (+C)")
+    resource: bool = Field(True, description="rl: use the resource reward R_s (+S); both on is +CS (AdaptiveFL)")
+    success_cap: float = Field(0.5, gt=0, le=1, description="cap on R_s when combined with R_c (the paper's 50 %)")
+    reference: Literal["paper", "code"] = Field(
+        "paper",
+        description="paper: Algorithm 1 and Section 3 as written; code: the official code's table updates, "
+        "large-level reward and device-side fallback",
+    )
+    avg_over: Literal["levels", "pool"] = Field(
+        "levels", description="acc_avg over the level heads S1, M1, L1 (paper Table 2) or over every pool model"
+    )
+    weighting: Literal["data", "count"] = Field("data", description="aggregation weights (paper: local data size)")
+
+    @field_validator("width_rates")
+    @classmethod
+    def _rates(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < r <= 1 for r in v) or sorted(set(v)) != v or v[-1] != 1.0:
+            raise ValueError(f"width_rates must be distinct, ascending, in (0, 1] and end with 1.0, got {v}")
+        return v
+
+    @field_validator("start_layers")
+    @classmethod
+    def _starts(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(i < 0 for i in v) or sorted(set(v)) != v):
+            raise ValueError(f"start_layers must be distinct, ascending and >= 0, got {v}")
+        return v
+
+
 AlgorithmConfig = Annotated[
-    FedAvgConfig | DecoupledConfig | HeteroFLConfig | HeteroFLIoTConfig, Field(discriminator="name")
+    FedAvgConfig | DecoupledConfig | HeteroFLConfig | HeteroFLIoTConfig | AdaptiveFLConfig,
+    Field(discriminator="name")
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "fedavg": FedAvgConfig,
     "decoupled": DecoupledConfig,
     "heterofl": HeteroFLConfig,
     "heterofl_iot": HeteroFLIoTConfig,
+    "adaptivefl": AdaptiveFLConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)
