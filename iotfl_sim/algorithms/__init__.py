@@ -7,8 +7,9 @@ from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
+from iotfl_sim.algorithms.scalefl import ScaleFL
 
-REGISTRY = {"fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT}
+REGISTRY = {"fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT, "scalefl": ScaleFL}
 
 
 def make_strategy(cfg) -> Strategy:
