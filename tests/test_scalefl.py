@@ -235,6 +235,7 @@ def test_tiny_end_to_end_run(tmp_path, write_scenario):
             "exit_head": "light",
             "kd_start": 0.0,
         },
+        local={"epochs": 1, "batch_size": 64, "lr": 0.05},
         server={"eval_every": 1, "bn_calibration_samples": 200},
     )
     out = tmp_path / "runs"
