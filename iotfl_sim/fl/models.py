@@ -6,7 +6,7 @@ keeps every class. Parameter names never depend on the rate, so a submodel's ``s
 same keys as the global model's (a subset when ``spec.depth`` truncates the network) and each tensor
 shape is an elementwise prefix of the global one: ``slice_state(global, shapes_of(sub))`` loads.
 
-Families (see ``FAMILIES``):
+Families (see ``FAMILIES`` and ``EE_FAMILIES``):
 
 - ``conv``: HeteroFL's 4-layer CNN, hidden [64, 128, 256, 512].
 - ``resnet18``: HeteroFL's pre-activation ResNet18 (3x3 stem, no max-pool, blocks [2, 2, 2, 2]).
@@ -27,12 +27,13 @@ from torch import nn
 
 from iotfl_sim.fl.submodel import SubmodelSpec
 
-BASE_FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_small", "mlp")
+# Single-output prunable families (the families every generic model test runs over).
+FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_small", "mlp")
 # Early-exit variants (``fl.early_exit``): ScaleFL's exit heads after every stage of a base family;
-# ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models.
+# ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models. Their forward returns a list.
 EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16")
 EE_FAMILIES: tuple[str, ...] = tuple(f"{b}_ee" for b in EE_BASES) + tuple(f"{b}_ee_light" for b in EE_BASES)
-FAMILIES: tuple[str, ...] = BASE_FAMILIES + EE_FAMILIES
+ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
@@ -574,8 +575,8 @@ def build_model(
     (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
     (``fl.early_exit``) return one logit tensor per exit.
     """
-    if family not in FAMILIES:
-        raise ValueError(f"unknown model family {family!r}; expected one of {FAMILIES}")
+    if family not in ALL_FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; expected one of {ALL_FAMILIES}")
     if family in EE_FAMILIES:
         from iotfl_sim.fl.early_exit import build_early_exit  # early_exit builds on this module
 
