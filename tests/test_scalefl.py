@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +22,10 @@ from iotfl_sim.fl.models import Scaler, build_model, count_params
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of
 from iotfl_sim.scenario.algorithms import ScaleFLConfig
+from iotfl_sim.scenario.loader import load_scenario
 from iotfl_sim.seeding import stream
 
+ROOT = Path(__file__).resolve().parents[1]
 MNIST = {"num_classes": 10, "in_channels": 1, "image_size": (28, 28)}
 
 
@@ -255,3 +258,9 @@ def test_tiny_end_to_end_run(tmp_path, write_scenario):
 def test_models_are_early_exit_nets():
     s = make()
     assert isinstance(s.recipe.build(s.specs[1]), EarlyExitNet)
+
+
+@pytest.mark.parametrize("name", ["scalefl_smoke", "scalefl_cifar10_resnet18"])
+def test_shipped_scenarios_validate(name):
+    sc = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    assert sc.algorithm.name == "scalefl" and sc.num_devices() == 100 and sc.selection_size() == 10
