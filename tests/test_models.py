@@ -143,7 +143,8 @@ def test_nesting_below_a_reduced_global_rate_with_tracked_bn(family: str) -> Non
 
 
 @pytest.mark.parametrize(
-    ("family", "depths"), [("resnet18", (1, 2, 3)), ("vgg16", (1, 3, 4)), ("mobilenetv2", (1, 4, 6))]
+    ("family", "depths"),
+    [("conv", (1, 2, 3)), ("resnet18", (1, 2, 3)), ("vgg16", (1, 3, 4)), ("mobilenetv2", (1, 4, 6))],
 )
 def test_depth_truncation_keeps_a_key_subset(
     family: str, depths: tuple[int, ...], global_models: dict[str, nn.Module]
@@ -160,7 +161,9 @@ def test_depth_truncation_keeps_a_key_subset(
 
 def test_depth_is_rejected_where_unsupported() -> None:
     with pytest.raises(NotImplementedError):
-        _build("conv", SubmodelSpec(1.0, depth=2))
+        _build("cnn_small", SubmodelSpec(1.0, depth=2))
+    with pytest.raises(ValueError):
+        _build("conv", SubmodelSpec(1.0, depth=5))
     with pytest.raises(ValueError):
         _build("resnet18", SubmodelSpec(1.0, depth=5))
     with pytest.raises(ValueError):

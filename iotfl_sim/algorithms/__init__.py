@@ -8,10 +8,11 @@ from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
+from iotfl_sim.algorithms.scalefl import ScaleFL
 
 REGISTRY = {
     "fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT,
-    "adaptivefl": AdaptiveFL,
+    "adaptivefl": AdaptiveFL, "scalefl": ScaleFL,
 }
 
 

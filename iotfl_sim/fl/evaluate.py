@@ -14,6 +14,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
+from iotfl_sim.fl.objectives import final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -47,11 +48,11 @@ def calibrate_bn(model: nn.Module, x: torch.Tensor, batch_size: int) -> None:
 
 @torch.inference_mode()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of ``model`` in eval mode."""
+    """(accuracy, mean cross-entropy) of ``model`` in eval mode (a multi-exit model: its last exit)."""
     model.eval()
     correct, loss = 0, 0.0
     for start in range(0, len(x), batch_size):
-        logits = model(x[start : start + batch_size])
+        logits = final_logits(model(x[start : start + batch_size]))
         yb = y[start : start + batch_size]
         correct += int((logits.argmax(1) == yb).sum())
         loss += float(nn.functional.cross_entropy(logits, yb, reduction="sum"))

@@ -6,7 +6,7 @@ keeps every class. Parameter names never depend on the rate, so a submodel's ``s
 same keys as the global model's (a subset when ``spec.depth`` truncates the network) and each tensor
 shape is an elementwise prefix of the global one: ``slice_state(global, shapes_of(sub))`` loads.
 
-Families (see ``FAMILIES``):
+Families (see ``FAMILIES`` and ``EE_FAMILIES``):
 
 - ``conv``: HeteroFL's 4-layer CNN, hidden [64, 128, 256, 512].
 - ``resnet18``: HeteroFL's pre-activation ResNet18 (3x3 stem, no max-pool, blocks [2, 2, 2, 2]).
@@ -16,6 +16,8 @@ Families (see ``FAMILIES``):
   groups (stem, the 7 bottleneck stages, the last 1x1 conv).
 - ``cnn_small``: a 3-conv CNN for tiny images such as sklearn's 8x8 digits.
 - ``mlp``: two hidden layers [200, 200], for tiny tests and tabular data (HAR).
+- ``conv_ee``, ``resnet18_ee``, ``vgg16_ee`` (and ``*_ee_light``): the same backbones with an early
+  exit after every stage (ScaleFL); built by ``fl.early_exit``, their forward returns a list of logits.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from torch import nn
 
 from iotfl_sim.fl.submodel import SubmodelSpec
 
+# Single-output prunable families (the families every generic model test runs over).
 FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_small", "mlp")
+# Early-exit variants (``fl.early_exit``): ScaleFL's exit heads after every stage of a base family;
+# ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models. Their forward returns a list.
+EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16")
+EE_FAMILIES: tuple[str, ...] = tuple(f"{b}_ee" for b in EE_BASES) + tuple(f"{b}_ee_light" for b in EE_BASES)
+ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
@@ -57,9 +65,11 @@ LAYER_GROUPS: dict[str, int] = {
 # Prunable groups that are hidden fully connected layers: AdaptiveFL scales them by r_w whatever the
 # start layer (its VGG head 512r -> 4096r -> 4096r -> classes).
 FC_GROUPS: dict[str, tuple[int, ...]] = {"vgg16": (VGG16_CONVS, VGG16_CONVS + 1)}
-# Full depth per family that supports depth truncation (ResNet stages, VGG pool-delimited stages,
-# MobileNetV2 bottleneck stages).
-FULL_DEPTH: dict[str, int] = {"resnet18": len(RESNET_HIDDEN), "vgg16": 5, "mobilenetv2": len(MOBILENETV2_CFG)}
+# Full depth per family that supports depth truncation (conv units with their pools, ResNet stages,
+# VGG pool-delimited stages, MobileNetV2 bottleneck stages).
+FULL_DEPTH: dict[str, int] = {
+    "conv": len(CONV_HIDDEN), "resnet18": len(RESNET_HIDDEN), "vgg16": 5, "mobilenetv2": len(MOBILENETV2_CFG),
+}  # fmt: skip
 
 
 class Scaler(nn.Module):
@@ -138,10 +148,13 @@ class ConvUnit(nn.Module):
 class PlainCNN(nn.Module):
     """Stacked ConvUnits with optional 2x2 max-pools, global average pooling and a linear classifier.
 
-    Used for HeteroFL's ``conv`` and for ``cnn_small``.
+    Used for HeteroFL's ``conv`` and for ``cnn_small``. ``has_head=False`` (a depth-truncated ``conv``:
+    fewer units, each keeping its pool) drops the head and ``forward`` returns the feature map.
     """
 
-    def __init__(self, units: list[ConvUnit], pool_after: list[bool], num_classes: int) -> None:
+    def __init__(
+        self, units: list[ConvUnit], pool_after: list[bool], num_classes: int, has_head: bool = True
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for unit, pool in zip(units, pool_after, strict=True):
@@ -149,13 +162,18 @@ class PlainCNN(nn.Module):
             if pool:
                 layers.append(nn.MaxPool2d(2))
         self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.flatten = nn.Flatten()
-        last = units[-1].conv.out_channels
-        self.classifier = nn.Linear(last, num_classes)
+        self.has_head = has_head
+        if has_head:
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.flatten = nn.Flatten()
+            last = units[-1].conv.out_channels
+            self.classifier = nn.Linear(last, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.flatten(self.pool(self.features(x))))
+        out = self.features(x)
+        if not self.has_head:
+            return out
+        return self.classifier(self.flatten(self.pool(out)))
 
 
 class PreActBlock(nn.Module):
@@ -555,12 +573,27 @@ def build_model(
     default: on for ``conv``, ``resnet18``, ``cnn_small`` and ``mlp`` (HeteroFL), off for ``vgg16``
     (AdaptiveFL has none) and ``mobilenetv2``; ``True``/``False`` force it on/off for any family.
     ``norm`` is ``bn`` (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln``
-    or ``none``. ``spec.depth`` (resnet18: stages 1..4, vgg16: stages 1..5, mobilenetv2: bottleneck
-    stages 1..7) keeps only the first stages and drops the head; other families raise
-    NotImplementedError for a depth.
+    or ``none``. ``spec.depth`` (conv: conv units 1..4 with their pools, resnet18: stages 1..4, vgg16:
+    stages 1..5, mobilenetv2: bottleneck stages 1..7) keeps only the first stages and drops the head
+    (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
+    (``fl.early_exit``) return one logit tensor per exit.
     """
-    if family not in FAMILIES:
-        raise ValueError(f"unknown model family {family!r}; expected one of {FAMILIES}")
+    if family not in ALL_FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; expected one of {ALL_FAMILIES}")
+    if family in EE_FAMILIES:
+        from iotfl_sim.fl.early_exit import build_early_exit  # early_exit builds on this module
+
+        return build_early_exit(
+            family,
+            spec,
+            num_classes=num_classes,
+            in_channels=in_channels,
+            image_size=image_size,
+            global_rate=global_rate,
+            scaler=scaler,
+            track_bn=track_bn,
+            norm=norm,
+        )
     if norm not in NORMS:
         raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
     if not 0.0 < global_rate <= 1.0:
@@ -577,10 +610,12 @@ def build_model(
 
     model: nn.Module
     if family == "conv":
-        widths = [spec.width(c, layer) for layer, c in enumerate(CONV_HIDDEN)]
-        units = _conv_units(widths, rates, in_channels, use_scaler, norm, track_bn)
-        pools = [True] * (len(units) - 1) + [False]  # HeteroFL drops the last max-pool
-        model = PlainCNN(units, pools, num_classes)
+        d = depth or FULL_DEPTH["conv"]
+        widths = [spec.width(c, layer) for layer, c in enumerate(CONV_HIDDEN[:d])]
+        units = _conv_units(widths, rates[:d], in_channels, use_scaler, norm, track_bn)
+        # HeteroFL drops the last max-pool; a truncated model keeps each of its units' pools
+        pools = [True] * min(d, len(CONV_HIDDEN) - 1) + [False] * (d == len(CONV_HIDDEN))
+        model = PlainCNN(units, pools, num_classes, has_head=d == len(CONV_HIDDEN))
     elif family == "cnn_small":
         widths = [spec.width(c, layer) for layer, c in enumerate(CNN_SMALL_HIDDEN)]
         units = _conv_units(widths, rates, in_channels, use_scaler, norm, track_bn)

@@ -173,9 +173,76 @@ class AdaptiveFLConfig(Strict):
         return v
 
 
+class ScaleFLLevel(Strict):
+    """One ScaleFL complexity level: a width rate and the number of stages/exits kept."""
+
+    width: float = Field(gt=0, le=1, description="width rate of every prunable layer (channels kept: floor)")
+    depth: int = Field(ge=1, description="stages kept, one exit after each (the deepest is the level's prediction)")
+
+
+class ScaleFLConfig(Strict):
+    """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
+
+    name: Literal["scalefl"]
+    levels: list[ScaleFLLevel] | None = Field(
+        None,
+        description="complexity levels, smallest first; null: the code's [0.7, 0.7, 0.75, 1] widths with exits "
+        "[1, 2, 3, 4] (conv, resnet18) or [2, 3, 4, 5] (vgg16)",
+    )
+    shares: list[float] | None = Field(
+        None, description="share of devices per level (assign: permutation); null: equal shares (the code's 0.25 each)"
+    )
+    assign: Literal["by_capacity", "permutation"] = Field(
+        "by_capacity",
+        description="by_capacity: each device gets the largest level that fits its declared free memory; "
+        "permutation: the code's fixed level per device from a seeded permutation and the shares",
+    )
+    kd_gamma: float = Field(
+        0.05,
+        ge=0,
+        description="weight of the exit self-distillation (the code's KD_gamma: 0 by default, 0.05 in its only "
+        "published command with KD; the paper's method has KD on)",
+    )
+    temperature: float = Field(3.0, gt=0, description="KD temperature T (the code's KD_T)")
+    kd_start: float = Field(
+        0.25, ge=0, le=1, description="KD is on from the first 0-based round r with r > kd_start * rounds"
+    )
+    exit_head: Literal["scalefl", "light"] = Field(
+        "scalefl",
+        description="scalefl: 3 x [conv3x3 -> Scaler -> BN -> ReLU] -> avgpool -> fc (the code's exits); "
+        "light: avgpool -> fc",
+    )
+    scaler: bool = Field(
+        True,
+        description="ScaleFL's Scaler (output / width rate in training and evaluation, where the rate < 1); "
+        "overrides model.scaler",
+    )
+    reference: Literal["paper", "code"] = Field(
+        "paper",
+        description="paper: KL with batchmean reduction and a detached teacher (last exit); code: KLDivLoss() "
+        "'mean' reduction and the teacher not detached, as the official code",
+    )
+
+    @model_validator(mode="after")
+    def _levels_ok(self) -> ScaleFLConfig:
+        if self.levels is not None:
+            if not self.levels:
+                raise ValueError("levels must not be empty")
+            keys = [(lv.width, lv.depth) for lv in self.levels]
+            if any(a[0] > b[0] or a[1] > b[1] for a, b in zip(keys, keys[1:], strict=False)):
+                raise ValueError("levels must be ordered smallest first (non-decreasing width and depth)")
+        if self.shares is not None:
+            n = len(self.levels) if self.levels is not None else None
+            if n is not None and len(self.shares) != n:
+                raise ValueError(f"shares has {len(self.shares)} entries for {n} levels")
+            if any(x < 0 for x in self.shares) or sum(self.shares) <= 0:
+                raise ValueError("shares must be non-negative and not all zero")
+        return self
+
+
 AlgorithmConfig = Annotated[
-    FedAvgConfig | DecoupledConfig | HeteroFLConfig | HeteroFLIoTConfig | AdaptiveFLConfig,
-    Field(discriminator="name")
+    FedAvgConfig | DecoupledConfig | HeteroFLConfig | HeteroFLIoTConfig | AdaptiveFLConfig | ScaleFLConfig,
+    Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "fedavg": FedAvgConfig,
@@ -183,5 +250,6 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "heterofl": HeteroFLConfig,
     "heterofl_iot": HeteroFLIoTConfig,
     "adaptivefl": AdaptiveFLConfig,
+    "scalefl": ScaleFLConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

@@ -12,7 +12,10 @@ from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConf
 from iotfl_sim.scenario.profile import Strict
 
 DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
-MODEL_FAMILIES = ("cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp")
+MODEL_FAMILIES = (
+    "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
+    "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
+)  # fmt: skip
 
 
 class MemoryConfig(Strict):
@@ -164,7 +167,10 @@ class Data(Strict):
 
 
 class Model(Strict):
-    family: Literal["cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp"] = "cnn_small"
+    family: Literal[
+        "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
+        "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
+    ] = Field("cnn_small", description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL)")  # fmt: skip
     norm: Literal["bn", "none"] = "bn"
     scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")
 
