@@ -5,10 +5,14 @@ from __future__ import annotations
 from iotfl_sim.algorithms.base import Strategy
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
+from iotfl_sim.algorithms.flexfl import FlexFL
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
 
-REGISTRY = {"fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT}
+REGISTRY = {
+    "fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT,
+    "flexfl": FlexFL,
+}
 
 
 def make_strategy(cfg) -> Strategy:

@@ -41,7 +41,10 @@ def group_prefixes(model: nn.Module, family: str) -> list[tuple[str, ...]]:
         units = [(name,) for name, m in model.named_modules() if isinstance(m, ConvUnit)]
         if family == "vgg16":
             assert len(units) == VGG16_CONVS, "apoz groups need the full-depth VGG16"
-            units += [("projector.0", "projector.1", "projector.2"), ("projector.4", "projector.5", "projector.6")]
+            units += [
+                ("projector.0", "projector.1", "projector.2"),
+                ("projector.4", "projector.5", "projector.6"),
+            ]
         groups = units
     elif family == "resnet18":
         groups = [("conv1", "layer1"), ("layer2",), ("layer3",), ("layer4", "scaler", "n4", "relu")]
@@ -147,7 +150,11 @@ class SearchError(ValueError):
 
 
 def search_paper(
-    scores: np.ndarray, fraction: Callable[[tuple[float, ...]], float], target: float, eps: float, step: float = 0.01
+    scores: np.ndarray,
+    fraction: Callable[[tuple[float, ...]], float],
+    target: float,
+    eps: float,
+    step: float = 0.01,
 ) -> tuple[float, ...]:
     """Algorithm 1: gamma = 0, xi, 2 xi, ...; rates = clamp(s * gamma); the first gamma with
     |target - fraction(rates)| <= eps wins (fractions of size(M)).
@@ -207,7 +214,9 @@ def search_code(
             lo = mid + 1
     got = fraction(rates(lo))
     if got < target - tol:
-        raise SearchError(f"no gamma in 1..199 lands in [{target - tol}, {target + tol}] (gamma={lo}: {got:.4f})")
+        raise SearchError(
+            f"no gamma in 1..199 lands in [{target - tol}, {target + tol}] (gamma={lo}: {got:.4f})"
+        )
     return rates(lo)
 
 
