@@ -19,8 +19,10 @@ Pre-processing (Algorithm 2 lines 1-5), once in ``setup``:
 - Scores s_l = 1 - A_l * AdjW_l (eq. 3, log of group parameter counts). Ablations: ``apoz: false``
   ("w/o APoZ: only the adjustment weight guides pruning") replaces every A_l by 0.5 (the code's own
   HeteroFL-like preset), so rates follow AdjW alone, and uniform when ``adjustment: false`` too;
-  ``adjustment: false`` sets AdjW = 1. System-only runs (no data) use A_l = 0.5 but still charge the
-  pretraining and APoZ FLOPs a real run would spend (proxy size from the nominal train set).
+  ``adjustment: false`` sets AdjW = 1; without APoZ nothing is pretrained (and nothing charged).
+  System-only runs (no data) use A_l = 0.5 but still charge the pretraining and APoZ FLOPs a real
+  run would spend (proxy size = ``proxy_fraction`` of the nominal train set). A real run with APoZ
+  and no proxy set (``proxy_fraction: 0``) is an error.
 - Pool (Algorithm 1 per target): paper: gamma = 0, 0.01, ... until |p - size(M')| <= epsilon
   (``search_epsilon`` 0.01 of size(M); the paper gives no value), size = all parameters; code:
   gamma = 1..199 with rates clamp(s x 100 / gamma), the first fraction in target +- 0.05, counted over
@@ -140,7 +142,9 @@ class FlexFL(StrategyBase):
         """Pretrain a copy of the global model on the proxy train part; APoZ on the test part."""
         ctx, cfg = self.c, self.cfg
         full_cost = self.recipe.cost(self.global_spec)
-        if ctx.data is None or ctx.proxy_indices is None:
+        if ctx.data is not None and (ctx.proxy_indices is None or len(ctx.proxy_indices) == 0):
+            raise ValueError("flexfl: APoZ needs a proxy set; set algorithm.proxy_fraction > 0 (or apoz: false)")
+        if ctx.data is None:
             n = int(round(cfg.proxy_fraction * float(np.sum(ctx.samples_per_device))))
             n_train = int(np.floor(cfg.proxy_train_share * n))
             self.c.server_work.charge("pretrain", full_cost.train_flops(n_train * cfg.pretrain_epochs))
