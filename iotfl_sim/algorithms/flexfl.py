@@ -74,7 +74,7 @@ from iotfl_sim.algorithms.base import (
     Update,
     random_selection,
 )
-from iotfl_sim.algorithms.common import StrategyBase, classifier_keys, contributions
+from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl import apoz as ap
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -117,15 +117,14 @@ class FlexFL(StrategyBase):
     def setup(self, ctx) -> None:
         self.ctx = ctx
         cfg = self.cfg
-        gaps = np.diff([0.0, *cfg.targets])
-        if cfg.adaptive_models and cfg.adaptive_gamma >= gaps.min():
+        gaps = np.diff(cfg.targets)
+        if cfg.adaptive_models and len(gaps) and cfg.adaptive_gamma >= gaps.min():
             raise ValueError(
                 f"flexfl: adaptive_gamma {cfg.adaptive_gamma} must be below the smallest target gap"
             )
         self.recipe = replace(ctx.recipe, global_rate=1.0, scaler=False)
         self.global_spec = SubmodelSpec(1.0, rounding="floor", name="full")
         self.state = ctx.initial_state(self.recipe, self.global_spec)
-        self.classifier = classifier_keys(self.recipe, self.global_spec)
         with torch.device("meta"):
             skeleton = self.recipe.build(self.global_spec)
         self.group_sizes = ap.group_param_counts(skeleton, self.recipe.family)
