@@ -6,13 +6,19 @@ from iotfl_sim.algorithms.adaptivefl import AdaptiveFL
 from iotfl_sim.algorithms.base import Strategy
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
+from iotfl_sim.algorithms.flexfl import FlexFL
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
 from iotfl_sim.algorithms.scalefl import ScaleFL
 
 REGISTRY = {
-    "fedavg": FedAvg, "decoupled": Decoupled, "heterofl": HeteroFL, "heterofl_iot": HeteroFLIoT,
-    "adaptivefl": AdaptiveFL, "scalefl": ScaleFL,
+    "fedavg": FedAvg,
+    "decoupled": Decoupled,
+    "heterofl": HeteroFL,
+    "heterofl_iot": HeteroFLIoT,
+    "adaptivefl": AdaptiveFL,
+    "flexfl": FlexFL,
+    "scalefl": ScaleFL,
 }
 
 

@@ -240,8 +240,61 @@ class ScaleFLConfig(Strict):
         return self
 
 
+class FlexFLConfig(Strict):
+    """FlexFL (Chen et al., APoZ-guided flexible pruning; ``iotfl_sim.algorithms.flexfl``)."""
+
+    name: Literal["flexfl"]
+    reference: Literal["paper", "code"] = Field(
+        "paper",
+        description="paper: Algorithm 1's search and eq. 4 as written; code: the official code's search (gamma "
+        "1..199, window +-0.05, fraction over the prunable groups only) and self-KD (all smaller pool models, "
+        "KLDivLoss 'mean')",
+    )
+    targets: list[float] = Field(
+        default_factory=lambda: [0.25, 0.5, 1.0],
+        description="parameter fractions of the level models M1, M2, M3 (the last is the global model)",
+    )
+    adaptive_gamma: float = Field(0.1, ge=0, lt=1, description="Gamma: an adaptive model M_i' has target - Gamma")
+    search_epsilon: float = Field(
+        0.01, gt=0, lt=1, description="paper search: stop at |p - size(M')| <= epsilon (fraction of size(M))"
+    )
+    search_step: float = Field(0.01, gt=0, description="paper search: the step xi of gamma")
+    code_tolerance: float = Field(0.05, gt=0, lt=1, description="code search: the window target +- tolerance")
+    proxy_fraction: float = Field(0.01, ge=0, lt=1, description="share of the train set held out as the proxy set")
+    proxy_train_share: float = Field(0.8, gt=0, lt=1, description="part of the proxy set used for pretraining")
+    pretrain_epochs: int = Field(100, ge=0, description="server pretraining epochs on the proxy train part (code: 100)")
+    pretrain_optimizer: Literal["adam", "sgd"] = Field("adam", description="pretraining optimizer (code: Adam)")
+    pretrain_lr: float = Field(1e-3, gt=0, description="pretraining learning rate (code: Adam 1e-3)")
+    pretrain_batch_size: int = Field(50, ge=1, description="pretraining batch size (code: local_bs = 50)")
+    apoz_mode: Literal["eval", "train"] = Field("eval", description="module mode of the APoZ forward pass (code: eval)")
+    self_kd: bool = Field(True, description="ablation 'w/o self-KD' when false (plain CE)")
+    kd_lambda: float = Field(10.0, ge=0, description="lambda of eq. 4")
+    kd_temperature: float = Field(3.0, gt=0, description="tau of eq. 4")
+    adaptive_models: bool = Field(True, description="ablation 'w/o adaptive model' when false (pool M1, M2, M3)")
+    apoz: bool = Field(
+        True,
+        description="ablation 'w/o APoZ' when false: every layer's APoZ is replaced by 0.5, so only the "
+        "adjustment weight shapes the rates (uniform rates when adjustment is off too)",
+    )
+    adjustment: bool = Field(True, description="ablation 'w/o adjustment' when false (AdjW = 1)")
+    weighting: Literal["data", "count"] = Field("data", description="aggregation weights (paper: data size)")
+
+    @field_validator("targets")
+    @classmethod
+    def _targets_sorted(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < t <= 1 for t in v) or sorted(v) != v or len(set(v)) != len(v):
+            raise ValueError(f"targets must be distinct, ascending, in (0, 1]; got {v}")
+        return v
+
+
 AlgorithmConfig = Annotated[
-    FedAvgConfig | DecoupledConfig | HeteroFLConfig | HeteroFLIoTConfig | AdaptiveFLConfig | ScaleFLConfig,
+    FedAvgConfig
+    | DecoupledConfig
+    | HeteroFLConfig
+    | HeteroFLIoTConfig
+    | AdaptiveFLConfig
+    | FlexFLConfig
+    | ScaleFLConfig,
     Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
@@ -251,5 +304,6 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "heterofl_iot": HeteroFLIoTConfig,
     "adaptivefl": AdaptiveFLConfig,
     "scalefl": ScaleFLConfig,
+    "flexfl": FlexFLConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

@@ -1,0 +1,258 @@
+"""FlexFL (Chen et al., "FlexFL: Heterogeneous Federated Learning via APoZ-Guided Flexible Pruning in
+Uncertain Scenarios"), from the paper, with ``reference: code`` for the official code's numbers
+(mastlab-T3S/FlexFL @cec0e6c). Mechanics live in ``fl.apoz`` (APoZ, eq. 3, Algorithm 1).
+
+Pre-processing (Algorithm 2 lines 1-5), once in ``setup``:
+
+- Proxy set: the engine holds ``proxy_fraction`` (default 1 %, Table III) of the train set out of the
+  clients' data. It is split by a seeded permutation into ``proxy_train_share`` (80 %) for
+  pretraining and the rest for APoZ, as the paper and the code do.
+- Pretraining: the paper names no optimizer; the code's is the default: Adam, lr 1e-3, batch 50,
+  100 epochs, a fresh optimizer every epoch, plain CE, from the run's seeded initial weights. Its
+  FLOPs (3 x forward x samples x epochs) are charged as server work "pretrain", the APoZ pass's
+  forward FLOPs as "apoz": both appear as server time in round 1. Line 3 (Reset(M)): the global model
+  then starts from the seeded initial weights, not the pretrained ones.
+- APoZ: forward hooks on every ReLU (ReLU6 for MobileNetV2) with the modules in eval mode
+  (``apoz_mode``; the code uses eval; BatchNorm has no running statistics here, so it normalises
+  with batch statistics either way); per sample the fraction of zero outputs, averaged over the
+  proxy test part (eq. 1) and over the ReLUs of a layer group (eq. 2). Groups: ``fl.apoz``.
+- Scores s_l = 1 - A_l * AdjW_l (eq. 3, log of group parameter counts). Ablations: ``apoz: false``
+  ("w/o APoZ: only the adjustment weight guides pruning") replaces every A_l by 0.5 (the code's own
+  HeteroFL-like preset), so rates follow AdjW alone, and uniform when ``adjustment: false`` too;
+  ``adjustment: false`` sets AdjW = 1; without APoZ nothing is pretrained (and nothing charged).
+  System-only runs (no data) use A_l = 0.5 but still charge the pretraining and APoZ FLOPs a real
+  run would spend (proxy size = ``proxy_fraction`` of the nominal train set). A real run with APoZ
+  and no proxy set (``proxy_fraction: 0``) is an error.
+- Pool (Algorithm 1 per target): paper: gamma = 0, 0.01, ... until |p - size(M')| <= epsilon
+  (``search_epsilon`` 0.01 of size(M); the paper gives no value), size = all parameters; code:
+  gamma = 1..199 with rates clamp(s x 100 / gamma), the first fraction in target +- 0.05, counted over
+  the layer groups only (no classifier). Targets [0.25, 0.5, 1]; the last level (target 1) is the
+  global model itself (no search). Adaptive models (Sec. III-C, IV-A: "the adaptive models are M2'
+  and M3'") at target - Gamma for every level but the smallest: pool M1, M2', M2, M3', M3 (by size),
+  or M1, M2, M3 with ``adaptive_models: false``. Gamma must stay below the smallest gap between
+  targets (the paper's requirement). Channels are int(C x rate) ("floor"), at least one.
+
+FL training (lines 6-20):
+
+- DevSel: the paper's server keeps a table of requested (declared) resources; here
+  ``FleetView.declared_free_memory`` (r_M in relative units). Clients: K uniformly at random among
+  selectable devices whose declared resource holds M1; each gets the largest *level* model (M1, M2,
+  M3) its declared resource holds: adaptive models are never dispatched, as in the code. (The code
+  draws a model uniformly per slot and then a device by hard-coded id ranges; not reproduced.)
+- AdaPrune (``adapt``, on the device, with its current r = r_M - |u|): the largest pool model not
+  above the dispatched one whose need (percent of the full model's parameters in relative units)
+  is <= r, tried in the order M3', M2, M2', M1; below M1 the device refuses (the task fails as
+  ``refused``): the paper does not say, and the code trains M1 anyway. Both references decide by
+  the models' true sizes (the code compares with nominal thresholds 40/50/90/100).
+- Self-KD (eq. 4, tau = 3, lambda = 10): paper: the teachers of a trained model are the level models
+  smaller than it (M1..M_{i-1} of the pool P = {M1, M2, M3}), the KD sum divided by their number,
+  KL per sample (batchmean). Code: every smaller model of the 5-model pool (adaptive ones included),
+  divided by the trained model's index in that pool, KLDivLoss's 'mean' (also / classes). Teachers
+  are cut from the student's current weights each step and run in train mode without gradient.
+  A model with no smaller teacher (M1) trains with plain CE; ``self_kd: false`` is CE everywhere.
+- Aggregation: data-size weighted prefix averaging (untouched entries keep their value).
+- Evaluation: small/medium/large = M1, M2, M3 (``acc_avg`` is their mean, the paper's "average
+  accuracy of the 25 %, 50 % and 100 % models") plus ``full`` (the global model, = large; kept for
+  columns comparable across methods, not in the average).
+- Models have no HeteroFL Scaler (VGG/ResNet/MobileNet in FlexFL's code have none): the recipe forces
+  ``scaler: false`` whatever the scenario says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from iotfl_sim.algorithms.base import (
+    Assignment,
+    DeviceState,
+    EvalTarget,
+    FleetView,
+    LocalObjective,
+    Update,
+    random_selection,
+)
+from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.fl import apoz as ap
+from iotfl_sim.fl.aggregate import aggregate_nested
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.algorithms import FlexFLConfig
+from iotfl_sim.seeding import int_seed, stream
+
+UNIFORM_APOZ = 0.5
+EVAL_LABELS = ("small", "medium", "large")
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    name: str  # M1, M2', M2, ...
+    spec: SubmodelSpec
+    level: int  # index of its level model (M2' and M2 -> 1)
+    adaptive: bool
+    target: float
+
+
+def pool_names(n_levels: int, adaptive: bool) -> list[tuple[str, int, bool]]:
+    """(name, level, adaptive) in ascending size: M1, M2', M2, M3', M3 (no M1', as in the paper)."""
+    out = []
+    for i in range(n_levels):
+        if adaptive and i > 0:
+            out.append((f"M{i + 1}'", i, True))
+        out.append((f"M{i + 1}", i, False))
+    return out
+
+
+class FlexFL(StrategyBase):
+    name = "flexfl"
+
+    def __init__(self, cfg: FlexFLConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    # ------------------------------------------------------------ pre-processing
+
+    def setup(self, ctx) -> None:
+        self.ctx = ctx
+        cfg = self.cfg
+        gaps = np.diff(cfg.targets)
+        if cfg.adaptive_models and len(gaps) and cfg.adaptive_gamma >= gaps.min():
+            raise ValueError(
+                f"flexfl: adaptive_gamma {cfg.adaptive_gamma} must be below the smallest target gap"
+            )
+        self.recipe = replace(ctx.recipe, global_rate=1.0, scaler=False)
+        self.global_spec = SubmodelSpec(1.0, rounding="floor", name="full")
+        self.state = ctx.initial_state(self.recipe, self.global_spec)
+        with torch.device("meta"):
+            skeleton = self.recipe.build(self.global_spec)
+        self.group_sizes = ap.group_param_counts(skeleton, self.recipe.family)
+        self.apoz = self._apoz() if cfg.apoz else [UNIFORM_APOZ] * len(self.group_sizes)
+        self.adjw = (
+            ap.adjustment_weights(self.group_sizes) if cfg.adjustment else [1.0] * len(self.group_sizes)
+        )
+        self.scores = ap.layer_scores(self.apoz, self.adjw)
+        self.pool = self._build_pool()
+        self.levels = [p for p in self.pool if not p.adaptive]
+        self.index = {p.name: i for i, p in enumerate(self.pool)}
+
+    def _apoz(self) -> list[float]:
+        """Pretrain a copy of the global model on the proxy train part; APoZ on the test part."""
+        ctx, cfg = self.c, self.cfg
+        full_cost = self.recipe.cost(self.global_spec)
+        if ctx.data is not None and (ctx.proxy_indices is None or len(ctx.proxy_indices) == 0):
+            raise ValueError("flexfl: APoZ needs a proxy set; set algorithm.proxy_fraction > 0 (or apoz: false)")
+        if ctx.data is None:
+            n = int(round(cfg.proxy_fraction * float(np.sum(ctx.samples_per_device))))
+            n_train = int(np.floor(cfg.proxy_train_share * n))
+            self.c.server_work.charge("pretrain", full_cost.train_flops(n_train * cfg.pretrain_epochs))
+            self.c.server_work.charge("apoz", full_cost.flops_forward_per_sample * (n - n_train))
+            return [UNIFORM_APOZ] * len(self.group_sizes)
+        proxy = np.asarray(ctx.proxy_indices)
+        order = proxy[stream(ctx.seed, "flexfl_proxy_split").permutation(len(proxy))]
+        n_train = int(np.floor(cfg.proxy_train_share * len(order)))
+        train, test = order[:n_train], order[n_train:]
+        if len(test) == 0:
+            raise ValueError("flexfl: the proxy set is too small to leave a test part for APoZ")
+        model = self.recipe.build(self.global_spec)
+        model.load_state_dict(self.state)
+        x, y = ctx.data.x_train, ctx.data.y_train
+        ti = torch.as_tensor(train, dtype=torch.long)
+        ap.pretrain(
+            model, x[ti], y[ti], epochs=cfg.pretrain_epochs, batch_size=cfg.pretrain_batch_size,
+            lr=cfg.pretrain_lr, optimizer=cfg.pretrain_optimizer, seed=int_seed(ctx.seed, "flexfl_pretrain"),
+        )  # fmt: skip
+        self.c.server_work.charge("pretrain", full_cost.train_flops(len(train) * cfg.pretrain_epochs))
+        result = ap.layer_apoz(
+            model, self.recipe.family, x[torch.as_tensor(test, dtype=torch.long)], mode=cfg.apoz_mode
+        )
+        self.c.server_work.charge("apoz", full_cost.flops_forward_per_sample * len(test))
+        return result
+
+    def _build_pool(self) -> list[PoolModel]:
+        cfg = self.cfg
+        code = cfg.reference == "code"
+        fraction = ap.size_fraction(self.recipe, groups_only=code)
+        out = []
+        for name, level, adaptive in pool_names(len(cfg.targets), cfg.adaptive_models):
+            target = cfg.targets[level] - (cfg.adaptive_gamma if adaptive else 0.0)
+            if target >= 1.0:
+                rates = None  # the global model itself
+            elif code:
+                rates = ap.search_code(self.scores, fraction, target, cfg.code_tolerance)
+            else:
+                rates = ap.search_paper(self.scores, fraction, target, cfg.search_epsilon, cfg.search_step)
+            out.append(PoolModel(name, SubmodelSpec(1.0, layer_rates=rates, rounding="floor", name=name),
+                                 level, adaptive, target))  # fmt: skip
+        return out
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        return [(self.recipe, p.spec) for p in reversed(self.pool)]  # largest (the global model) first
+
+    # ------------------------------------------------------------ rounds
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        declared = np.asarray(fleet.declared_free_memory(), dtype=np.float64)
+        level = np.full(len(declared), -1, dtype=np.int64)  # largest level model the declared resource holds
+        for i, p in enumerate(self.levels):
+            level[self.fits(self.recipe, p.spec, declared)] = i
+        chosen = random_selection(
+            np.flatnonzero(fleet.selectable_mask() & (level >= 0)), self.c.clients_per_round, rng
+        )
+        out = []
+        for d in chosen:
+            p = self.levels[int(level[d])]
+            out.append(Assignment(int(d), p.spec, level=p.name, extras={"dispatched": p.name}))
+        return out
+
+    def adapt(self, assignment: Assignment, device: DeviceState) -> Assignment | None:
+        """AdaPrune: the largest pool model up to the dispatched one that fits the current resource."""
+        pairs = [(self.recipe, p.spec) for p in self.pool]
+        i = self.largest_fitting(pairs, device.free_memory_bytes, upto=self.index[assignment.level])
+        if i is None:
+            return None
+        p = self.pool[i]
+        return replace(assignment, spec=p.spec, level=p.name)
+
+    def teachers(self, name: str) -> tuple[list[PoolModel], float]:
+        """Self-KD teachers of the pool model ``name`` and the divisor of their KD sum."""
+        i = self.index[name]
+        if self.cfg.reference == "code":
+            return list(self.pool[:i]), float(i)
+        smaller = [p for p in self.levels if self.index[p.name] < i]
+        return smaller, float(len(smaller))
+
+    def local_objective(self, assignment: Assignment) -> LocalObjective:
+        cfg = self.cfg
+        teachers, divisor = self.teachers(assignment.level)
+        if not cfg.self_kd or not teachers:
+            return LocalObjective("ce")
+        return LocalObjective(
+            "self_kd",
+            temperature=cfg.kd_temperature,
+            weight=cfg.kd_lambda,
+            teachers=tuple(p.spec for p in teachers),
+            divisor=divisor,
+            reduction="mean" if cfg.reference == "code" else "batchmean",
+        )
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipe
+
+    def payload(self, assignment: Assignment):
+        return self.state
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        if not updates:
+            return
+        self.state = aggregate_nested(self.state, contributions(updates, self.cfg.weighting))
+
+    def eval_targets(self) -> list[EvalTarget]:
+        labels = EVAL_LABELS if len(self.levels) == 3 else [p.name for p in self.levels]
+        targets = [
+            EvalTarget(label, p.spec, self.slice_for(self.state, self.recipe, p.spec), self.recipe)
+            for label, p in zip(labels, self.levels, strict=True)
+        ]
+        targets.append(EvalTarget("full", self.global_spec, self.state, self.recipe, is_level=False))
+        return targets
