@@ -61,3 +61,54 @@ def write_scenario(tmp_path):
         return p
 
     return write
+
+
+def strategy_context(
+    recipe,
+    n: int = 20,
+    k: int = 5,
+    *,
+    rounds: int = 10,
+    samples: int = 10,
+    memory_need=None,
+    declared=None,
+    weights: bool = True,
+):
+    """A StrategyContext for calling a strategy directly: ``n`` devices of ``samples`` samples holding every
+    class, ``k`` clients per round; ``memory_need`` defaults to 0 and the declared memory to plenty;
+    ``weights=False`` skips building initial weights (pool construction only)."""
+    import numpy as np
+
+    from iotfl_sim.algorithms.base import StrategyContext
+
+    def initial_state(r, s):
+        return {key: v.detach().clone() for key, v in r.build(s).state_dict().items()} if weights else {}
+
+    return StrategyContext(
+        recipe=recipe,
+        num_devices=n,
+        samples_per_device=np.full(n, samples),
+        labels_per_device=[np.arange(recipe.num_classes)] * n,
+        num_classes=recipe.num_classes,
+        seed=0,
+        rounds=rounds,
+        clients_per_round=k,
+        memory_need=memory_need or (lambda r, s: 0.0),
+        declared_free_memory=np.full(n, 1e12) if declared is None else np.asarray(declared, dtype=float),
+        initial_state=initial_state,
+    )
+
+
+def relative_fleet(counts: tuple[int, int, int] = (4, 4, 4), strong_sigma2: list[float] | None = None) -> dict:
+    """Weak / medium / strong groups of TINY devices in FlexFL's relative memory units (free 35 / 60 / 110,
+    sigma^2 drawn from {5, 8, 10} unless ``strong_sigma2`` says otherwise for the strong group)."""
+    sig = [5, 8, 10]
+    return {
+        "memory_units": "relative",
+        "groups": [
+            {"name": "weak", "count": counts[0], "profile": copy.deepcopy(TINY), "memory": {"free": 35, "sigma2": sig}},
+            {"name": "medium", "count": counts[1], "profile": copy.deepcopy(TINY), "memory": {"free": 60, "sigma2": sig}},
+            {"name": "strong", "count": counts[2], "profile": copy.deepcopy(TINY),
+             "memory": {"free": 110, "sigma2": strong_sigma2 or sig}},
+        ],
+    }

@@ -3,13 +3,12 @@ device-side pruning, and short end-to-end runs."""
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 
 import numpy as np
 import pytest
-from conftest import TINY, base_scenario
+from conftest import base_scenario, relative_fleet, strategy_context
 from pydantic import ValidationError
 
 from iotfl_sim.algorithms import REGISTRY
@@ -21,7 +20,7 @@ from iotfl_sim.algorithms.adaptivefl import (
     selection_probabilities,
     update_tables,
 )
-from iotfl_sim.algorithms.base import Assignment, DeviceState, Outcome, StrategyContext
+from iotfl_sim.algorithms.base import Assignment, DeviceState, Outcome
 from iotfl_sim.cli import main
 from iotfl_sim.fl.models import build_model, count_params, start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -47,19 +46,7 @@ class FakeView:
 
 def make_strategy(n: int = 20, k: int = 5, family: str = "cnn_small", **cfg) -> AdaptiveFL:
     recipe = ModelRecipe(family, 10, 1, (8, 8))
-    ctx = StrategyContext(
-        recipe=recipe,
-        num_devices=n,
-        samples_per_device=np.full(n, 10),
-        labels_per_device=[np.arange(10)] * n,
-        num_classes=10,
-        seed=0,
-        rounds=10,
-        clients_per_round=k,
-        memory_need=lambda r, s: float(count_params(r.build(s))),
-        declared_free_memory=np.full(n, 1e12),
-        initial_state=lambda r, s: {k: v.detach().clone() for k, v in r.build(s).state_dict().items()},
-    )
+    ctx = strategy_context(recipe, n, k, memory_need=lambda r, s: float(count_params(r.build(s))))
     s = AdaptiveFL(AdaptiveFLConfig(name="adaptivefl", **cfg))
     s.setup(ctx)
     return s
@@ -97,11 +84,7 @@ def test_vgg16_pool_has_table1_parameter_counts():
 
 def test_vgg16_strategy_pool_order_and_labels():
     recipe = ModelRecipe("vgg16", 10, 3, (32, 32))  # scaler on in the recipe: the strategy turns it off
-    ctx = StrategyContext(
-        recipe=recipe, num_devices=2, samples_per_device=np.ones(2), labels_per_device=[], num_classes=10, seed=0,
-        rounds=1, clients_per_round=1, memory_need=lambda r, spec: float(count_params(r.build(spec))),
-        declared_free_memory=np.ones(2), initial_state=lambda r, spec: {},  # pool construction only
-    )  # fmt: skip
+    ctx = strategy_context(recipe, 2, 1, memory_need=lambda r, spec: float(count_params(r.build(spec))), weights=False)
     s = AdaptiveFL(AdaptiveFLConfig(name="adaptivefl"))
     s.setup(ctx)
     assert [p.name for p in s.pool] == ["S3", "S2", "S1", "M3", "M2", "M1", "L1"]
@@ -310,18 +293,6 @@ def test_eval_targets_and_avg_columns():
 
 
 # ---------------------------------------------------------------- end to end
-
-
-def relative_fleet(n_per: int = 4) -> dict:
-    prof = copy.deepcopy(TINY)
-    return {
-        "memory_units": "relative",
-        "groups": [
-            {"name": "weak", "count": n_per, "profile": prof, "memory": {"free": 35, "sigma2": [5, 8, 10]}},
-            {"name": "medium", "count": n_per, "profile": prof, "memory": {"free": 60, "sigma2": [5, 8, 10]}},
-            {"name": "strong", "count": n_per, "profile": prof, "memory": {"free": 110, "sigma2": [5, 8, 10]}},
-        ],
-    }
 
 
 def run(tmp_path, write_scenario, name: str, **over) -> list[dict]:

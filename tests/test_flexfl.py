@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import base_scenario
+from conftest import base_scenario, relative_fleet, strategy_context
 
 from iotfl_sim.algorithms import REGISTRY
-from iotfl_sim.algorithms.base import DeviceState, StrategyContext
+from iotfl_sim.algorithms.base import DeviceState
 from iotfl_sim.algorithms.flexfl import FlexFL, pool_names
 from iotfl_sim.cli import main
 from iotfl_sim.fl import apoz as ap
@@ -143,18 +143,8 @@ def relative_need(recipe: ModelRecipe, spec: SubmodelSpec) -> float:
 
 def make(recipe: ModelRecipe = CONV, n: int = 10, declared=None, state: bool = False, **cfg) -> FlexFL:
     declared = np.array([35.0] * 4 + [60.0] * 3 + [110.0] * 3) if declared is None else declared
-    ctx = StrategyContext(
-        recipe=recipe,
-        num_devices=n,
-        samples_per_device=np.full(n, 100),
-        labels_per_device=[np.arange(recipe.num_classes)] * n,
-        num_classes=recipe.num_classes,
-        seed=0,
-        rounds=5,
-        clients_per_round=n,
-        memory_need=relative_need,
-        declared_free_memory=declared,
-        initial_state=(lambda r, s: r.build(s).state_dict()) if state else (lambda r, s: {}),
+    ctx = strategy_context(
+        recipe, n, n, rounds=5, samples=100, memory_need=relative_need, declared=declared, weights=state
     )
     s = FlexFL(FlexFLConfig(name="flexfl", **cfg))
     s.setup(ctx)
@@ -305,29 +295,12 @@ def test_config_rejects_gamma_above_the_target_gap():
 # ---------------------------------------------------------------- end to end
 
 
-def relative_fleet():
-    prof = {
-        "name": "dev", "device_class": "sbc", "compute": {"flops": 1.0e10, "jitter": {"dist": "none"}},
-        "memory": {"total_mb": 4000, "free_mb": 2000, "sigma_mb": 0.0},
-        "power": {"idle_w": 1.0, "train_w": 5.0, "tx_w": 1.0, "rx_w": 1.0},
-        "link": {"down_mbps": 50.0, "up_mbps": 20.0, "rtt_ms": 5.0},
-    }  # fmt: skip
-    return {
-        "memory_units": "relative",
-        "groups": [
-            {"name": "weak", "count": 4, "profile": prof, "memory": {"free": 35, "sigma2": [5, 8, 10]}},
-            {"name": "medium", "count": 3, "profile": prof, "memory": {"free": 60, "sigma2": [5, 8, 10]}},
-            {"name": "strong", "count": 3, "profile": prof, "memory": {"free": 110, "sigma2": [30]}},
-        ],
-    }
-
-
 @pytest.mark.parametrize("reference", ["paper", "code"])
 def test_end_to_end_digits(tmp_path, write_scenario, reference):
     data = base_scenario(
         rounds=2,
         clients_per_round=3,
-        fleet=relative_fleet(),
+        fleet=relative_fleet((4, 3, 3), strong_sigma2=[30]),
         model={"family": "cnn_small", "scaler": False},
         algorithm={"name": "flexfl", "reference": reference, "proxy_fraction": 0.05, "pretrain_epochs": 1},
         server={"eval_every": 2, "bn_calibration_samples": 100},

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY, base_scenario
+from conftest import TINY, base_scenario, strategy_context
 
 from iotfl_sim.algorithms import REGISTRY
-from iotfl_sim.algorithms.base import Outcome, StrategyContext
+from iotfl_sim.algorithms.base import Outcome
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT, fill_quotas, level_quotas
 from iotfl_sim.cli import main
@@ -57,19 +57,7 @@ class FakeView:
 
 def make_strategy(n: int = 100, k: int = 10, **cfg) -> HeteroFLIoT:
     recipe = ModelRecipe("cnn_small", 10, 1, (8, 8))
-    ctx = StrategyContext(
-        recipe=recipe,
-        num_devices=n,
-        samples_per_device=np.full(n, 10),
-        labels_per_device=[np.arange(10)] * n,
-        num_classes=10,
-        seed=0,
-        rounds=10,
-        clients_per_round=k,
-        memory_need=lambda r, s: 0.0,
-        declared_free_memory=np.full(n, 1e12),
-        initial_state=lambda r, s: {k: v.detach().clone() for k, v in r.build(s).state_dict().items()},
-    )
+    ctx = strategy_context(recipe, n, k)
     s = HeteroFLIoT(HeteroFLIoTConfig(name="heterofl_iot", **cfg))
     s.setup(ctx)
     return s

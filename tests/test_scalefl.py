@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import base_scenario
+from conftest import base_scenario, strategy_context
 
 from iotfl_sim.algorithms import REGISTRY
-from iotfl_sim.algorithms.base import Assignment, StrategyContext, Update
+from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.algorithms.scalefl import ScaleFL, default_levels, kd_active, permutation_levels
 from iotfl_sim.cli import main
 from iotfl_sim.fl.cost import measure_cost
@@ -114,19 +114,7 @@ def test_scalefl_scaler_is_always_on():
 
 def make(n: int = 8, rounds: int = 8, free=None, need=None, family: str = "conv", **cfg) -> ScaleFL:
     recipe = ModelRecipe(family, 10, 1, (28, 28), scaler=False)
-    ctx = StrategyContext(
-        recipe=recipe,
-        num_devices=n,
-        samples_per_device=np.full(n, 10),
-        labels_per_device=[np.arange(10)] * n,
-        num_classes=10,
-        seed=0,
-        rounds=rounds,
-        clients_per_round=4,
-        memory_need=need or (lambda r, s: 0.0),
-        declared_free_memory=np.full(n, 1e12) if free is None else np.asarray(free, dtype=float),
-        initial_state=lambda r, s: {},
-    )
+    ctx = strategy_context(recipe, n, 4, rounds=rounds, memory_need=need, declared=free, weights=False)
     s = ScaleFL(ScaleFLConfig(name="scalefl", **cfg))
     s.setup(ctx)
     return s
