@@ -53,8 +53,7 @@ def run_one(label: str, sets: list[str], seed: int, rounds: int | None, out: Pat
     torch.set_num_threads(1)
     from iotfl_sim.cli import main
 
-    slug = "".join(c if c.isalnum() else "_" for c in label).strip("_").lower()
-    where = out / f"{slug}-s{seed}"
+    where = out / f"{_slug(label)}-s{seed}"
     where.mkdir(parents=True, exist_ok=True)
     args = ["run", str(BASE), "--out", str(where), "--quiet", "--set", f"seed={seed}"]
     for s in sets + ([f"rounds={rounds}"] if rounds else []):
@@ -65,6 +64,18 @@ def run_one(label: str, sets: list[str], seed: int, rounds: int | None, out: Pat
         raise SystemExit(f"run failed ({rc}): {' '.join(args)}")
     (run_dir,) = [p for p in where.iterdir() if p.is_dir()]
     return label, seed, str(run_dir), time.perf_counter() - t0
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label).strip("_").lower()
+
+
+def _host_times(out: Path) -> dict[str, float]:
+    """Host seconds of each run from its summary.json (the total the run itself measured)."""
+    times = {}
+    for summary in out.glob("*/*/summary.json"):
+        times[str(summary.parent)] = json.loads(summary.read_text())["host_time_s"]["total"]
+    return times
 
 
 def read_rounds(run_dir: Path) -> list[dict[str, float | None]]:
@@ -98,14 +109,14 @@ def report(results: dict[str, list[tuple[int, Path, float]]], seeds: list[int], 
         f"Mean ± std over seeds {seeds}; accuracies at the last evaluated round; time and energy to "
         f"acc_full >= {TARGET} (simulated). Recorded as they came out; nothing was tuned per method.",
         "",
-        "| method | acc_full | acc_avg | sim time to target (s) | energy to target (kJ) | total energy (kJ) "
-        "| MB down | MB up | comm waste | server time (s) | host (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | acc_full | acc_avg | sim time to target (s) | energy to target (kJ) | sim time, all rounds (s) "
+        "| total energy (kJ) | MB down | MB up | comm waste | server time (s) | host (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     curves: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for label, runs in results.items():
         cols: dict[str, list[float | None]] = {k: [] for k in
-                                                ("full", "avg", "t", "e", "E", "down", "up", "waste", "srv", "host")}
+                                                ("full", "avg", "t", "e", "T", "E", "down", "up", "waste", "srv", "host")}
         for _, run_dir, host in runs:
             rows = read_rounds(run_dir)
             summary = json.loads((run_dir / "summary.json").read_text())
@@ -115,6 +126,7 @@ def report(results: dict[str, list[tuple[int, Path, float]]], seeds: list[int], 
             cols["avg"].append(last.get("acc_avg"))
             cols["t"].append(first_time(rows, "acc_full", TARGET, "sim_time_s"))
             cols["e"].append(first_time(rows, "acc_full", TARGET, "energy_j"))
+            cols["T"].append(summary["sim_time_s"])
             cols["E"].append(summary["energy_j"])
             cols["down"].append(summary["bytes_down"])
             cols["up"].append(summary["bytes_up"])
@@ -126,7 +138,8 @@ def report(results: dict[str, list[tuple[int, Path, float]]], seeds: list[int], 
             )
         lines.append(
             f"| {label} | {stats(cols['full'])} | {stats(cols['avg'])} | {stats(cols['t'], 1)} "
-            f"| {stats(cols['e'], 2, 1e3)} | {stats(cols['E'], 2, 1e3)} | {stats(cols['down'], 1, 1e6)} "
+            f"| {stats(cols['e'], 2, 1e3)} | {stats(cols['T'], 1)} | {stats(cols['E'], 2, 1e3)} "
+            f"| {stats(cols['down'], 1, 1e6)} "
             f"| {stats(cols['up'], 1, 1e6)} | {stats(cols['waste'])} | {stats(cols['srv'], 2)} "
             f"| {stats(cols['host'], 0)} |"
         )
@@ -163,10 +176,17 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("/tmp/wave2_runs"))
     ap.add_argument("--report", type=Path, default=HERE / "wave2_comparison.md")
+    ap.add_argument("--report-only", action="store_true", help="rebuild the report from the run folders in --out")
     args = ap.parse_args()
     methods = [(lab, s) for lab, s in METHODS if args.only is None or lab in args.only]
     results: dict[str, list[tuple[int, Path, float]]] = {lab: [] for lab, _ in methods}
     jobs = [(lab, s, seed) for seed in args.seeds for lab, s in methods]
+    if args.report_only:
+        hosts = _host_times(args.out)
+        for lab, _, seed in jobs:
+            (run_dir,) = [p for p in (args.out / f"{_slug(lab)}-s{seed}").iterdir() if p.is_dir()]
+            results[lab].append((seed, run_dir, hosts.get(str(run_dir), float("nan"))))
+        jobs = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         futures = [pool.submit(run_one, lab, s, seed, args.rounds, args.out) for lab, s, seed in jobs]
         for f in futures:
