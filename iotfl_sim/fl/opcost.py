@@ -22,7 +22,7 @@ and any batch (a full one or the last, partial one) is priced exactly from the t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -155,14 +156,17 @@ class StepTrace:
 TRACE_CALLS = {"n": 0}  # how many real traces ran (tests check the cache with it)
 
 
-def trace_step_uncached(recipe: ModelRecipe, spec: SubmodelSpec, batch: int, momentum: float = 0.9) -> StepTrace:
-    """Trace one steady-state SGD step (the second one: momentum buffers exist) at ``batch`` samples."""
+def trace_module_step(
+    build: Callable[[], nn.Module], input_shape: Sequence[int], batch: int, momentum: float = 0.9
+) -> StepTrace:
+    """Trace one steady-state SGD step (the second: momentum buffers exist) of the module ``build()``
+    makes on the meta device, at ``batch`` inputs of ``input_shape`` (channels, height, width)."""
     TRACE_CALLS["n"] += 1
     with torch.device("meta"):
-        model = recipe.build(spec)
+        model = build()
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum, foreach=False)
-    x = torch.zeros(batch, recipe.in_channels, *recipe.image_size, device="meta")
+    x = torch.zeros(batch, *input_shape, device="meta")
     y = torch.zeros(batch, dtype=torch.long, device="meta")
 
     def step() -> None:
@@ -175,6 +179,11 @@ def trace_step_uncached(recipe: ModelRecipe, spec: SubmodelSpec, batch: int, mom
     with rec:
         step()
     return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))
+
+
+def trace_step_uncached(recipe: ModelRecipe, spec: SubmodelSpec, batch: int) -> StepTrace:
+    """Trace one training step of ``recipe.build(spec)`` at ``batch`` samples (no cache)."""
+    return trace_module_step(lambda: recipe.build(spec), (recipe.in_channels, *recipe.image_size), batch)
 
 
 @dataclass(frozen=True)
