@@ -177,3 +177,15 @@ def test_profile_without_new_fields_keeps_old_rule_and_validate_warns(capsys, wr
     r = p.rates("lo")
     assert (r.flops, r.train_w, r.mem_bw, r.op_overhead_s) == (5e9, 3.0, 4e9, pytest.approx(20e-6))
     assert yaml.safe_load(yaml.safe_dump(full))["compute"]["mem_bw_gbs"] == 4.0
+
+
+def test_weight_decay_adds_one_op_per_parameter_tensor():
+    spec = SubmodelSpec(1.0)
+    plain = opcost.trace_step_uncached(RECIPE, spec, 4, opcost.StepOptions(0.9, False, False))
+    decay = opcost.trace_step_uncached(RECIPE, spec, 4, opcost.StepOptions(0.9, True, False))
+    clip = opcost.trace_step_uncached(RECIPE, spec, 4, opcost.StepOptions(0.9, True, True))
+    n_params = len(list(RECIPE.build(spec).parameters()))
+    # SGD's weight decay is grad.add(param, alpha=wd): one add per parameter tensor
+    assert decay.n_ops - plain.n_ops == n_params
+    assert decay.names.count("add") - plain.names.count("add") == n_params
+    assert clip.n_ops > decay.n_ops + n_params  # a norm per tensor and a scaling per tensor, at least

@@ -321,7 +321,10 @@ def test_power_mode_changes_throughput_and_power_together():
 
     def price(mode: str) -> float:
         r = nano.rates(mode)
-        return opcost.train_seconds(recipe, spec, samples, 1, batch, r.flops, r.mem_bw, r.op_overhead_s)
+        loc = s5.sc.local  # defaults: momentum 0.9, weight decay 5e-4 and clipping at 1.0, all traced
+        opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+        assert opts == opcost.StepOptions(0.9, True, True)
+        return opcost.train_seconds(recipe, spec, samples, 1, batch, r.flops, r.mem_bw, r.op_overhead_s, opts)
 
     t5, t10 = e5 / nano.mode("5w")[1], e10 / nano.mode("10w")[1]
     assert t5 / t10 == pytest.approx(price("5w") / price("10w"), rel=1e-9)

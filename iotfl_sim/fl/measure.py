@@ -6,7 +6,8 @@ Three numbers feed the roofline of ``fl.opcost``, each timed with PyTorch on thi
   the operator class that dominates dense CNNs; FLOPs counted as ``fl.opcost`` counts them;
 - ``compute.mem_bw_gbs``: a streaming element-wise op on tensors far larger than any cache (bytes read +
   written per second);
-- ``compute.op_overhead_us``: a loop of tiny element-wise ops, whose time is all dispatch.
+- ``compute.op_overhead_us``: a chain of tiny element-wise ops, forward and backward, whose time is all
+  dispatch and autograd bookkeeping.
 
 Each benchmark is warmed up and then repeated for its share of the time budget; the median is kept.
 The spread of the convolution's repeats gives the jitter. Optionally one real training step of a model
@@ -77,17 +78,25 @@ def stream_bytes_per_s(seconds: float) -> tuple[float, str]:
 
 
 def op_overhead_s(seconds: float) -> tuple[float, str]:
-    """Seconds per dispatched op: 200 tiny ``add`` calls per timed repeat."""
-    x, one = torch.zeros(4), torch.ones(4)
-    n = 200
+    """Seconds per dispatched op of a training step: a chain of tiny ops, forward and backward (so autograd's
+    per-node cost is included, as in real training), divided by the ATen ops it dispatches."""
+    w = torch.ones(4, requires_grad=True)
+    n = 100
 
-    def loop() -> None:
-        y = x
+    def chain() -> None:
+        y = w
         for _ in range(n):
-            y = torch.add(y, one)
+            y = y * 1.0001
+        y.sum().backward()
+        w.grad = None
 
-    times = _repeat(loop, seconds)
-    return statistics.median(times) / n, f"{n} x torch.add on 4-element tensors, median of {len(times)} loops"
+    rec = opcost._Recorder()
+    with rec:
+        chain()
+    ops = len(rec.names)
+    times = _repeat(chain, seconds)
+    what = f"{n} tiny muls on a 4-element tensor, forward + backward = {ops} ATen ops, median of {len(times)} loops"
+    return statistics.median(times) / ops, what
 
 
 def training_step_check(family: str, batch: int, seconds: float, rates: tuple[float, float, float]) -> str:

@@ -156,8 +156,17 @@ class StepTrace:
 TRACE_CALLS = {"n": 0}  # how many real traces ran (tests check the cache with it)
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """The parts of a local training step that add operators: SGD momentum, weight decay, gradient clipping."""
+
+    momentum: float = 0.9
+    weight_decay: bool = False
+    clip_grad_norm: bool = False
+
+
 def trace_module_step(
-    build: Callable[[], nn.Module], input_shape: Sequence[int], batch: int, momentum: float = 0.9
+    build: Callable[[], nn.Module], input_shape: Sequence[int], batch: int, options: StepOptions = StepOptions()
 ) -> StepTrace:
     """Trace one steady-state SGD step (the second: momentum buffers exist) of the module ``build()``
     makes on the meta device, at ``batch`` inputs of ``input_shape`` (channels, height, width)."""
@@ -165,13 +174,16 @@ def trace_module_step(
     with torch.device("meta"):
         model = build()
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum, foreach=False)
+    wd = 1e-4 if options.weight_decay else 0.0
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=options.momentum, weight_decay=wd, foreach=False)
     x = torch.zeros(batch, *input_shape, device="meta")
     y = torch.zeros(batch, dtype=torch.long, device="meta")
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         _loss(model(x), y).backward()
+        if options.clip_grad_norm:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         opt.step()
 
     step()
@@ -181,9 +193,11 @@ def trace_module_step(
     return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))
 
 
-def trace_step_uncached(recipe: ModelRecipe, spec: SubmodelSpec, batch: int) -> StepTrace:
+def trace_step_uncached(
+    recipe: ModelRecipe, spec: SubmodelSpec, batch: int, options: StepOptions = StepOptions()
+) -> StepTrace:
     """Trace one training step of ``recipe.build(spec)`` at ``batch`` samples (no cache)."""
-    return trace_module_step(lambda: recipe.build(spec), (recipe.in_channels, *recipe.image_size), batch)
+    return trace_module_step(lambda: recipe.build(spec), (recipe.in_channels, *recipe.image_size), batch, options)
 
 
 @dataclass(frozen=True)
@@ -201,10 +215,10 @@ class AffineTrace:
 
 
 @lru_cache(maxsize=256)
-def affine_trace(recipe: ModelRecipe, spec: SubmodelSpec) -> AffineTrace:
-    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec))."""
+def affine_trace(recipe: ModelRecipe, spec: SubmodelSpec, options: StepOptions = StepOptions()) -> AffineTrace:
+    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec, options))."""
     b0, b1 = _TRACE_BATCHES
-    t0, t1 = trace_step_uncached(recipe, spec, b0), trace_step_uncached(recipe, spec, b1)
+    t0, t1 = trace_step_uncached(recipe, spec, b0, options), trace_step_uncached(recipe, spec, b1, options)
     if t0.names != t1.names:  # a batch-dependent op sequence: not expected for the built-in families
         raise RuntimeError(f"{recipe.family}: the op sequence depends on the batch size; cannot price it affinely")
     slope_f = (t1.flops - t0.flops) / (b1 - b0)
@@ -213,17 +227,23 @@ def affine_trace(recipe: ModelRecipe, spec: SubmodelSpec) -> AffineTrace:
 
 
 @lru_cache(maxsize=4096)
-def step_trace(recipe: ModelRecipe, spec: SubmodelSpec, batch: int) -> StepTrace:
+def step_trace(recipe: ModelRecipe, spec: SubmodelSpec, batch: int, options: StepOptions = StepOptions()) -> StepTrace:
     """One training step of ``spec`` at ``batch`` samples (cached)."""
-    return affine_trace(recipe, spec).at(batch)
+    return affine_trace(recipe, spec, options).at(batch)
 
 
 @lru_cache(maxsize=65536)
 def step_time(
-    recipe: ModelRecipe, spec: SubmodelSpec, batch: int, flops_per_s: float, bytes_per_s: float, overhead_s: float
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    batch: int,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    options: StepOptions = StepOptions(),
 ) -> float:
-    """Roofline seconds of one training step (memoised per spec, batch and rates)."""
-    return step_trace(recipe, spec, batch).time(flops_per_s, bytes_per_s, overhead_s)
+    """Roofline seconds of one training step (memoised per spec, batch, rates and options)."""
+    return step_trace(recipe, spec, batch, options).time(flops_per_s, bytes_per_s, overhead_s)
 
 
 def steps_of(samples: int, batch: int) -> tuple[int, int]:
@@ -246,19 +266,23 @@ def train_seconds(
     flops_per_s: float,
     bytes_per_s: float,
     overhead_s: float,
+    options: StepOptions = StepOptions(),
 ) -> float:
     """Roofline training time of ``epochs`` passes over ``samples`` samples at ``batch`` per step."""
     full, rest = steps_of(samples, batch)
-    t = full * step_time(recipe, spec, batch, flops_per_s, bytes_per_s, overhead_s) if full else 0.0
+    rates = (flops_per_s, bytes_per_s, overhead_s, options)
+    t = full * step_time(recipe, spec, batch, *rates) if full else 0.0
     if rest:
-        t += step_time(recipe, spec, rest, flops_per_s, bytes_per_s, overhead_s)
+        t += step_time(recipe, spec, rest, *rates)
     return epochs * t
 
 
-def train_flops(recipe: ModelRecipe, spec: SubmodelSpec, samples: int, epochs: int, batch: int) -> float:
+def train_flops(
+    recipe: ModelRecipe, spec: SubmodelSpec, samples: int, epochs: int, batch: int, options: StepOptions = StepOptions()
+) -> float:
     """Traced FLOPs of the same training (forward, backward and optimizer of every step)."""
     full, rest = steps_of(samples, batch)
-    f = full * step_trace(recipe, spec, batch).total_flops if full else 0.0
+    f = full * step_trace(recipe, spec, batch, options).total_flops if full else 0.0
     if rest:
-        f += step_trace(recipe, spec, rest).total_flops
+        f += step_trace(recipe, spec, rest, options).total_flops
     return epochs * f

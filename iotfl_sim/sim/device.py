@@ -134,9 +134,10 @@ class DeviceTasks:
         if rates is None:
             flops = recipe.cost(spec).train_flops(per_epoch * epochs)
             return flops, f.compute_time(d, flops, rnd)
-        batch = sim.sc.local.batch_size
-        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, *rates)
-        return opcost.train_flops(recipe, spec, per_epoch, epochs, batch), f.jittered(d, base, rnd)
+        loc = sim.sc.local
+        opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, *rates, opts)
+        return opcost.train_flops(recipe, spec, per_epoch, epochs, loc.batch_size, opts), f.jittered(d, base, rnd)
 
     def run(self, task: Task):
         sim, f, a = self.sim, self.fleet, task.assignment
