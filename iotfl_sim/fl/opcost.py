@@ -168,7 +168,7 @@ class StepOptions:
 def trace_module_step(
     build: Callable[[], nn.Module], input_shape: Sequence[int], batch: int, options: StepOptions = StepOptions()
 ) -> StepTrace:
-    """Trace one steady-state SGD step (the second: momentum buffers exist) of the module ``build()``
+    """Trace one steady-state SGD step (momentum buffers already exist) of the module ``build()``
     makes on the meta device, at ``batch`` inputs of ``input_shape`` (channels, height, width)."""
     TRACE_CALLS["n"] += 1
     with torch.device("meta"):
@@ -186,7 +186,9 @@ def trace_module_step(
             nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         opt.step()
 
-    step()
+    if options.momentum:  # steady state without a warm-up step: what a first step would have created
+        for p in model.parameters():
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
     rec = _Recorder()
     with rec:
         step()
