@@ -23,6 +23,7 @@ and a per-layer-class time breakdown; those numbers depend on the machine and it
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -41,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from iotfl_sim.scenario.profile import DeviceProfile  # noqa: E402
+from iotfl_sim.fl import opcost  # noqa: E402
+from iotfl_sim.scenario.profile import DeviceProfile, Rates  # noqa: E402
 
 PROFILES = ROOT / "device_profiles"
 OUT_MD = ROOT / "benchmarks" / "calibration_fedx.md"
@@ -391,6 +393,174 @@ def _affine_two_point(rows: list[Row]) -> tuple[float, float, float]:
     const = s.measured_s - slope * s.workload.train_flops
     pred_m = const + slope * m.workload.train_flops
     return (1.0 / slope if slope > 0 else float("inf")), const, pred_m / m.measured_s - 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The per-operator roofline of the simulator (iotfl_sim.fl.opcost), with held-out fits
+# ---------------------------------------------------------------------------------------------------------------
+LAST_BATCH = SAMPLES - (STEPS - 1) * BATCH  # 14: the last minibatch of a round, priced at its own size
+# One free parameter per device, and which one follows how the device executes a PyTorch training step, not the
+# FedX times: on a CPU every op runs synchronously on the host, so fixed per-op costs (dispatch, autograd, the
+# thread pool's fork/join, small-tensor inefficiency) add up -> fit the per-op overhead; on a CUDA GPU launches
+# are asynchronous and hide behind the kernels (FedX Table III: GPU 99.7% busy), so the time is the kernels'
+# own, low-occupancy memory-bound work -> fit the achieved fraction of the memory bandwidth.
+FIT_FORM = {"sbc": "overhead", "phone": "overhead", "server": "overhead", "edge_gpu": "bandwidth"}
+FORM_TEXT = {
+    "overhead": "per-op overhead o (F, B from the profile)",
+    "bandwidth": "achieved-bandwidth fraction k: B_eff = k B (F, o from the profile)",
+}
+
+
+def roofline_traces() -> dict[str, tuple[opcost.StepTrace, opcost.StepTrace]]:
+    """Per-op FLOPs and bytes of one full (32) and the last (14-sample) training step of each workload."""
+    out = {}
+    for name in WORKLOADS:
+        build = lambda n=name: OFAMobileNetV3(*WORKLOADS[n], KERNEL, NUM_CLASSES)  # noqa: E731
+        out[name] = (
+            opcost.trace_module_step(build, (3, IMAGE, IMAGE), BATCH),
+            opcost.trace_module_step(build, (3, IMAGE, IMAGE), LAST_BATCH),
+        )
+    return out
+
+
+def round_seconds(tr: tuple[opcost.StepTrace, opcost.StepTrace], flops: float, bw: float, ov: float) -> float:
+    full, last = tr
+    return (STEPS - 1) * full.time(flops, bw, ov) + last.time(flops, bw, ov)
+
+
+def roof_predict(form: str, rates: Rates, tr: tuple[opcost.StepTrace, opcost.StepTrace], p: float) -> float:
+    if form == "overhead":
+        return round_seconds(tr, rates.flops, rates.mem_bw, p)
+    return round_seconds(tr, rates.flops, rates.mem_bw * p, rates.op_overhead_s)
+
+
+def roof_fit(form: str, rates: Rates, cells: list[tuple[tuple[opcost.StepTrace, opcost.StepTrace], float]]) -> float:
+    """The parameter minimising the squared log error over ``cells`` (traces, measured seconds)."""
+    from scipy.optimize import minimize_scalar
+
+    def loss(lp: float) -> float:
+        return sum(math.log(roof_predict(form, rates, tr, math.exp(lp)) / m) ** 2 for tr, m in cells)
+
+    return math.exp(minimize_scalar(loss, bounds=(-25.0, 5.0), method="bounded", options={"xatol": 1e-9}).x)
+
+
+@dataclass(frozen=True)
+class RoofRow:
+    device: str
+    label: str
+    form: str
+    workload: str
+    sourced_s: float  # every number from the profile, nothing fitted
+    param: float  # fitted on fit_on only
+    fit_on: tuple[str, ...]
+    predicted_s: float
+    measured_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_s / self.measured_s
+
+
+def roofline_rows(traces: dict, form_of: Callable[[DeviceProfile], str] | None = None) -> list[RoofRow]:
+    """Leave-one-workload-out: each cell is predicted with a parameter fitted on the device's other two cells."""
+    rows = []
+    for key, label, stem in DEVICES:
+        if stem is None:
+            continue
+        prof = DeviceProfile.model_validate(yaml.safe_load((PROFILES / f"{stem}.yaml").read_text()))
+        rates = prof.rates(None)
+        form = form_of(prof) if form_of else FIT_FORM[prof.device_class]
+        for w in WORKLOADS:
+            others = tuple(x for x in WORKLOADS if x != w)
+            p = roof_fit(form, rates, [(traces[x], MEASURED_S[key][x]) for x in others])
+            sourced = round_seconds(traces[w], rates.flops, rates.mem_bw, rates.op_overhead_s)
+            rows.append(
+                RoofRow(key, label, form, w, sourced, p, others, roof_predict(form, rates, traces[w], p), MEASURED_S[key][w])
+            )
+    return rows
+
+
+def _param_text(r: RoofRow) -> str:
+    return f"o = {r.param * 1e6:.0f} us" if r.form == "overhead" else f"k = {r.param:.3f}"
+
+
+def table_roofline(rows: list[RoofRow]) -> list[str]:
+    lines = [
+        "| device | workload | sourced-only s | fitted (on) | predicted s | measured s (FedX) | predicted / measured "
+        "| within 25% |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.label} | {r.workload} | {r.sourced_s:.2f} | {_param_text(r)} ({' + '.join(r.fit_on)}) | "
+            f"{r.predicted_s:.1f} | {r.measured_s:.1f} | {r.ratio:.2f} | {'yes' if abs(r.ratio - 1) <= TOLERANCE else 'no'} |"
+        )
+    return lines
+
+
+def roofline_section(traces: dict) -> list[str]:
+    rows = roofline_rows(traces)
+    within = sum(abs(r.ratio - 1) <= TOLERANCE for r in rows)
+    worst = max(rows, key=lambda r: max(r.ratio, 1 / r.ratio))
+    src = [r.sourced_s / r.measured_s for r in rows]
+    out = ["## The per-operator roofline (`iotfl_sim.fl.opcost`), held out", ""]
+    out.append(
+        f"**{within} of {len(rows)} cells within 25%; worst cell {worst.label} {worst.workload}, predicted / measured "
+        f"{worst.ratio:.2f}; no cell off by 2x or more: {all(0.5 < r.ratio < 2 for r in rows)}.** "
+        "Split: leave one workload out per device - every cell is predicted with one parameter fitted (least "
+        "squares in log time) on the same device's two other workloads only, never on the cell itself. "
+        f"With every number from the profiles (sourced `mem_bw_gbs` and `op_overhead_us`, nothing fitted) the roofline "
+        f"predicts {_span(src, '.2f')} of the measured times, against 0.05-0.13 for the old FLOPs / FLOP/s rule."
+    )
+    out.append("")
+    out.append(
+        "Each round is 23 steps at batch 32 and one at 14, each step traced once on the meta device (forward, "
+        "cross-entropy, backward, SGD with momentum) and priced as sum over ATen ops of max(FLOPs / F, bytes / B) + "
+        "n_ops x o. The fitted parameter depends on how the device executes a step, decided from the execution "
+        "model, not from these times: on the CPUs (Pi 5, QCS605) " + FORM_TEXT["overhead"] + "; on the Nano GPU "
+        + FORM_TEXT["bandwidth"] + ". Caveat: the earlier FLOPs-only study below had already shown that a per-op "
+        "term suits the CPUs and a rate factor the GPU on these same cells, so the choice of form is not blind; "
+        "the parameter values are."
+    )
+    out.append("")
+    out += table_roofline(rows)
+    out.append("")
+    steps = {w: (t[0].n_ops, t[0].total_flops, t[0].bytes.sum()) for w, t in traces.items()}
+    out.append(
+        "Traced per full step (batch 32): "
+        + "; ".join(f"{w} {n} ops, {f / 1e9:.2f} GFLOP, {b / 1e6:.0f} MB" for w, (n, f, b) in steps.items())
+        + ". Backward FLOPs of depthwise convolutions are counted per group (see the FLOPs note below)."
+    )
+    out.append("")
+    out.append("The same held-out procedure with one form for every device, for comparison:")
+    out.append("")
+    out.append("| form (all devices) | cells within 25% | held-out errors |")
+    out.append("|---|---|---|")
+    for form in ("overhead", "bandwidth"):
+        alt = roofline_rows(traces, lambda _p, f=form: f)
+        n = sum(abs(r.ratio - 1) <= TOLERANCE for r in alt)
+        errs = ", ".join(f"{r.device.split('_')[0]} {r.workload} {r.ratio - 1:+.0%}" for r in alt)
+        out.append(f"| {FORM_TEXT[form]} | {n} of {len(alt)} | {errs} |")
+    out.append("")
+    fitted = {}
+    for r in rows:
+        fitted.setdefault(r.label, []).append(r.param)
+    out.append(
+        "What the fitted numbers mean: "
+        + "; ".join(
+            f"{lab}: {_span([p * 1e6 for p in ps], '.0f')} us per op" if rows[0].form and any(
+                x.label == lab and x.form == "overhead" for x in rows) else f"{lab}: k = {_span(ps, '.3f')}"
+            for lab, ps in fitted.items()
+        )
+        + ". The CPUs' per-op costs are 20-100x the sourced dispatch overheads (12-15 us): what they stand for is "
+        "per-layer work PyTorch does badly on these cores at batch 32 and 32x32 inputs (depthwise and 1x1 "
+        "convolution backward, batch norm, element-wise on small maps), not Python dispatch. The Nano's k says its "
+        "kernels move data at about a twentieth of the 17.9 GB/s the profile assumes. These values stay out of "
+        "the profiles so FedX remains a held-out check; a scenario that wants FedX's timings can override "
+        "`compute.op_overhead_us` / `compute.mem_bw_gbs` with them."
+    )
+    out.append("")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -810,7 +980,9 @@ def table_traffic_classes(t: Traffic) -> list[str]:
     return lines
 
 
-def render(ws: list[Workload], rows: list[Row], tr: list[Traffic], host: HostResult | None) -> str:
+def render(
+    ws: list[Workload], rows: list[Row], tr: list[Traffic], host: HostResult | None, roof: list[str] | None = None
+) -> str:
     prof_rows = [r for r in rows if r.profile_flops is not None]
     ratios = [r.ratio for r in prof_rows]
     n_within = sum(abs(x - 1) <= TOLERANCE for x in ratios)
@@ -862,7 +1034,8 @@ def render(ws: list[Workload], rows: list[Row], tr: list[Traffic], host: HostRes
         "Measurements: FedX (`shared/seeds/fedx.txt`) Tables I-III, CIFAR-10 rows, mean of 20 rounds of 750 samples."
     )
     add("")
-    add("## Conclusion")
+    out += roof or []
+    add("## Conclusion: the FLOPs-only rule (before the roofline)")
     add("")
     add(
         f"With the sourced profile FLOP/s, {n_within} of {len(ratios)} predictions land within 25% of FedX's "
@@ -900,8 +1073,10 @@ def render(ws: list[Workload], rows: list[Row], tr: list[Traffic], host: HostRes
         f"{torch.__version__}) gives {', '.join(f'{x:.1f}' for x in fb)} x forward instead of ~3, because its "
         "`convolution_backward` formula ignores `groups` for the weight gradient and so counts every depthwise "
         "layer's weight gradient C times over (a fix is proposed upstream in pytorch/pytorch PR #183405). The "
-        "simulator's 3 x forward is the right count here (2.99 x: the stem needs no input gradient); do not switch "
-        "the cost model to a counted backward pass on this torch version."
+        "3 x forward rule is the right count here (2.99 x: the stem needs no input gradient) and stays the "
+        "fallback for profiles without `mem_bw_gbs`; the roofline (`iotfl_sim.fl.opcost`) counts the backward pass "
+        "with its own `convolution_backward` formula, which respects `groups` (hand-checked in tests/test_opcost.py), "
+        "never with FlopCounterMode's."
     )
     add("")
     add("## Predicted vs measured")
@@ -1079,7 +1254,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = build_rows(ws)
     tr = measure_traffic()
     host = host_benchmark(ws) if args.host else None
-    text = render(ws, rows, tr, host)
+    text = render(ws, rows, tr, host, roofline_section(roofline_traces()))
     print(text)
     if not args.no_write:
         args.out.write_text(text)

@@ -54,6 +54,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     sc, groups = _scenario_and_groups(args)
     sizes = ", ".join(f"{g.name} x{g.count}" for g in groups)
+    for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
+        print(f"warning: {w}", file=sys.stderr)
     print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
     return 0
 
@@ -82,10 +84,49 @@ def cmd_profiles(args: argparse.Namespace) -> int:
             )
         print("\n".join(rows))
         return 0
+    if args.action == "measure":
+        return cmd_profiles_measure(args)
     if not args.name:
         raise ScenarioError("profiles show: name a profile, e.g. `iotfl-sim profiles show jetson_nano`")
     p = load_profile(args.name, where="profiles show")
     print(yaml.safe_dump(p.model_dump(mode="json", exclude_none=True), sort_keys=False), end="")
+    return 0
+
+
+def cmd_profiles_measure(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from iotfl_sim.fl import measure
+    from iotfl_sim.scenario.profile import DeviceProfile
+
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists():
+        raise ScenarioError(f"profiles measure --out: {out} already exists; give a new file name or remove it first")
+    if out is not None and not out.parent.is_dir():
+        raise ScenarioError(f"profiles measure --out: folder {out.parent} does not exist; create it or pick another path")
+    if not args.seconds > 0:
+        raise ScenarioError(f"profiles measure --seconds: must be > 0 (got {args.seconds}); e.g. --seconds 10")
+    if args.family is not None and args.family not in measure.FAMILY_SHAPES:
+        known = ", ".join(measure.FAMILY_SHAPES)
+        raise ScenarioError(f"profiles measure --family: unknown family {args.family!r}; use one of {known}")
+    name = args.name or (out.stem if out is not None else measure.default_name())
+    m = measure.measure(args.seconds, args.family, args.batch)
+    data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
+    text = yaml.safe_dump(data, sort_keys=False, width=200)
+    try:  # what we write must load back as a profile
+        DeviceProfile.model_validate(yaml.safe_load(text))
+    except ValidationError as e:
+        raise ScenarioError(f"profiles measure: the measured profile does not validate: {e.errors()[0]['msg']}") from None
+    if out is None:
+        print(text, end="")
+    else:
+        with open(out, "x") as f:  # "x": never overwrite, even if the file appeared meanwhile
+            f.write(text)
+        c = data["compute"]
+        print(
+            f"wrote {out}: {c['flops'] / 1e9:.1f} GFLOP/s, {c['mem_bw_gbs']:.1f} GB/s, "
+            f"{c['op_overhead_us']:.1f} us/op"
+        )
     return 0
 
 
@@ -119,9 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the PNGs (default: <first run>/plots)")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("profiles", help="list or show device profiles")
-    p.add_argument("action", choices=["list", "show"])
-    p.add_argument("name", nargs="?")
+    p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
+    p.add_argument("action", choices=["list", "show", "measure"])
+    p.add_argument("name", nargs="?", help="show: the profile; measure: the new profile's name (default: --out's stem)")
+    p.add_argument("--out", help="measure: write the profile to this new file (default: print it)")
+    p.add_argument("--seconds", type=float, default=10.0, help="measure: time budget of the micro-benchmarks")
+    p.add_argument("--family", help="measure: also time one real training step of this model family, as a check")
+    p.add_argument("--batch", type=int, default=32, help="measure: batch size of that training step")
+    p.add_argument("--device-class", default="server", choices=["mcu", "sbc", "edge_gpu", "phone", "server"])
+    p.add_argument("--idle-w", type=float, help="measure: idle power to record, W (not measured)")
+    p.add_argument("--train-w", type=float, help="measure: training power to record, W (not measured)")
     p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")

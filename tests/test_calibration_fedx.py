@@ -71,3 +71,24 @@ def test_predictions_follow_profiles_and_fits_are_exact_on_fit_point(cal):
     assert row.ratio == pytest.approx(row.predicted_s / 11.6)
     for _, _, fn in cal.MODELS:
         assert fn(row, row) == pytest.approx(11.6)
+
+
+def test_roofline_cells_are_judged_with_parameters_fitted_elsewhere(cal):
+    traces = cal.roofline_traces()
+    rows = cal.roofline_rows(traces)
+    assert len(rows) == 9
+    for r in rows:
+        assert r.workload not in r.fit_on and len(r.fit_on) == 2  # leave one workload out, same device
+        assert r.ratio == pytest.approx(r.predicted_s / r.measured_s)
+    # a fit on a single cell reproduces that cell (the fit is a real inverse of the prediction)
+    prof = cal.DeviceProfile.model_validate(yaml.safe_load((ROOT / "device_profiles" / "raspberry_pi_5.yaml").read_text()))
+    rates = prof.rates(None)
+    for form in ("overhead", "bandwidth"):
+        p = cal.roof_fit(form, rates, [(traces["medium"], 11.6)])
+        assert cal.roof_predict(form, rates, traces["medium"], p) == pytest.approx(11.6, rel=1e-6)
+    # a round is 23 steps of 32 samples and one of 14 (750 samples)
+    full, last = traces["small"]
+    assert (full.batch, last.batch) == (32, 14) and 23 * 32 + 14 == cal.SAMPLES
+    assert cal.round_seconds(traces["small"], 1e10, 1e10, 0.0) == pytest.approx(
+        23 * full.time(1e10, 1e10, 0.0) + last.time(1e10, 1e10, 0.0)
+    )

@@ -300,19 +300,35 @@ def test_solar_harvesting_keeps_a_device_alive_that_would_otherwise_die():
 
 
 def test_power_mode_changes_throughput_and_power_together():
-    def compute(mode: str) -> tuple[float, float]:
+    def compute(mode: str) -> tuple[float, Simulation]:
         data = base_scenario(numerics="none", rounds=1, clients_per_round=1)
         data["fleet"] = {"groups": [{"name": "nano", "profile": "jetson_nano", "count": 1, "power_mode": mode}]}
         sim = simulate(data)
-        return sim.fleet.energy["compute"][0], float(sim.fleet.flops[0])
+        return sim.fleet.energy["compute"][0], sim
 
+    from iotfl_sim.fl import opcost
     from iotfl_sim.scenario.loader import load_profile
 
     nano = load_profile("jetson_nano")
-    (e5, f5), (e10, f10) = compute("5w"), compute("10w")
-    assert (f5, f10) == (nano.mode("5w")[0], nano.mode("10w")[0])
-    work = e5 / nano.mode("5w")[1] * f5  # energy / power x throughput = FLOPs, whatever the mode
-    assert e10 / nano.mode("10w")[1] * f10 == pytest.approx(work, rel=1e-12)
+    (e5, s5), (e10, s10) = compute("5w"), compute("10w")
+    assert (s5.fleet.flops[0], s10.fleet.flops[0]) == (nano.mode("5w")[0], nano.mode("10w")[0])
+    # each mode has its own FLOP/s and op overhead (32 vs 20 us) and the same bandwidth
+    assert (s5.fleet.op_overhead_s[0], s10.fleet.op_overhead_s[0]) == pytest.approx((32e-6, 20e-6))
+    # energy / power = compute time; the same device and round draw the same jitter in both modes, so the
+    # ratio of the two times is the ratio of the modes' roofline prices of the same training
+    recipe, spec = ModelRecipe("cnn_small", 10, 1, (8, 8)), SubmodelSpec(1.0)
+    samples, batch = int(s5.numerics.samples_per_device[0]), s5.sc.local.batch_size
+
+    def price(mode: str) -> float:
+        r = nano.rates(mode)
+        loc = s5.sc.local  # defaults: momentum 0.9, weight decay 5e-4 and clipping at 1.0, all traced
+        opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+        assert opts == opcost.StepOptions(0.9, True, True)
+        return opcost.train_seconds(recipe, spec, samples, 1, batch, r.flops, r.mem_bw, r.op_overhead_s, opts)
+
+    t5, t10 = e5 / nano.mode("5w")[1], e10 / nano.mode("10w")[1]
+    assert t5 / t10 == pytest.approx(price("5w") / price("10w"), rel=1e-9)
+    assert t5 > t10
 
 
 def test_field_deployment_example_runs_every_mechanism(tmp_path):

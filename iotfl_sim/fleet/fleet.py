@@ -28,6 +28,8 @@ class Fleet:
     seed: int
     group_of: np.ndarray  # int32 group index per device
     flops: np.ndarray  # sustained training FLOP/s
+    mem_bw: np.ndarray  # achieved memory bandwidth, bytes/s (nan: no roofline, FLOPs / FLOP/s as before)
+    op_overhead_s: np.ndarray  # seconds per dispatched operator
     jitter_sigma: np.ndarray
     jitter_dist: list[str]  # per group
     train_w: np.ndarray
@@ -71,17 +73,19 @@ class Fleet:
         def per_device(values: list[float]) -> np.ndarray:
             return np.asarray(values, dtype=np.float64)[group_of]
 
-        modes = [g.profile.mode(g.power_mode) for g in groups]
+        rates = [g.profile.rates(g.power_mode) for g in groups]
         p = [g.profile for g in groups]
         mem_free, mem_sigma = memory_arrays(groups, seed, memory_units)
         fleet = cls(
             groups=groups,
             seed=seed,
             group_of=group_of,
-            flops=per_device([m[0] for m in modes]),
+            flops=per_device([r.flops for r in rates]),
+            mem_bw=per_device([r.mem_bw if r.mem_bw is not None else np.nan for r in rates]),
+            op_overhead_s=per_device([r.op_overhead_s for r in rates]),
             jitter_sigma=per_device([x.compute.jitter.sigma if x.compute.jitter.dist != "none" else 0.0 for x in p]),
             jitter_dist=[x.compute.jitter.dist for x in p],
-            train_w=per_device([m[1] for m in modes]),
+            train_w=per_device([r.train_w for r in rates]),
             idle_w=per_device([x.power.idle_w for x in p]),
             tx_w=per_device([x.power.tx_w for x in p]),
             rx_w=per_device([x.power.rx_w for x in p]),
@@ -340,8 +344,20 @@ class Fleet:
                 return t
         return None
 
+    def roofline(self, d: int) -> tuple[float, float, float] | None:
+        """(FLOP/s, bytes/s, seconds per op) of device ``d`` for the per-operator roofline, or None
+        when its profile has no memory bandwidth (then time is FLOPs / FLOP/s)."""
+        bw = self.mem_bw[d]
+        if np.isnan(bw):
+            return None
+        return float(self.flops[d]), float(bw), float(self.op_overhead_s[d])
+
     def compute_time(self, d: int, flops: float, rnd: int) -> float:
-        base = flops / self.flops[d]
+        """Training time of ``flops`` FLOPs at the device's FLOP/s (the rule without a roofline), jittered."""
+        return self.jittered(d, flops / self.flops[d], rnd)
+
+    def jittered(self, d: int, base: float, rnd: int) -> float:
+        """``base`` seconds times the device's compute jitter for round ``rnd``."""
         sigma = self.jitter_sigma[d]
         if sigma <= 0:
             return float(base)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -24,10 +25,32 @@ class Jitter(Strict):
 class PowerMode(Strict):
     flops: float = Field(gt=0, description="sustained training FLOP/s in this mode")
     train_w: float = Field(gt=0, description="board power while training in this mode, W")
+    mem_bw_gbs: float | None = Field(None, gt=0, description="achieved memory bandwidth in this mode, GB/s (null: the profile's)")
+    op_overhead_us: float | None = Field(None, ge=0, description="per-operator dispatch overhead in this mode, us (null: the profile's)")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the cost model needs of one device in one power mode."""
+
+    flops: float  # FLOP/s
+    train_w: float  # W while training
+    mem_bw: float | None  # bytes/s; None = no roofline (training FLOPs / FLOP/s, as before)
+    op_overhead_s: float  # seconds per dispatched operator
+
+    @property
+    def roofline(self) -> bool:
+        return self.mem_bw is not None
 
 
 class Compute(Strict):
     flops: float = Field(gt=0, description="sustained FP32 training throughput, FLOP/s (2 per multiply-add)")
+    mem_bw_gbs: float | None = Field(
+        None, gt=0, description="achieved memory bandwidth, GB/s (1e9 bytes/s); enables the per-operator roofline"
+    )
+    op_overhead_us: float | None = Field(
+        None, ge=0, description="fixed cost per dispatched operator (framework dispatch, kernel launch), microseconds"
+    )
     jitter: Jitter = Jitter()
     power_modes: dict[str, PowerMode] | None = None
     default_mode: str | None = None
@@ -97,3 +120,24 @@ class DeviceProfile(Strict):
         if name not in modes:
             raise KeyError(name)
         return modes[name].flops, modes[name].train_w
+
+    def rates(self, name: str | None = None) -> Rates:
+        """The cost-model rates in power mode ``name`` (a mode's null fields fall back to the profile's)."""
+        flops, train_w = self.mode(name)
+        name = name or self.compute.default_mode
+        m = (self.compute.power_modes or {}).get(name) if name is not None else None
+        bw = m.mem_bw_gbs if m is not None and m.mem_bw_gbs is not None else self.compute.mem_bw_gbs
+        ov = m.op_overhead_us if m is not None and m.op_overhead_us is not None else self.compute.op_overhead_us
+        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6)
+
+    def cost_model_warnings(self) -> list[str]:
+        """Why this profile is priced by the old FLOPs-only rule, if it is (shown by ``validate``)."""
+        c = self.compute
+        if c.mem_bw_gbs is None:
+            return [
+                f"profile {self.name}: no compute.mem_bw_gbs, so training time is FLOPs / compute.flops "
+                "(MobileNet-class models will be priced too fast); add compute.mem_bw_gbs and compute.op_overhead_us"
+            ]
+        if c.op_overhead_us is None:
+            return [f"profile {self.name}: no compute.op_overhead_us, so operators are priced with no dispatch overhead"]
+        return []

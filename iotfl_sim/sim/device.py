@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from iotfl_sim.algorithms.base import Assignment, DeviceState
+from iotfl_sim.fl import opcost
 from iotfl_sim.fleet.network import duty_cycled_duration, lorawan_frames, retransmitted_bytes
 from iotfl_sim.seeding import stream
 
@@ -120,6 +121,24 @@ class DeviceTasks:
 
     # ------------------------------------------------------------ the task
 
+    def compute_cost(self, recipe: Any, spec: Any, d: int, rnd: int) -> tuple[float, float]:
+        """(training FLOPs, jittered seconds) of device ``d``'s local training of ``spec``.
+
+        With a memory bandwidth in the profile every step is priced per operator (``fl.opcost``: roofline
+        plus dispatch overhead, batch by batch as ``train_local`` runs them); without one, as before,
+        3 x forward FLOPs / FLOP/s. Energy follows: the caller charges training power for this duration.
+        """
+        sim, f = self.sim, self.fleet
+        per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
+        rates = f.roofline(d)
+        if rates is None:
+            flops = recipe.cost(spec).train_flops(per_epoch * epochs)
+            return flops, f.compute_time(d, flops, rnd)
+        loc = sim.sc.local
+        opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, *rates, opts)
+        return opcost.train_flops(recipe, spec, per_epoch, epochs, loc.batch_size, opts), f.jittered(d, base, rnd)
+
     def run(self, task: Task):
         sim, f, a = self.sim, self.fleet, task.assignment
         d, rnd = a.device, task.rnd
@@ -152,9 +171,7 @@ class DeviceTasks:
             if need > free:
                 self.fail(task, "oom", need=round(need / sim.memory_scale, 4), free=round(free / sim.memory_scale, 4))
                 return
-            samples = int(sim.numerics.samples_per_device[d]) * sim.sc.local.epochs
-            flops = recipe_b.cost(b.spec).train_flops(samples)
-            duration = f.compute_time(d, flops, rnd)
+            flops, duration = self.compute_cost(recipe_b, b.spec, d, rnd)
             sim.event(rnd, d, "train_start", level=b.level, flops=flops)
             reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
             if reason is not None:

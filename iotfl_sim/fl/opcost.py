@@ -1,0 +1,290 @@
+"""Per-operator cost of one training step: a roofline with a dispatch overhead, traced once per spec.
+
+One SGD-with-momentum training step (forward, cross-entropy, backward, optimizer update) of the real
+submodel runs on the meta device under a ``TorchDispatchMode`` that records, for every non-view ATen
+operator, its FLOPs and the bytes of the tensors it reads and writes. A device then prices the step as
+
+    step_time = sum_i max(flops_i / F, bytes_i / B) + n_ops * overhead
+
+with F (FLOP/s), B (bytes/s) and the per-op overhead from its profile. The trace is independent of any
+profile, so pricing a step for another device is a numpy reduction, memoised per (spec, batch, rates).
+
+FLOPs count 2 per multiply-accumulate for matmuls and convolutions, with our own formulas so that
+grouped and depthwise convolutions are right in the backward pass as well (torch 2.13's
+FlopCounterMode counts a depthwise weight gradient ``groups`` times over); every other op is charged
+one FLOP per output element, a nominal count that only matters where a device computes slower than it
+moves memory. Bytes are a lower bound on memory traffic: each distinct input and output tensor once.
+
+Every op's FLOPs and bytes are affine in the batch size, so a spec is traced at two small batch sizes
+and any batch (a full one or the last, partial one) is priced exactly from the two traces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+
+aten = torch.ops.aten
+
+# Metadata-only or allocation-only ops: no arithmetic, no traffic worth pricing.
+_FREE = {
+    aten.detach.default,
+    aten.empty.memory_format,
+    aten.empty_like.default,
+    aten.empty_strided.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+    aten.lift_fresh.default,
+    aten._local_scalar_dense.default,
+    aten.sym_size.int,
+    aten.sym_stride.int,
+    aten.sym_numel.default,
+}
+
+# The two batch sizes a spec is traced at (BatchNorm refuses one sample in training mode).
+_TRACE_BATCHES = (2, 4)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return int(math.prod(shape))
+
+
+def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int], transposed: bool) -> int:
+    """Forward FLOPs of a (grouped, strided, any-rank) convolution: 2 per multiply-accumulate.
+
+    The weight is ``[C_out, C_in / groups, *k]`` (``[C_in, C_out / groups, *k]`` when transposed), so
+    ``w_shape[1:]`` is exactly the multiply-accumulates per output (per input, transposed) element.
+    """
+    per_elem = _numel(w_shape[1:])
+    return 2 * (_numel(x_shape) if transposed else _numel(out_shape)) * per_elem
+
+
+def _mm_flops(a: Sequence[int], b: Sequence[int]) -> int:
+    return 2 * _numel(a[:-1]) * a[-1] * b[-1]
+
+
+def op_flops(func: Any, args: tuple, out: Any) -> int:
+    """FLOPs of one ATen call (see the module docstring for the rules)."""
+    packet = func.overloadpacket
+    if packet in (aten.mm, aten.bmm):
+        return _mm_flops(args[0].shape, args[1].shape)
+    if packet is aten.addmm or packet is aten.baddbmm:
+        return _mm_flops(args[1].shape, args[2].shape)
+    if packet in (aten.convolution, aten._convolution):
+        return conv_flops(args[0].shape, args[1].shape, out.shape, bool(args[6]))
+    if packet is aten.convolution_backward:
+        grad_out, x, w = args[0], args[1], args[2]
+        transposed, mask = bool(args[7]), args[10]
+        fwd = conv_flops(x.shape, w.shape, grad_out.shape, transposed)
+        # grad_input and grad_weight each cost one forward; grad_bias is a reduction of grad_out.
+        return fwd * (int(mask[0]) + int(mask[1])) + (_numel(grad_out.shape) if mask[2] else 0)
+    return sum(t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+
+
+def op_bytes(args: tuple, kwargs: dict, out: Any) -> int:
+    """Bytes of the distinct tensors an op reads and writes (an in-place op's tensor counts twice)."""
+    def distinct(xs: list[Any]) -> list[torch.Tensor]:
+        seen: dict[int, torch.Tensor] = {}
+        for t in xs:
+            if isinstance(t, torch.Tensor):
+                seen.setdefault(id(t), t)
+        return list(seen.values())
+
+    ins = distinct(tree_flatten((args, kwargs))[0])
+    outs = distinct(tree_flatten(out)[0])
+    return sum(t.numel() * t.element_size() for t in ins + outs)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+        self.flops: list[int] = []
+        self.bytes: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.is_view or func in _FREE:
+            return out
+        self.names.append(str(func.overloadpacket.__name__))
+        self.flops.append(op_flops(func, args, out))
+        self.bytes.append(op_bytes(args, kwargs, out))
+        return out
+
+
+def _loss(out: Any, y: torch.Tensor) -> torch.Tensor:
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return sum(F.cross_entropy(o, y) for o in outs)
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """Per-op FLOPs and bytes of one training step at one batch size."""
+
+    batch: int
+    names: tuple[str, ...]
+    flops: np.ndarray
+    bytes: np.ndarray
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.names)
+
+    @property
+    def total_flops(self) -> float:
+        return float(self.flops.sum())
+
+    def time(self, flops_per_s: float, bytes_per_s: float, overhead_s: float) -> float:
+        """Roofline time of the step: sum over ops of max(compute, memory) plus the per-op overhead."""
+        return float(np.maximum(self.flops / flops_per_s, self.bytes / bytes_per_s).sum() + self.n_ops * overhead_s)
+
+
+TRACE_CALLS = {"n": 0}  # how many real traces ran (tests check the cache with it)
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """The parts of a local training step that add operators: SGD momentum, weight decay, gradient clipping."""
+
+    momentum: float = 0.9
+    weight_decay: bool = False
+    clip_grad_norm: bool = False
+
+
+def trace_module_step(
+    build: Callable[[], nn.Module], input_shape: Sequence[int], batch: int, options: StepOptions = StepOptions()
+) -> StepTrace:
+    """Trace one steady-state SGD step (momentum buffers already exist) of the module ``build()``
+    makes on the meta device, at ``batch`` inputs of ``input_shape`` (channels, height, width)."""
+    TRACE_CALLS["n"] += 1
+    with torch.device("meta"):
+        model = build()
+    model.train()
+    wd = 1e-4 if options.weight_decay else 0.0
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=options.momentum, weight_decay=wd, foreach=False)
+    x = torch.zeros(batch, *input_shape, device="meta")
+    y = torch.zeros(batch, dtype=torch.long, device="meta")
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        _loss(model(x), y).backward()
+        if options.clip_grad_norm:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
+        opt.step()
+
+    if options.momentum:  # steady state without a warm-up step: what a first step would have created
+        for p in model.parameters():
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
+    rec = _Recorder()
+    with rec:
+        step()
+    return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))
+
+
+def trace_step_uncached(
+    recipe: ModelRecipe, spec: SubmodelSpec, batch: int, options: StepOptions = StepOptions()
+) -> StepTrace:
+    """Trace one training step of ``recipe.build(spec)`` at ``batch`` samples (no cache)."""
+    return trace_module_step(lambda: recipe.build(spec), (recipe.in_channels, *recipe.image_size), batch, options)
+
+
+@dataclass(frozen=True)
+class AffineTrace:
+    """Per-op FLOPs and bytes as ``base + slope x batch``, from two traces of the same op sequence."""
+
+    names: tuple[str, ...]
+    flops0: np.ndarray
+    flops1: np.ndarray
+    bytes0: np.ndarray
+    bytes1: np.ndarray
+
+    def at(self, batch: int) -> StepTrace:
+        return StepTrace(batch, self.names, self.flops0 + self.flops1 * batch, self.bytes0 + self.bytes1 * batch)
+
+
+@lru_cache(maxsize=256)
+def affine_trace(recipe: ModelRecipe, spec: SubmodelSpec, options: StepOptions = StepOptions()) -> AffineTrace:
+    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec, options))."""
+    b0, b1 = _TRACE_BATCHES
+    t0, t1 = trace_step_uncached(recipe, spec, b0, options), trace_step_uncached(recipe, spec, b1, options)
+    if t0.names != t1.names:  # a batch-dependent op sequence: not expected for the built-in families
+        raise RuntimeError(f"{recipe.family}: the op sequence depends on the batch size; cannot price it affinely")
+    slope_f = (t1.flops - t0.flops) / (b1 - b0)
+    slope_b = (t1.bytes - t0.bytes) / (b1 - b0)
+    return AffineTrace(t0.names, t0.flops - slope_f * b0, slope_f, t0.bytes - slope_b * b0, slope_b)
+
+
+@lru_cache(maxsize=4096)
+def step_trace(recipe: ModelRecipe, spec: SubmodelSpec, batch: int, options: StepOptions = StepOptions()) -> StepTrace:
+    """One training step of ``spec`` at ``batch`` samples (cached)."""
+    return affine_trace(recipe, spec, options).at(batch)
+
+
+@lru_cache(maxsize=65536)
+def step_time(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    batch: int,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    options: StepOptions = StepOptions(),
+) -> float:
+    """Roofline seconds of one training step (memoised per spec, batch, rates and options)."""
+    return step_trace(recipe, spec, batch, options).time(flops_per_s, bytes_per_s, overhead_s)
+
+
+def steps_of(samples: int, batch: int) -> tuple[int, int]:
+    """(full batches, size of the last partial batch) of one epoch, as ``fl.train.train_local`` runs it.
+
+    A final batch of one sample is skipped there (BatchNorm cannot train on it), so it is not priced.
+    """
+    full, rest = divmod(int(samples), int(batch))
+    if rest == 1 and samples > 1:
+        rest = 0
+    return full, rest
+
+
+def train_seconds(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    samples: int,
+    epochs: int,
+    batch: int,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    options: StepOptions = StepOptions(),
+) -> float:
+    """Roofline training time of ``epochs`` passes over ``samples`` samples at ``batch`` per step."""
+    full, rest = steps_of(samples, batch)
+    rates = (flops_per_s, bytes_per_s, overhead_s, options)
+    t = full * step_time(recipe, spec, batch, *rates) if full else 0.0
+    if rest:
+        t += step_time(recipe, spec, rest, *rates)
+    return epochs * t
+
+
+def train_flops(
+    recipe: ModelRecipe, spec: SubmodelSpec, samples: int, epochs: int, batch: int, options: StepOptions = StepOptions()
+) -> float:
+    """Traced FLOPs of the same training (forward, backward and optimizer of every step)."""
+    full, rest = steps_of(samples, batch)
+    f = full * step_trace(recipe, spec, batch, options).total_flops if full else 0.0
+    if rest:
+        f += step_trace(recipe, spec, rest, options).total_flops
+    return epochs * f

@@ -1,0 +1,40 @@
+"""`iotfl-sim profiles measure`: writes a valid profile of this machine and never overwrites a file."""
+
+from __future__ import annotations
+
+import math
+
+import yaml
+
+from iotfl_sim.cli import main
+from iotfl_sim.scenario.profile import DeviceProfile
+
+
+def test_measure_writes_a_profile_that_validates(tmp_path, capsys):
+    out = tmp_path / "my_host.yaml"
+    assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.3", "--family", "cnn_small"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    p = DeviceProfile.model_validate(yaml.safe_load(out.read_text()))
+    assert p.name == "my_host"
+    for v in (p.compute.flops, p.compute.mem_bw_gbs, p.compute.op_overhead_us, p.memory.total_mb):
+        assert v is not None and math.isfinite(v) and v > 0
+    assert p.rates().roofline and p.cost_model_warnings() == []
+    text = " ".join(p.sources)
+    for what in ("torch 2", "compute.flops:", "compute.mem_bw_gbs:", "compute.op_overhead_us:", "check: one cnn_small"):
+        assert what in text
+
+
+def test_measure_refuses_an_existing_file(tmp_path, capsys):
+    out = tmp_path / "taken.yaml"
+    out.write_text("keep me\n")
+    assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out" in err and "already exists" in err
+    assert out.read_text() == "keep me\n"
+
+
+def test_measure_rejects_bad_options(tmp_path, capsys):
+    assert main(["profiles", "measure", "--seconds", "0"]) == 2
+    assert "--seconds" in capsys.readouterr().err
+    assert main(["profiles", "measure", "--family", "nope", "--seconds", "0.1"]) == 2
+    assert "--family" in capsys.readouterr().err
