@@ -54,8 +54,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     sc, groups = _scenario_and_groups(args)
     sizes = ", ".join(f"{g.name} x{g.count}" for g in groups)
-    for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
-        print(f"warning: {w}", file=sys.stderr)
+    if sc.fleet.cost_model == "roofline":
+        for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
+            print(f"warning: {w}", file=sys.stderr)
     print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
     return 0
 

@@ -163,6 +163,10 @@ def test_profile_without_new_fields_keeps_old_rule_and_validate_warns(capsys, wr
     assert plain.rates().mem_bw is None and not plain.rates().roofline
     assert "compute.mem_bw_gbs" in plain.cost_model_warnings()[0]
     assert main(["validate", str(write_scenario(base_scenario()))]) == 0
+    assert "warning" not in capsys.readouterr().err  # the default FLOPs-only model needs no bandwidth
+    data = base_scenario()
+    data["fleet"]["cost_model"] = "roofline"
+    assert main(["validate", str(write_scenario(data))]) == 0
     err = capsys.readouterr().err
     assert "warning: profile big: no compute.mem_bw_gbs" in err
     # a mode's missing values fall back to the profile's, and a profile with both fields is silent

@@ -300,9 +300,12 @@ def test_solar_harvesting_keeps_a_device_alive_that_would_otherwise_die():
 
 
 def test_power_mode_changes_throughput_and_power_together():
-    def compute(mode: str) -> tuple[float, Simulation]:
+    def compute(mode: str, cost_model: str = "roofline") -> tuple[float, Simulation]:
         data = base_scenario(numerics="none", rounds=1, clients_per_round=1)
-        data["fleet"] = {"groups": [{"name": "nano", "profile": "jetson_nano", "count": 1, "power_mode": mode}]}
+        data["fleet"] = {
+            "cost_model": cost_model,
+            "groups": [{"name": "nano", "profile": "jetson_nano", "count": 1, "power_mode": mode}],
+        }
         sim = simulate(data)
         return sim.fleet.energy["compute"][0], sim
 
@@ -329,6 +332,10 @@ def test_power_mode_changes_throughput_and_power_together():
     t5, t10 = e5 / nano.mode("5w")[1], e10 / nano.mode("10w")[1]
     assert t5 / t10 == pytest.approx(price("5w") / price("10w"), rel=1e-9)
     assert t5 > t10
+    # the default FLOPs-only cost model: the time ratio is the inverse of the modes' FLOP/s
+    (f5, _), (f10, _) = compute("5w", "flops"), compute("10w", "flops")
+    t5, t10 = f5 / nano.mode("5w")[1], f10 / nano.mode("10w")[1]
+    assert t5 / t10 == pytest.approx(nano.mode("10w")[0] / nano.mode("5w")[0], rel=1e-9)
 
 
 def test_field_deployment_example_runs_every_mechanism(tmp_path):

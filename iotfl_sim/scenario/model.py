@@ -110,6 +110,12 @@ class Fleet(Strict):
         description="mb: memory in MB, needs measured from the real submodel; relative: FlexFL's units, percent of "
         "the full model's parameters (every group then gives memory.free)",
     )
+    cost_model: Literal["flops", "roofline"] = Field(
+        "flops",
+        description="flops: training time = 3 x forward FLOPs / compute.flops (dense-CNN rates); roofline: each "
+        "operator of the traced training step priced as max(FLOPs / compute.flops, bytes / compute.mem_bw_gbs) "
+        "+ compute.op_overhead_us (MobileNet-class models; opt-in until its calibration is complete)",
+    )
     groups: list[Group] = Field(min_length=1)
     gateways: list[Gateway] = Field(default_factory=list, description="shared access points / gateways")
 

@@ -124,13 +124,13 @@ class DeviceTasks:
     def compute_cost(self, recipe: Any, spec: Any, d: int, rnd: int) -> tuple[float, float]:
         """(training FLOPs, jittered seconds) of device ``d``'s local training of ``spec``.
 
-        With a memory bandwidth in the profile every step is priced per operator (``fl.opcost``: roofline
+        With ``fleet.cost_model: roofline`` and a memory bandwidth in the profile every step is priced per operator (``fl.opcost``: roofline
         plus dispatch overhead, batch by batch as ``train_local`` runs them); without one, as before,
         3 x forward FLOPs / FLOP/s. Energy follows: the caller charges training power for this duration.
         """
         sim, f = self.sim, self.fleet
         per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
-        rates = f.roofline(d)
+        rates = f.roofline(d) if sim.sc.fleet.cost_model == "roofline" else None
         if rates is None:
             flops = recipe.cost(spec).train_flops(per_epoch * epochs)
             return flops, f.compute_time(d, flops, rnd)
