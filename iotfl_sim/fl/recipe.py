@@ -48,17 +48,24 @@ class ModelRecipe:
         )
 
     def cost(self, spec: SubmodelSpec) -> ModelCost:
-        return measure_cost(
-            self.family,
-            spec,
-            num_classes=self.num_classes,
-            in_channels=self.in_channels,
-            image_size=self.image_size,
-            norm=self.norm,
-        )
+        return _cost(self, spec)
 
     def shapes(self, spec: SubmodelSpec) -> Shapes:
         return _shapes(self, spec)
+
+
+@lru_cache(maxsize=1024)
+def _cost(recipe: ModelRecipe, spec: SubmodelSpec) -> ModelCost:
+    # keyed on the two frozen dataclasses: the engine asks for costs several times per task, and
+    # measure_cost's keyword-argument cache key costs more to build than this one
+    return measure_cost(
+        recipe.family,
+        spec,
+        num_classes=recipe.num_classes,
+        in_channels=recipe.in_channels,
+        image_size=recipe.image_size,
+        norm=recipe.norm,
+    )
 
 
 @lru_cache(maxsize=256)
