@@ -80,9 +80,11 @@ class DeviceTasks:
         d = task.assignment.device
         g = f.group_of[d]
         preset = f.radio[g]
-        rng = stream(sim.sc.seed, "link", d, task.rnd, int(up))
-        sent = retransmitted_bytes(nbytes, float(f.link_loss[d]), rng)
-        jitter = float(rng.lognormal(0.0, f.link_jitter[d])) if f.link_jitter[d] > 0 else 1.0
+        loss, sigma = float(f.link_loss[d]), float(f.link_jitter[d])
+        # the stream only when a draw is made: building a generator is most of a clean link's cost
+        rng = stream(sim.sc.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
+        sent = retransmitted_bytes(nbytes, loss, rng) if rng is not None else nbytes
+        jitter = float(rng.lognormal(0.0, sigma)) if rng is not None and sigma > 0 else 1.0
         bps = float(f.up_bps[d] if up else f.down_bps[d])
         rtt = float(f.rtt_s[d])
         medium = sim.media.get((int(g), up))
