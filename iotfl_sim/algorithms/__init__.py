@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from iotfl_sim.algorithms.adapterfl import AdapterFL, FedBase
 from iotfl_sim.algorithms.adaptivefl import AdaptiveFL
 from iotfl_sim.algorithms.base import Strategy
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
+from iotfl_sim.algorithms.feddf import FedDF
 from iotfl_sim.algorithms.flexfl import FlexFL
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
@@ -19,6 +21,9 @@ REGISTRY = {
     "adaptivefl": AdaptiveFL,
     "flexfl": FlexFL,
     "scalefl": ScaleFL,
+    "adapterfl": AdapterFL,
+    "fedbase": FedBase,
+    "feddf": FedDF,
 }
 
 

@@ -2,10 +2,13 @@
 
 ``all_large``: everyone trains the full model; devices whose declared memory cannot hold it are
 excluded from selection (exclusive learning). ``smallest``: every device trains the smallest model,
-which is then the global model.
+which is then the global model. ``family`` trains another model family than ``model.family`` (AdapterFL's
+"FedAvg S/M/L with exclusive learning": one prototype per run) and ``width`` narrows the all_large model.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -26,8 +29,10 @@ class FedAvg(StrategyBase):
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
-        rate = 1.0 if self.cfg.flavour == "all_large" else self.cfg.small_rate
+        rate = self.cfg.width if self.cfg.flavour == "all_large" else self.cfg.small_rate
         self.recipe = self.recipe_at(rate)
+        if self.cfg.family is not None:  # one prototype of a heterogeneous method (AdapterFL's FedAvg S/M/L)
+            self.recipe = replace(self.recipe, family=self.cfg.family)
         self.spec = SubmodelSpec(rate=rate, name="full")
         self.state = ctx.initial_state(self.recipe, self.spec)
         self.eligible = self.fits(self.recipe, self.spec, ctx.declared_free_memory)

@@ -16,6 +16,9 @@ Families (see ``FAMILIES`` and ``EE_FAMILIES``):
   groups (stem, the 7 bottleneck stages, the last 1x1 conv).
 - ``cnn_small``: a 3-conv CNN for tiny images such as sklearn's 8x8 digits.
 - ``mlp``: two hidden layers [200, 200], for tiny tests and tabular data (HAR).
+- ``cnn2``: AdapterFL's small prototype, a LeNet-style 2-conv CNN (two 5x5 convs with 64 channels, each
+  followed by a 2x2 max-pool, then FC 64 -> classes); 210,442 parameters without norm on CIFAR-10,
+  AdapterFL's "0.21 M" (Table I). Not in ``FAMILIES`` (its pooled map needs images of at least 16 px).
 - ``conv_ee``, ``resnet18_ee``, ``vgg16_ee`` (and ``*_ee_light``): the same backbones with an early
   exit after every stage (ScaleFL); built by ``fl.early_exit``, their forward returns a list of logits.
 """
@@ -33,7 +36,9 @@ FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_sm
 # ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models. Their forward returns a list.
 EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16")
 EE_FAMILIES: tuple[str, ...] = tuple(f"{b}_ee" for b in EE_BASES) + tuple(f"{b}_ee_light" for b in EE_BASES)
-ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES
+# AdapterFL's 2-conv CNN (``TwoConvCNN``); kept out of FAMILIES because 8x8 inputs are too small for it.
+EXTRA_FAMILIES: tuple[str, ...] = ("cnn2",)
+ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES + EXTRA_FAMILIES
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
@@ -52,6 +57,7 @@ MOBILENETV2_CFG: tuple[tuple[int, int, int, int], ...] = (
 MOBILENETV2_LAST = 1280
 CNN_SMALL_HIDDEN = (32, 64, 128)
 MLP_HIDDEN = (200, 200)
+CNN2_HIDDEN = (64, 64, 64)  # conv1, conv2, the hidden FC layer
 
 # Number of prunable layer groups (the length ``layer_rates`` may have) per family.
 LAYER_GROUPS: dict[str, int] = {
@@ -61,6 +67,7 @@ LAYER_GROUPS: dict[str, int] = {
     "mobilenetv2": len(MOBILENETV2_CFG) + 2,  # stem, one group per stage, last 1x1 conv
     "cnn_small": len(CNN_SMALL_HIDDEN),
     "mlp": len(MLP_HIDDEN),
+    "cnn2": len(CNN2_HIDDEN),
 }
 # Prunable groups that are hidden fully connected layers: AdaptiveFL scales them by r_w whatever the
 # start layer (its VGG head 512r -> 4096r -> 4096r -> classes).
@@ -510,6 +517,49 @@ class MobileNetV2(nn.Module):
         return self.classifier(self.flatten(self.pool(self.last(out))))
 
 
+class TwoConvCNN(nn.Module):
+    """AdapterFL's small prototype: [conv5x5 -> Scaler -> Norm -> ReLU -> MaxPool2] x 2 -> flatten ->
+    Linear(64) -> ReLU -> Linear(classes). Convs are unpadded (LeNet style: 32 -> 28 -> 14 -> 10 -> 5)."""
+
+    def __init__(
+        self,
+        widths: list[int],
+        rates: list[float],
+        *,
+        in_channels: int,
+        image_size: tuple[int, int],
+        num_classes: int,
+        scaler: bool,
+        norm: str,
+        track_bn: bool,
+    ) -> None:
+        super().__init__()
+        h, w = image_size
+        cin = in_channels
+        for i in range(2):
+            conv = nn.Sequential(
+                nn.Conv2d(cin, widths[i], kernel_size=5, bias=True),
+                _scaler(scaler, rates[i]),
+                _norm2d(norm, widths[i], track_bn),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+            )
+            self.add_module(f"conv{i + 1}", conv)
+            h, w, cin = (h - 4) // 2, (w - 4) // 2, widths[i]
+        if min(h, w) < 1:
+            raise ValueError(f"cnn2 needs images of at least 16 x 16 pixels, got {image_size}")
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(cin * h * w, widths[2]),
+            _scaler(scaler, rates[2]),
+            nn.ReLU(),
+            nn.Linear(widths[2], num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv2(self.conv1(x)))
+
+
 class MLP(nn.Module):
     """Flatten -> [Linear -> Scaler -> Norm -> ReLU] x len(hidden) -> Linear(classes)."""
 
@@ -576,8 +626,23 @@ def build_model(
     or ``none``. ``spec.depth`` (conv: conv units 1..4 with their pools, resnet18: stages 1..4, vgg16:
     stages 1..5, mobilenetv2: bottleneck stages 1..7) keeps only the first stages and drops the head
     (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
-    (``fl.early_exit``) return one logit tensor per exit.
+    (``fl.early_exit``) return one logit tensor per exit. ``reassembled:...`` families are AdapterFL's
+    reassembled models (``fl.reassemble``).
     """
+    if family.startswith("reassembled:"):
+        from iotfl_sim.fl.reassemble import build_reassembled  # reassemble builds on this module
+
+        return build_reassembled(
+            family,
+            spec,
+            num_classes=num_classes,
+            in_channels=in_channels,
+            image_size=image_size,
+            global_rate=global_rate,
+            scaler=scaler,
+            track_bn=track_bn,
+            norm=norm,
+        )
     if family not in ALL_FAMILIES:
         raise ValueError(f"unknown model family {family!r}; expected one of {ALL_FAMILIES}")
     if family in EE_FAMILIES:
@@ -604,7 +669,7 @@ def build_model(
             f"{family!r} has {groups} prunable layer groups, got {len(spec.layer_rates)} layer_rates"
         )
     depth = _check_depth(family, spec.depth)
-    use_scaler = (family not in ("vgg16", "mobilenetv2")) if scaler is None else bool(scaler)
+    use_scaler = (family not in ("vgg16", "mobilenetv2", "cnn2")) if scaler is None else bool(scaler)
     rates = [spec.layer_rate(layer) / global_rate for layer in range(groups)]
     h, w = image_size
 
@@ -620,6 +685,18 @@ def build_model(
         widths = [spec.width(c, layer) for layer, c in enumerate(CNN_SMALL_HIDDEN)]
         units = _conv_units(widths, rates, in_channels, use_scaler, norm, track_bn)
         model = PlainCNN(units, [False, True, False], num_classes)
+    elif family == "cnn2":
+        widths = [spec.width(c, layer) for layer, c in enumerate(CNN2_HIDDEN)]
+        model = TwoConvCNN(
+            widths,
+            rates,
+            in_channels=in_channels,
+            image_size=(h, w),
+            num_classes=num_classes,
+            scaler=use_scaler,
+            norm=norm,
+            track_bn=track_bn,
+        )
     elif family == "resnet18":
         widths = [spec.width(c, layer) for layer, c in enumerate(RESNET_HIDDEN)]
         model = PreActResNet(

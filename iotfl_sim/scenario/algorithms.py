@@ -59,6 +59,20 @@ class _Levels(Strict):
         return v
 
 
+PrototypeFamily = Literal["cnn2", "mobilenetv2", "resnet18", "vgg16", "conv", "cnn_small", "mlp"]
+AdapterPrototype = Literal["cnn2", "mobilenetv2", "resnet18", "vgg16"]
+# Stages of each AdapterFL prototype in forward order, the head included (``fl.reassemble.stages``).
+PROTOTYPE_STAGES: dict[str, int] = {"cnn2": 3, "mobilenetv2": 9, "resnet18": 6, "vgg16": 6}
+
+
+def candidate_cuts(family: str) -> list[int]:
+    """AdapterFL cuts c (stages in the feature-extraction block) that leave a non-head stage on the
+    device-adaptation side."""
+    if family not in PROTOTYPE_STAGES:
+        raise ValueError(f"unknown prototype family {family!r}; expected one of {tuple(PROTOTYPE_STAGES)}")
+    return list(range(1, PROTOTYPE_STAGES[family] - 1))
+
+
 class FedAvgConfig(Strict):
     name: Literal["fedavg"]
     flavour: Literal["all_large", "smallest"] = Field(
@@ -68,6 +82,12 @@ class FedAvgConfig(Strict):
     )
     small_rate: float = Field(0.0625, gt=0, le=1, description="width rate of the model in the 'smallest' flavour")
     weighting: Literal["data", "count"] = "data"
+    family: PrototypeFamily | None = Field(
+        None,
+        description="train this model family instead of model.family (AdapterFL's 'FedAvg S/M/L': one prototype "
+        "per run; with all_large only devices whose declared memory fits it take part)",
+    )
+    width: float = Field(1.0, gt=0, le=1, description="width rate of the all_large model (1: the full model)")
 
 
 class DecoupledConfig(_Levels):
@@ -287,6 +307,72 @@ class FlexFLConfig(Strict):
         return v
 
 
+class _Prototypes(Strict):
+    """Prototype models S, M, L shared by AdapterFL, FedBase and FedDF."""
+
+    prototypes: list[AdapterPrototype] = Field(
+        default_factory=lambda: ["cnn2", "mobilenetv2", "resnet18"],
+        description="prototype families S, M, L (paper: 2-conv CNN, MobileNetV2, ResNet18; second group "
+        "MobileNetV2, ResNet18, VGG16)",
+    )
+    width: float = Field(1.0, gt=0, le=1, description="width rate applied to every prototype (1: the paper's models)")
+    weighting: Literal["data", "count"] = Field(
+        "count", description="aggregation weights (AdapterFL eqs. 6-7: plain means over clients; data: by data size)"
+    )
+
+    @field_validator("prototypes")
+    @classmethod
+    def _three(cls, v: list[str]) -> list[str]:
+        if len(v) != 3:
+            raise ValueError(f"give exactly three prototypes (S, M, L), got {len(v)}")
+        return v
+
+
+class AdapterFLConfig(_Prototypes):
+    """AdapterFL (Liu et al.): partition, reassembly, block-wise aggregation (``iotfl_sim.algorithms.adapterfl``)."""
+
+    name: Literal["adapterfl"]
+    extractor: Literal["S", "M", "L"] = Field(
+        "L", description="whose feature-extraction block the group shares (the paper prefers the large prototype)"
+    )
+    cuts: list[int] | None = Field(
+        None,
+        description="stages in each prototype's feature-extraction block (S, M, L); null: chosen by the CKA "
+        "criterion (eq. 3). Table II's sizes match cnn2 1, mobilenetv2 4, resnet18 3",
+    )
+    probe_samples: int = Field(256, ge=4, description="probe batch for CKA (from the proxy set, else the train set)")
+    proxy_fraction: float = Field(0.0, ge=0, lt=1, description="share of the train set held out on the server")
+
+    @model_validator(mode="after")
+    def _cuts_ok(self) -> AdapterFLConfig:
+        if self.cuts is not None:
+            if len(self.cuts) != 3:
+                raise ValueError(f"cuts: give one cut per prototype (3), got {len(self.cuts)}")
+            for fam, cut in zip(self.prototypes, self.cuts, strict=True):
+                if cut not in candidate_cuts(fam):
+                    raise ValueError(f"cuts: {cut} is not a cut of {fam} (candidates {candidate_cuts(fam)})")
+        return self
+
+
+class FedBaseConfig(AdapterFLConfig):
+    """FedBase: AdapterFL's reassembled models, each aggregated on its own (no shared block)."""
+
+    name: Literal["fedbase"]  # type: ignore[assignment]
+
+
+class FedDFConfig(_Prototypes):
+    """FedDF (Lin et al., NeurIPS 2020) over the S, M, L prototypes (``iotfl_sim.algorithms.feddf``)."""
+
+    name: Literal["feddf"]
+    weighting: Literal["data", "count"] = Field("data", description="FedAvg weights before distillation")
+    proxy_fraction: float = Field(0.01, gt=0, lt=1, description="share of the train set held out as the proxy set (1%)")
+    distill_steps: int = Field(100, ge=0, description="server distillation steps per prototype per round")
+    distill_batch_size: int = Field(64, ge=1)
+    distill_lr: float = Field(1e-3, gt=0, description="Adam learning rate (FedDF: 1e-3)")
+    temperature: float = Field(1.0, gt=0, description="distillation temperature (FedDF: 1)")
+    cosine: bool = Field(True, description="cosine-anneal the distillation learning rate over the steps")
+
+
 AlgorithmConfig = Annotated[
     FedAvgConfig
     | DecoupledConfig
@@ -294,7 +380,10 @@ AlgorithmConfig = Annotated[
     | HeteroFLIoTConfig
     | AdaptiveFLConfig
     | FlexFLConfig
-    | ScaleFLConfig,
+    | ScaleFLConfig
+    | AdapterFLConfig
+    | FedBaseConfig
+    | FedDFConfig,
     Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
@@ -305,5 +394,8 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "adaptivefl": AdaptiveFLConfig,
     "scalefl": ScaleFLConfig,
     "flexfl": FlexFLConfig,
+    "adapterfl": AdapterFLConfig,
+    "fedbase": FedBaseConfig,
+    "feddf": FedDFConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

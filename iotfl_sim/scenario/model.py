@@ -170,6 +170,12 @@ class Data(Strict):
     root: str | None = Field(None, description="folder holding the dataset files; default: $IOTFL_DATA")
     partition: Partition = Partition()
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share for datasets without a test split")
+    train_samples: int | None = Field(
+        None, ge=1, description="keep a seeded random subset of this many train samples (null: all; for quick runs)"
+    )
+    test_samples: int | None = Field(
+        None, ge=1, description="keep a seeded random subset of this many test samples (null: all; for quick runs)"
+    )
 
 
 class Model(Strict):

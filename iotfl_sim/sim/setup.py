@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,22 @@ def split_proxy(n: int, fraction: float, seed: int) -> tuple[np.ndarray | None, 
     return proxy, np.setdiff1d(everything, proxy, assume_unique=True)
 
 
+def subset(ds: Dataset, train: int | None, test: int | None, seed: int) -> Dataset:
+    """``ds`` cut to seeded random subsets of ``train`` train and ``test`` test samples (None: all)."""
+    changes: dict[str, Any] = {}
+    if train is not None and train < len(ds.y_train):
+        keep = np.sort(stream(seed, "train_subset").choice(len(ds.y_train), size=train, replace=False))
+        changes.update(x_train=ds.x_train[keep], y_train=ds.y_train[keep])
+        if ds.groups_train is not None:
+            changes["groups_train"] = ds.groups_train[keep]
+    if test is not None and test < len(ds.y_test):
+        keep = np.sort(stream(seed, "test_subset").choice(len(ds.y_test), size=test, replace=False))
+        changes.update(x_test=ds.x_test[keep], y_test=ds.y_test[keep])
+        if ds.groups_test is not None:
+            changes["groups_test"] = ds.groups_test[keep]
+    return replace(ds, **changes) if changes else ds
+
+
 def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
     channels, height, width, classes, nominal = DATASET_SHAPES[sc.data.dataset]
     if sc.numerics == "none":
@@ -69,6 +85,7 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         ds = load_dataset(sc.data.dataset, sc.data.root, test_fraction=sc.data.test_fraction, seed=sc.seed)
     except DatasetError as e:
         raise ScenarioError(f"data.dataset: {e}") from None
+    ds = subset(ds, sc.data.train_samples, sc.data.test_samples, sc.seed)
     p = sc.data.partition
     labels = ds.y_train.numpy()
     proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)

@@ -1,0 +1,236 @@
+"""AdapterFL (Liu et al., "AdapterFL: Adaptive Heterogeneous Federated Learning for Resource-constrained
+Mobile Computing Systems") and FedBase, its baseline without block-wise aggregation.
+
+No public code exists; this follows the paper's text, and every choice it leaves open is stated here.
+
+- Prototypes S, M, L (``prototypes``, default 2-conv CNN ``cnn2``, ``mobilenetv2``, ``resnet18``; the
+  second group is mobilenetv2, resnet18, vgg16), optionally narrowed by ``width`` (a width rate for
+  every prototype, for runs on small machines; the paper uses 1).
+- Partition (eq. 3, ``fl.reassemble``): each prototype is a sequence of stages; the candidate cuts
+  leave at least one stage on the feature side and one non-head stage on the adaptation side (so
+  ``cnn2`` has the single cut after conv1). Linear CKA on flattened representations of a probe batch
+  of ``probe_samples`` images: the server's proxy set when ``proxy_fraction`` > 0, else a seeded sample
+  of the train set (the same server-side data the static-BN calibration already reads); in
+  system-only runs a seeded Gaussian batch. The prototypes are probed at their seeded initialisation
+  (the paper does not say whether they are pretrained; nothing else in the method pretrains them).
+  The forward passes are charged as server work ``partition``. ``cuts`` fixes the cuts instead;
+  Table II's sizes imply cnn2 1, mobilenetv2 4, resnet18 3. On untrained prototypes CKA favours
+  early cuts (the representations are still close to the input), so the criterion and Table II's
+  cuts need not agree; the run summary does not record the chosen cuts, ``AdapterFL.partition`` does.
+- Reassembly (eq. 5): the extractor prototype's (``extractor``, default L, the paper's preferred
+  choice; Algorithm 1 picks it at random) feature-extraction block with each prototype's adaptation
+  block, joined by a two-conv adapter (``fl.reassemble.Adapter``): the group ``<X>-S``, ``<X>-M``,
+  ``<X>-L``.
+- Model & client selector (Sec. IV-C): a model fits a device when its training memory need
+  (``ctx.memory_need``, the engine's Gamma) is at most the device's declared free memory. Every
+  selectable device that fits at least the smallest model is eligible; its *level* is the largest
+  model it fits. The round's k slots are shared among the models in proportion to how many
+  selectable devices have that level (largest remainder), and every model that some selectable
+  device fits gets at least one slot (taken from the model with the most). Models are filled largest
+  first, from devices of their own level, then from unchosen devices of higher levels; unfilled
+  slots pass to the next smaller model. With 40/40/20 % of the devices at levels S/M/L, 10 slots
+  become 4/4/2, as in the paper ("we will also deliver these heterogeneous models according to this
+  ratio").
+- Local training: plain cross-entropy with the scenario's ``local`` settings (paper: SGD lr 0.01,
+  decay 0.998, momentum 0.5, weight decay 1e-3, batch 50, 5 epochs).
+- Block-wise aggregation (eqs. 6, 7): the group's global state holds the feature-extraction block
+  once (``ex.*``) and each model's adapter and adaptation block under its label
+  (``L-S/adapter.*``, ``L-S/ad.*``); every tensor is averaged over the updates that hold it
+  (``fl.aggregate.aggregate_nested`` after renaming, ``fl.reassemble.to_group``): the shared block
+  over every client of the round, the others over the clients that trained that model. The paper's
+  means are unweighted (``weighting: count``); ``data`` weights by client data size.
+- FedBase (``fedbase``): the same models, selector and training, but nothing is shared: every model,
+  its feature-extraction block included, is averaged only over its own clients (FedAvg per
+  reassembled model with exclusive learning). The paper trains each reassembled model in a separate
+  FedAvg run; sharing the rounds isolates the one thing AdapterFL changes, the block-wise
+  aggregation.
+- Evaluation: every model of the group (columns ``acc_L-S``, ``acc_L-M``, ``acc_L-L``; ``acc_avg``
+  their mean) and ``acc_full``, the group's largest model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update
+from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.fl.reassemble import (
+    Partition,
+    candidate_cuts,
+    centered_gram,
+    cut_features,
+    from_group,
+    partition_by_similarity,
+    reassembled_family,
+    to_group,
+)
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.algorithms import AdapterFLConfig
+from iotfl_sim.seeding import int_seed, stream
+
+LETTERS = ("S", "M", "L")
+
+
+def apportion(k: int, weights: np.ndarray) -> np.ndarray:
+    """Split k slots in proportion to ``weights`` by largest remainder (ties: lower index first)."""
+    w = np.asarray(weights, dtype=float)
+    if k <= 0 or w.sum() <= 0:
+        return np.zeros(len(w), dtype=np.int64)
+    raw = k * w / w.sum()
+    out = np.floor(raw + 1e-9).astype(np.int64)
+    order = sorted(range(len(w)), key=lambda i: (-(raw[i] - out[i]), i))
+    for i in order[: k - int(out.sum())]:
+        out[i] += 1
+    return out
+
+
+def select_by_fit(pool: np.ndarray, level: np.ndarray, k: int, num_models: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """The model & client selector (see the module docstring): (device, model index) pairs, models
+    indexed smallest first; ``level[d]`` is the largest model device d fits (-1: none)."""
+    pool = np.asarray(pool)
+    pool = pool[level[pool] >= 0]
+    k = min(k, len(pool))
+    counts = np.array([(level[pool] == j).sum() for j in range(num_models)])
+    fits = np.array([(level[pool] >= j).sum() for j in range(num_models)])
+    quota = apportion(k, counts)
+    for j in range(num_models - 1, -1, -1):
+        if quota[j] == 0 and fits[j] > 0:
+            donor = int(np.argmax(quota))
+            if quota[donor] > 1:
+                quota[donor] -= 1
+                quota[j] = 1
+    taken = np.zeros(len(pool), dtype=bool)
+    out: list[tuple[int, int]] = []
+    carry = 0
+    for j in range(num_models - 1, -1, -1):
+        want = int(quota[j]) + carry
+        for source in (level[pool] == j, level[pool] > j):
+            cand = np.flatnonzero(source & ~taken)
+            n = min(want, len(cand))
+            if n > 0:
+                pick = np.sort(cand[rng.choice(len(cand), size=n, replace=False)])
+                taken[pick] = True
+                out += [(int(pool[p]), j) for p in pick]
+                want -= n
+        carry = want
+    return sorted(out)
+
+
+class AdapterFL(StrategyBase):
+    name = "adapterfl"
+    shared_blocks: tuple[str, ...] = ("ex",)
+
+    def __init__(self, cfg: AdapterFLConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.partition: Partition | None = None
+
+    def prototype_recipe(self, family: str) -> ModelRecipe:
+        return replace(self.c.recipe, family=family, global_rate=self.cfg.width)
+
+    def setup(self, ctx) -> None:
+        self.ctx = ctx
+        cfg = self.cfg
+        cuts = list(cfg.cuts) if cfg.cuts is not None else list(self.choose_cuts())
+        self.cuts = cuts
+        i = LETTERS.index(cfg.extractor)
+        models = []
+        for j, fam in enumerate(cfg.prototypes):
+            label = f"{LETTERS[i]}-{LETTERS[j]}"
+            recipe = replace(
+                ctx.recipe, family=reassembled_family(cfg.prototypes[i], cuts[i], fam, cuts[j]), global_rate=cfg.width
+            )
+            spec = SubmodelSpec(rate=cfg.width, name=label)
+            models.append((ctx.memory_need(recipe, spec), j, label, recipe, spec))
+        models.sort(key=lambda m: (m[0], m[1]))  # the selector's order: smallest training need first
+        self.labels = [m[2] for m in models]
+        self.recipes = {m[2]: m[3] for m in models}
+        self.specs = {m[2]: m[4] for m in models}
+        self.state: dict[str, torch.Tensor] = {}
+        self.keys: dict[str, list[str]] = {}
+        for label in self.labels:
+            init = ctx.initial_state(self.recipes[label], self.specs[label])
+            self.keys[label] = list(init)
+            for k, v in to_group(init, label, self.shared_blocks).items():
+                self.state.setdefault(k, v)  # the shared block: one copy (every model's is the same seeded init)
+        fits = np.stack([self.fits(self.recipes[x], self.specs[x], ctx.declared_free_memory) for x in self.labels], 1)
+        self.level = np.where(fits.any(1), fits.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1), -1)
+        self.largest = max(self.labels, key=lambda x: self.recipes[x].cost(self.specs[x]).params)
+
+    # -- partition (eq. 3)
+
+    def probe_batch(self) -> torch.Tensor:
+        ctx, n = self.c, self.cfg.probe_samples
+        rng = stream(ctx.seed, "adapterfl_probe")
+        if ctx.data is None:
+            shape = (n, ctx.recipe.in_channels, *ctx.recipe.image_size)
+            return torch.randn(shape, generator=torch.Generator().manual_seed(int_seed(ctx.seed, "adapterfl_probe")))
+        pool = ctx.proxy_indices if ctx.proxy_indices is not None and len(ctx.proxy_indices) else np.arange(len(ctx.data.x_train))
+        pick = np.sort(rng.choice(pool, size=min(n, len(pool)), replace=False))
+        return ctx.data.x_train[torch.as_tensor(pick)]
+
+    def choose_cuts(self) -> tuple[int, ...]:
+        """Eq. 3 on the seeded initial prototypes (see the module docstring)."""
+        x = self.probe_batch()
+        candidates, feats, outs = [], [], []
+        flops = 0.0
+        for i, fam in enumerate(self.cfg.prototypes):
+            recipe, spec = self.prototype_recipe(fam), SubmodelSpec(rate=self.cfg.width)
+            with torch.random.fork_rng():
+                torch.manual_seed(int_seed(self.c.seed, "adapterfl_partition", i))
+                model = recipe.build(spec)
+            cands = candidate_cuts(fam)
+            f, out = cut_features(model, x, cands)
+            candidates.append(cands)
+            feats.append([centered_gram(t) for t in f])
+            outs.append(centered_gram(out))
+            flops += recipe.cost(spec).flops_forward_per_sample * len(x)
+        self.c.server_work.charge("partition", flops)
+        self.partition = partition_by_similarity(candidates, feats, centered_gram(x), outs)
+        return self.partition.cuts
+
+    # -- rounds
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        return [(self.recipes[x], self.specs[x]) for x in self.labels]
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        pool = np.flatnonzero(fleet.selectable_mask())
+        pairs = select_by_fit(pool, self.level, self.c.clients_per_round, len(self.labels), rng)
+        return [Assignment(d, self.specs[self.labels[j]], level=self.labels[j]) for d, j in pairs]
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipes[assignment.level]
+
+    def payload(self, assignment: Assignment):
+        return self.model_state(assignment.level)
+
+    def model_state(self, label: str) -> dict[str, torch.Tensor]:
+        return from_group(self.state, self.keys[label], label, self.shared_blocks)
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        if not updates:
+            return
+        parts = [
+            Contribution(to_group(c.state, u.assignment.level, self.shared_blocks), c.weight)
+            for u, c in zip(updates, contributions(updates, self.cfg.weighting), strict=True)
+        ]
+        self.state = aggregate_nested(self.state, parts)
+
+    def eval_targets(self) -> list[EvalTarget]:
+        out = [EvalTarget(x, self.specs[x], self.model_state(x), self.recipes[x]) for x in self.labels]
+        x = self.largest
+        out.append(EvalTarget("full", self.specs[x], self.model_state(x), self.recipes[x], is_level=False))
+        return out
+
+
+class FedBase(AdapterFL):
+    """AdapterFL's reassembled models, each averaged only over its own clients (nothing shared)."""
+
+    name = "fedbase"
+    shared_blocks = ()
