@@ -19,7 +19,8 @@
 - Server work ``distill`` is charged: the teachers' forward passes over the proxy set plus 3 x the
   students' forward FLOPs per distilled sample. System-only runs charge the same FLOPs for a proxy set
   of ``proxy_fraction`` of the clients' samples and train nothing.
-- Evaluation: ``acc_S``, ``acc_M``, ``acc_L`` (``acc_avg`` their mean) and ``acc_full`` (L).
+- Evaluation: ``acc_S``, ``acc_M``, ``acc_L`` (``acc_avg`` their mean) and ``acc_full`` (the prototype
+  with the most parameters).
 """
 
 from __future__ import annotations
@@ -158,6 +159,6 @@ class FedDF(StrategyBase):
 
     def eval_targets(self) -> list[EvalTarget]:
         out = [EvalTarget(x, self.specs[x], self.states[x], self.recipes[x]) for x in self.labels]
-        big = self.labels[-1]
+        big = max(self.labels, key=lambda x: self.recipes[x].cost(self.specs[x]).params)
         out.append(EvalTarget("full", self.specs[big], self.states[big], self.recipes[big], is_level=False))
         return out
