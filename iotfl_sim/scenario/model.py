@@ -181,8 +181,9 @@ class Data(Strict):
 class Model(Strict):
     family: Literal[
         "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
-        "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
-    ] = Field("cnn_small", description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL)")  # fmt: skip
+        "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light", "cnn2",
+    ] = Field("cnn_small", description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL); "
+              "cnn2: AdapterFL's 2-conv CNN (images of at least 16 px)")  # fmt: skip
     norm: Literal["bn", "none"] = "bn"
     scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")
 
