@@ -121,3 +121,18 @@ def test_feddf_runs_end_to_end(write_scenario, tmp_path) -> None:
     assert {"acc_S", "acc_M", "acc_L", "acc_full", "acc_avg"} <= set(header)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["rounds"] == 1
+
+
+def test_data_subsets_are_seeded_and_sized() -> None:
+    from iotfl_sim.sim.setup import subset
+
+    ds = load_dataset("digits")
+    a, b = subset(ds, 300, 50, seed=1), subset(ds, 300, 50, seed=1)
+    assert len(a.y_train) == 300 and len(a.y_test) == 50
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+    assert not torch.equal(subset(ds, 300, None, seed=2).y_train, a.y_train)
+    assert subset(ds, None, 10**6, seed=1) is ds  # nothing to cut
+    # every kept sample is one of the originals, none twice
+    rows = {tuple(r.flatten().tolist()) for r in ds.x_train}
+    kept = [tuple(r.flatten().tolist()) for r in a.x_train]
+    assert set(kept) <= rows

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from iotfl_sim.algorithms.adapterfl import LETTERS, select_by_fit
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Outcome, Update
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.objectives import kd_term
@@ -97,7 +97,7 @@ class FedDF(StrategyBase):
             mine = [u for u in updates if u.assignment.level == x]
             if mine:
                 self.states[x] = aggregate_nested(self.states[x], contributions(mine, self.cfg.weighting))
-        if self.cfg.distill_steps > 0:
+        if self.cfg.distill_steps > 0 and self.c.data is not None:
             self.distill(rnd, updates)
 
     def _proxy_size(self) -> int:
@@ -105,16 +105,23 @@ class FedDF(StrategyBase):
             return len(self.c.proxy_indices)
         return max(1, int(round(self.cfg.proxy_fraction * float(np.sum(self.c.samples_per_device)))))
 
-    def distill(self, rnd: int, updates: list[Update]) -> None:
-        cfg, ctx = self.cfg, self.c
-        n_proxy = self._proxy_size()
-        steps, bs = cfg.distill_steps, min(cfg.distill_batch_size, n_proxy)
+    def distill_flops(self, teachers: list[str]) -> float:
+        """Teachers' forward passes over the proxy set plus the students' training steps."""
+        cfg, n_proxy = self.cfg, self._proxy_size()
+        bs = min(cfg.distill_batch_size, n_proxy)
         fwd = {x: self.recipes[x].cost(self.specs[x]).flops_forward_per_sample for x in self.labels}
-        flops = sum(fwd[u.assignment.level] for u in updates) * n_proxy
-        flops += sum(3.0 * fwd[x] * bs * steps for x in self.labels)
-        ctx.server_work.charge("distill", flops)
-        if ctx.data is None or not updates[0].state:
-            return  # system-only: the work is charged, nothing is trained
+        return sum(fwd[t] for t in teachers) * n_proxy + sum(3.0 * fwd[x] * bs * cfg.distill_steps for x in self.labels)
+
+    def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
+        # system-only runs train nothing (aggregate is not called): charge the distillation a real run does
+        if self.c.data is None and self.cfg.distill_steps > 0:
+            teachers = [(o.trained or o.assignment).level for o in outcomes if o.status == "completed"]
+            if teachers:
+                self.c.server_work.charge("distill", self.distill_flops(teachers))
+
+    def distill(self, rnd: int, updates: list[Update]) -> None:
+        ctx = self.c
+        ctx.server_work.charge("distill", self.distill_flops([u.assignment.level for u in updates]))
         x_proxy = ctx.data.x_train[torch.as_tensor(ctx.proxy_indices)]
         teacher = self.ensemble_logits(updates, x_proxy)
         for i, x in enumerate(self.labels):
