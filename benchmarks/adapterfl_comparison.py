@@ -21,6 +21,7 @@ import csv
 import json
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -42,8 +43,11 @@ METHODS: list[tuple[str, str, dict[str, str]]] = [
     ("FedAvg M", f"{{name: fedavg, family: mobilenetv2, width: {WIDTH}}}", {"M": "acc_full"}),
     ("FedAvg L", f"{{name: fedavg, family: resnet18, width: {WIDTH}}}", {"L": "acc_full"}),
 ]  # fmt: skip
+# --cka adds AdapterFL with the cuts chosen by eq. 3 (CKA on 256 train images of the untrained prototypes)
+CKA_METHOD = ("AdapterFL (CKA cuts)", f"{{name: adapterfl, width: {WIDTH}, extractor: L, probe_samples: 256}}",
+              {"S": "acc_L-S", "M": "acc_L-M", "L": "acc_L-L"})  # fmt: skip
 PARTITIONS = {"IID": "{method: iid}", "Dir(0.3)": "{method: dirichlet, alpha: 0.3}"}
-MODEL_NAME = {"AdapterFL": "L-{}", "FedBase": "L-{}", "FedDF": "{}", "FedAvg S": "S", "FedAvg M": "M", "FedAvg L": "L"}
+MODEL_NAME = {"AdapterFL": "L-{}", "AdapterFL (CKA cuts)": "L-{}", "FedBase": "L-{}", "FedDF": "{}", "FedAvg S": "S", "FedAvg M": "M", "FedAvg L": "L"}
 
 
 def _slug(text: str) -> str:
@@ -61,7 +65,9 @@ def run_one(label: str, algo: str, part: str, seed: int, rounds: int | None, out
     done = [p for p in where.glob("*/summary.json")] if where.exists() else []
     if done:
         return done[0].parent
-    where.mkdir(parents=True, exist_ok=True)
+    if where.exists():
+        shutil.rmtree(where)  # an interrupted run
+    where.mkdir(parents=True)
     args = ["run", str(BASE), "--out", str(where), "--quiet", "--set", f"seed={seed}", "--set", f"algorithm={algo}",
             "--set", f"data.partition={PARTITIONS[part]}"] + (["--set", f"rounds={rounds}"] if rounds else [])  # fmt: skip
     rc = main(args)
@@ -108,6 +114,28 @@ def params_table() -> dict[tuple[str, str], tuple[int, int]]:
             full = ModelRecipe(f, 10, 3, (32, 32)).cost(SubmodelSpec(1.0)).params
             out[(name, lv)] = (small, full)
     return out
+
+
+def cka_cuts(seed: int) -> tuple[int, ...]:
+    """The cuts eq. 3 chose in the CKA runs of ``seed`` (recomputed: the run folder does not record them;
+    the probe and the prototypes' initialisation depend only on the seed and the train subset)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import strategy_context
+
+    from iotfl_sim.algorithms.adapterfl import AdapterFL
+    from iotfl_sim.fl.data import load_dataset
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from iotfl_sim.scenario.algorithms import AdapterFLConfig
+    from iotfl_sim.sim.setup import subset
+
+    ds = subset(load_dataset("fashion_mnist"), 4000, 1000, seed)
+    ctx = strategy_context(ModelRecipe("cnn_small", 10, 1, (28, 28), scaler=False), weights=False)
+    ctx.seed, ctx.data = seed, ds
+    s = AdapterFL(AdapterFLConfig(name="adapterfl", width=WIDTH, probe_samples=256))
+    s.ctx = ctx
+    return s.choose_cuts()
 
 
 def report(
@@ -162,12 +190,21 @@ def report(
     for label, _, cols in METHODS:
         for lv in cols:
             kind = "re" if label in ("AdapterFL", "FedBase") else "proto"
+            if label == CKA_METHOD[0]:
+                lines.append(f"| {label} | {MODEL_NAME[label].format(lv)} | see below | - | "
+                             f"{fmt(acc.get((label, lv, 'IID'), []))} | {fmt(acc.get((label, lv, 'Dir(0.3)'), []))} |")
+                continue
             small, full = params[(kind, lv)]
             paper = table2[lv] if kind == "re" else table1[lv]
             lines.append(
                 f"| {label} | {MODEL_NAME[label].format(lv)} | {small:,} | {full / 1e6:.2f} M ({paper} M) | "
                 f"{fmt(acc.get((label, lv, 'IID'), []))} | {fmt(acc.get((label, lv, 'Dir(0.3)'), []))} |"
             )
+    cka_seeds = sorted({seed for (label, _p, seed) in runs if label == CKA_METHOD[0]})
+    if cka_seeds:
+        lines += ["", "Cuts eq. 3 chose (cnn2, mobilenetv2, resnet18) on 256 train images of the untrained "
+                  "prototypes: " + ", ".join(f"seed {sd}: {cka_cuts(sd)}" for sd in cka_seeds)
+                  + " (Table II's: (1, 4, 3))."]
     lines += ["", "Host seconds per run (mean): " + ", ".join(f"{k} {np.mean(v):.0f}" for k, v in hosts.items()), ""]
     lines += claims(acc)
     return "\n".join(lines) + "\n", curves
@@ -227,7 +264,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "adapterfl_comparison")
     ap.add_argument("--md", type=Path, default=HERE / "adapterfl_comparison.md")
     ap.add_argument("--png", type=Path, default=HERE / "adapterfl_comparison.png")
+    ap.add_argument("--cka", action="store_true", help="also run AdapterFL with the cuts eq. 3 chooses")
     args = ap.parse_args()
+    if args.cka:
+        METHODS.insert(1, CKA_METHOD)
     t0 = time.perf_counter()
     runs = {}
     for seed in args.seeds:

@@ -22,7 +22,9 @@ No public code exists; this follows the paper's text, and every choice it leaves
   block, joined by a two-conv adapter (``fl.reassemble.Adapter``): the group ``<X>-S``, ``<X>-M``,
   ``<X>-L``.
 - Model & client selector (Sec. IV-C): a model fits a device when its training memory need
-  (``ctx.memory_need``, the engine's Gamma) is at most the device's declared free memory. Every
+  (``ctx.memory_need``) is at most the device's declared free memory (the selector's "table of the
+  hardware resource of each device" is the declared profiles; no oracle access: a device whose
+  current memory has dropped below the need fails the task as out-of-memory). Every
   selectable device that fits at least the smallest model is eligible; its *level* is the largest
   model it fits. The round's k slots are shared among the models in proportion to how many
   selectable devices have that level (largest remainder), and every model that some selectable
