@@ -46,6 +46,13 @@ METHODS: list[tuple[str, str, dict[str, str]]] = [
 # --cka adds AdapterFL with the cuts chosen by eq. 3 (CKA on 256 train images of the untrained prototypes)
 CKA_METHOD = ("AdapterFL (CKA cuts)", f"{{name: adapterfl, width: {WIDTH}, extractor: L, probe_samples: 256}}",
               {"S": "acc_L-S", "M": "acc_L-M", "L": "acc_L-L"})  # fmt: skip
+# --groups adds the S- and M-groups (S-S ... M-L) of AdapterFL and FedBase, first seed, IID only
+GROUP_METHODS = [
+    (f"{name} {g}-group", f"{{name: {algo}, width: {WIDTH}, cuts: [1, 4, 3], extractor: {g}}}",
+     {lv: f"acc_{g}-{lv}" for lv in "SML"})
+    for g in "SM" for name, algo in (("AdapterFL", "adapterfl"), ("FedBase", "fedbase"))
+]  # fmt: skip
+FLAGS = ""  # the optional flags of this invocation, for the report's command line
 PARTITIONS = {"IID": "{method: iid}", "Dir(0.3)": "{method: dirichlet, alpha: 0.3}"}
 MODEL_NAME = {"AdapterFL": "L-{}", "AdapterFL (CKA cuts)": "L-{}", "FedBase": "L-{}", "FedDF": "{}", "FedAvg S": "S", "FedAvg M": "M", "FedAvg L": "L"}
 
@@ -145,8 +152,12 @@ def report(
     acc: dict[tuple[str, str, str], list[float | None]] = {}
     curves: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     hosts: dict[str, list[float]] = {}
+    group_rows: dict[str, list[dict[str, float | None]]] = {}
     for (label, part, _seed), run_dir in runs.items():
         rows = read_rounds(run_dir)
+        if label in {g[0] for g in GROUP_METHODS}:
+            group_rows[label] = rows
+            continue
         cols = dict(next(m for m in METHODS if m[0] == label)[2])
         for lv, col in cols.items():
             acc.setdefault((label, lv, part), []).append(final(rows, col))
@@ -160,7 +171,7 @@ def report(
         "# AdapterFL vs FedBase vs FedDF vs FedAvg S/M/L (AdapterFL Table II / Fig. 2, small scale)",
         "",
         f"`IOTFL_DATA=../shared/datasets python benchmarks/adapterfl_comparison.py --seeds {' '.join(map(str, seeds))}"
-        + (f" --rounds {rounds}" if rounds else "")
+        + (f" --rounds {rounds}" if rounds else "") + FLAGS
         + f"` on {platform.machine()}, {os.cpu_count()} cores shared with other jobs, one torch thread, runs one "
         f"after another; {time.strftime('%Y-%m-%d')}; {host / 60:.1f} min of host time in all.",
         "",
@@ -205,6 +216,21 @@ def report(
         lines += ["", "Cuts eq. 3 chose (cnn2, mobilenetv2, resnet18) on 256 train images of the untrained "
                   "prototypes: " + ", ".join(f"seed {sd}: {cka_cuts(sd)}" for sd in cka_seeds)
                   + " (Table II's: (1, 4, 3))."]
+    if group_rows:
+        seed0 = min(sd for (_l, _p, sd) in runs)
+        lines += ["", f"All nine reassembled models (seed {seed0}, IID, accuracy % at the last round; the L-group "
+                  "rows repeat the table above for that seed):", "",
+                  "| method | group | X-S | X-M | X-L |", "|---|---|---|---|---|"]
+        for name in ("AdapterFL", "FedBase"):
+            for g in "SML":
+                if g == "L":
+                    rows = read_rounds(runs[(name, "IID", seed0)]) if (name, "IID", seed0) in runs else None
+                else:
+                    rows = group_rows.get(f"{name} {g}-group")
+                if rows is None:
+                    continue
+                vals = [final(rows, f"acc_{g}-{lv}") for lv in "SML"]
+                lines.append(f"| {name} | {g} | " + " | ".join("-" if v is None else f"{100 * v:.1f}" for v in vals) + " |")
     lines += ["", "Host seconds per run (mean): " + ", ".join(f"{k} {np.mean(v):.0f}" for k, v in hosts.items()), ""]
     lines += claims(acc)
     return "\n".join(lines) + "\n", curves
@@ -265,7 +291,12 @@ def main() -> None:
     ap.add_argument("--md", type=Path, default=HERE / "adapterfl_comparison.md")
     ap.add_argument("--png", type=Path, default=HERE / "adapterfl_comparison.png")
     ap.add_argument("--cka", action="store_true", help="also run AdapterFL with the cuts eq. 3 chooses")
+    ap.add_argument("--cka-seeds", type=int, default=None, help="run the --cka variant for the first N seeds only")
+    ap.add_argument("--groups", action="store_true", help="also run the S- and M-groups (first seed, IID)")
     args = ap.parse_args()
+    global FLAGS
+    FLAGS = (" --cka" if args.cka else "") + (f" --cka-seeds {args.cka_seeds}" if args.cka_seeds else "")
+    FLAGS += " --groups" if args.groups else ""
     if args.cka:
         METHODS.insert(1, CKA_METHOD)
     t0 = time.perf_counter()
@@ -273,9 +304,16 @@ def main() -> None:
     for seed in args.seeds:
         for part in PARTITIONS:
             for label, algo, _ in METHODS:
+                if label == CKA_METHOD[0] and args.cka_seeds is not None and seed not in args.seeds[: args.cka_seeds]:
+                    continue
                 t = time.perf_counter()
                 runs[(label, part, seed)] = run_one(label, algo, part, seed, args.rounds, args.out)
                 print(f"{label:10s} {part:8s} seed {seed}: {time.perf_counter() - t:6.1f} s", flush=True)
+    if args.groups:
+        for label, algo, _ in GROUP_METHODS:
+            t = time.perf_counter()
+            runs[(label, "IID", args.seeds[0])] = run_one(label, algo, "IID", args.seeds[0], args.rounds, args.out)
+            print(f"{label:10s} IID      seed {args.seeds[0]}: {time.perf_counter() - t:6.1f} s", flush=True)
     host = sum(
         json.loads((d / "summary.json").read_text())["host_time_s"]["total"] for d in runs.values()
     )
