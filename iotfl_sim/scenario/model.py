@@ -111,10 +111,11 @@ class Fleet(Strict):
         "the full model's parameters (every group then gives memory.free)",
     )
     cost_model: Literal["flops", "roofline"] = Field(
-        "flops",
-        description="flops: training time = 3 x forward FLOPs / compute.flops (dense-CNN rates); roofline: each "
-        "operator of the traced training step priced as max(FLOPs / compute.flops, bytes / compute.mem_bw_gbs) "
-        "+ compute.op_overhead_us (MobileNet-class models; opt-in until its calibration is complete)",
+        "roofline",
+        description="roofline: each operator of the traced training step priced as max(FLOPs / compute.flops, "
+        "bytes / compute.mem_bw_gbs) + compute.op_overhead_us (+ compute.kernels); a profile without "
+        "compute.mem_bw_gbs falls back to flops, with a warning; flops: the old rule, training time = "
+        "3 x forward FLOPs / compute.flops (what benchmarks recorded before 2026-11-23 used)",
     )
     groups: list[Group] = Field(min_length=1)
     gateways: list[Gateway] = Field(default_factory=list, description="shared access points / gateways")

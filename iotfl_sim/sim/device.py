@@ -138,7 +138,8 @@ class DeviceTasks:
             return flops, f.compute_time(d, flops, rnd)
         loc = sim.sc.local
         opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
-        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, *rates, opts)
+        flops_s, bw, overhead, kernels = rates
+        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, flops_s, bw, overhead, opts, kernels)
         return opcost.train_flops(recipe, spec, per_epoch, epochs, loc.batch_size, opts), f.jittered(d, base, rnd)
 
     def run(self, task: Task):
