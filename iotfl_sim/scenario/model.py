@@ -242,6 +242,27 @@ class Output(Strict):
     progress: bool | None = Field(None, description="progress bar; null: only when writing to a terminal")
 
 
+class Executor(Strict):
+    """Where the real training and evaluation run (``iotfl_sim.exec``); never changes a result."""
+
+    kind: Literal["inline", "pool"] = Field(
+        "inline", description="inline: one job after another in this process; pool: parallel worker processes"
+    )
+    workers: int | None = Field(None, ge=1, description="pool: worker processes (null: one per available core)")
+    threads: int = Field(
+        1,
+        ge=1,
+        description="torch threads per training or evaluation job, in every executor (results depend on it in the "
+        "last bits, so it is pinned: the same seed then gives the same bits whichever executor runs)",
+    )
+
+    @model_validator(mode="after")
+    def _workers_for_pool(self) -> Executor:
+        if self.workers is not None and self.kind == "inline":
+            raise ValueError("workers is for kind: pool (the inline executor runs in this process); drop it or set kind: pool")
+        return self
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -259,6 +280,7 @@ class Scenario(Strict):
     local: Local = Local()
     server: Server = Server()
     output: Output = Output()
+    executor: Executor = Executor()
 
     @model_validator(mode="after")
     def _one_selection_size(self) -> Scenario:

@@ -19,6 +19,7 @@ import torch
 
 from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import Outcome, ServerWork, StrategyContext, Update
+from iotfl_sim.exec.base import EvalJob
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.fl.train import TrainJob
@@ -98,7 +99,7 @@ class Simulation:
         self.recorder = recorder
         self.progress = progress
         self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
-        self.executor = executor if executor is not None or sc.numerics == "none" else self.numerics.make_executor()
+        self.executor = executor if executor is not None or sc.numerics == "none" else self.numerics.make_executor(sc.executor)
         self.strategy = make_strategy(sc.algorithm)
         self.recipe = ModelRecipe(
             sc.model.family,
@@ -373,13 +374,17 @@ class Simulation:
         t0 = time.perf_counter()
         out: dict[str, float] = {}
         levels = []
-        cache: dict[tuple, tuple[float, float]] = {}
-        for target in self.strategy.eval_targets():
+        targets = self.strategy.eval_targets()
+        keys, jobs = [], {}
+        for target in targets:
             # the same weights under another name (HeteroFL's level a is the full model) are evaluated once
             weights = tuple((v.data_ptr(), tuple(v.shape)) for v in target.state.values())
             key = (target.recipe, replace(target.spec, name=""), weights)
-            if key not in cache:
-                cache[key] = self.numerics.evaluate(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
+            keys.append(key)
+            if key not in jobs:
+                jobs[key] = EvalJob(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
+        cache = dict(zip(jobs, self.executor.evaluate(list(jobs.values())), strict=True))
+        for target, key in zip(targets, keys, strict=True):
             acc, loss = cache[key]
             out[f"acc_{target.label}"] = acc
             if target.label == "full":

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.data import Dataset, DatasetError, load_dataset
-from iotfl_sim.fl.evaluate import evaluate
 from iotfl_sim.fl.partition import PartitionError, label_sets, partition
-from iotfl_sim.fl.recipe import DATASET_SHAPES, ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import stream
 
@@ -31,13 +31,16 @@ class NumericsSetup:
     dataset: Dataset | None = None
     calib_x: torch.Tensor | None = None
 
-    def make_executor(self) -> Any:
-        assert self.dataset is not None
-        return InlineExecutor(self.dataset.x_train, self.dataset.y_train)
-
-    def evaluate(self, recipe: ModelRecipe, spec: SubmodelSpec, state: dict, batch_size: int) -> tuple[float, float]:
+    def make_executor(self, cfg: ExecutorConfig | None = None) -> Any:
         assert self.dataset is not None and self.calib_x is not None
-        return evaluate(recipe, spec, state, self.calib_x, self.dataset.x_test, self.dataset.y_test, batch_size)
+        cfg = cfg or ExecutorConfig()
+        ds = self.dataset
+        data = NumericData(ds.x_train, ds.y_train, self.calib_x, ds.x_test, ds.y_test)
+        if cfg.kind == "pool":
+            from iotfl_sim.exec.pool import PoolExecutor
+
+            return PoolExecutor(data, cfg.workers, cfg.threads)
+        return InlineExecutor(data, cfg.threads)
 
 
 def split_proxy(n: int, fraction: float, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
