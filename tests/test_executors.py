@@ -87,3 +87,10 @@ def test_inline_executor_pins_and_restores_threads(threads):
     assert torch.get_num_threads() == threads
     ex.close()
     assert torch.get_num_threads() == before
+
+
+def test_ray_executor_gives_the_inline_bits(tmp_path, write_scenario):
+    pytest.importorskip("ray")
+    inline = _rows(tmp_path, write_scenario, "inline", {"kind": "inline"})
+    on_ray = _rows(tmp_path, write_scenario, "ray", {"kind": "ray", "workers": 2})
+    assert inline == on_ray

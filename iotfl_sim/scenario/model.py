@@ -245,10 +245,15 @@ class Output(Strict):
 class Executor(Strict):
     """Where the real training and evaluation run (``iotfl_sim.exec``); never changes a result."""
 
-    kind: Literal["inline", "pool"] = Field(
-        "inline", description="inline: one job after another in this process; pool: parallel worker processes"
+    kind: Literal["inline", "pool", "ray"] = Field(
+        "inline",
+        description="inline: one job after another in this process; pool: parallel worker processes on this "
+        "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]')",
     )
-    workers: int | None = Field(None, ge=1, description="pool: worker processes (null: one per available core)")
+    workers: int | None = Field(
+        None, ge=1, description="pool, ray: worker processes / actors (null: one per available core or cluster CPU)"
+    )
+    address: str | None = Field(None, description="ray: address of an existing cluster (null: start a local Ray)")
     threads: int = Field(
         1,
         ge=1,
@@ -260,6 +265,8 @@ class Executor(Strict):
     def _workers_for_pool(self) -> Executor:
         if self.workers is not None and self.kind == "inline":
             raise ValueError("workers is for kind: pool (the inline executor runs in this process); drop it or set kind: pool")
+        if self.address is not None and self.kind != "ray":
+            raise ValueError("address is for kind: ray; drop it or set kind: ray")
         return self
 
 

@@ -40,6 +40,10 @@ class NumericsSetup:
             from iotfl_sim.exec.pool import PoolExecutor
 
             return PoolExecutor(data, cfg.workers, cfg.threads)
+        if cfg.kind == "ray":
+            from iotfl_sim.exec.ray_exec import RayExecutor
+
+            return RayExecutor(data, cfg.workers, cfg.threads, cfg.address)
         return InlineExecutor(data, cfg.threads)
 
 
