@@ -94,3 +94,20 @@ def test_ray_executor_gives_the_inline_bits(tmp_path, write_scenario):
     inline = _rows(tmp_path, write_scenario, "inline", {"kind": "inline"})
     on_ray = _rows(tmp_path, write_scenario, "ray", {"kind": "ray", "workers": 2})
     assert inline == on_ray
+
+
+def test_eval_subset_scores_a_fixed_seeded_subset(tmp_path, write_scenario):
+    from iotfl_sim.scenario.loader import load_scenario
+    from iotfl_sim.sim.setup import prepare_numerics
+
+    data = base_scenario(server={"eval_subset": 50})
+    sc = load_scenario(write_scenario(data))
+    a, b = prepare_numerics(sc, sc.num_devices()), prepare_numerics(sc, sc.num_devices())
+    assert a.test_subset is not None and len(a.test_subset) == 50
+    assert torch.equal(a.test_subset, b.test_subset) and len(set(a.test_subset.tolist())) == 50
+    ex = a.make_executor(sc.executor)
+    try:
+        assert len(ex.worker.data.y_test) == 50
+        assert torch.equal(ex.worker.data.y_test, a.dataset.y_test[a.test_subset])
+    finally:
+        ex.close()

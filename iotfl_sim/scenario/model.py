@@ -226,6 +226,9 @@ class Server(Strict):
     retry_s: float = Field(60.0, gt=0, description="how long the server waits before retrying when too few devices are online")
     eval_every: int = Field(1, ge=1)
     eval_batch_size: int = Field(1000, ge=1)
+    eval_subset: int | None = Field(
+        None, ge=1, description="score every evaluation on this many test samples, a fixed seeded subset (null: all)"
+    )
     bn_calibration_samples: int | None = Field(
         None, ge=1, description="train samples used to recompute static BN statistics (null: all of them)"
     )

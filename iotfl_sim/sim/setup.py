@@ -30,12 +30,16 @@ class NumericsSetup:
     proxy: np.ndarray | None = None  # train indices held out for the server (a method's proxy set)
     dataset: Dataset | None = None
     calib_x: torch.Tensor | None = None
+    test_subset: torch.Tensor | None = None  # test indices scored (server.eval_subset); None = all
 
     def make_executor(self, cfg: ExecutorConfig | None = None) -> Any:
         assert self.dataset is not None and self.calib_x is not None
         cfg = cfg or ExecutorConfig()
         ds = self.dataset
-        data = NumericData(ds.x_train, ds.y_train, self.calib_x, ds.x_test, ds.y_test)
+        x_test, y_test = ds.x_test, ds.y_test
+        if self.test_subset is not None:
+            x_test, y_test = x_test[self.test_subset], y_test[self.test_subset]
+        data = NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
         if cfg.kind == "pool":
             from iotfl_sim.exec.pool import PoolExecutor
 
@@ -99,6 +103,10 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         calib = ds.x_train[torch.as_tensor(pick)]
     else:
         calib = ds.x_train
+    subset = None
+    if sc.server.eval_subset is not None and sc.server.eval_subset < len(ds.y_test):
+        pick = stream(sc.seed, "eval_subset").choice(len(ds.y_test), size=sc.server.eval_subset, replace=False)
+        subset = torch.as_tensor(np.sort(pick))
     return NumericsSetup(
         num_classes=ds.num_classes,
         in_channels=ds.in_channels,
@@ -109,4 +117,5 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         proxy=proxy,
         dataset=ds,
         calib_x=calib,
+        test_subset=subset,
     )
