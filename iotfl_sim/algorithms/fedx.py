@@ -106,8 +106,10 @@ class FedX(StrategyBase):
             self._pretrain(self._server_samples())
 
     def _server_samples(self) -> int:
+        if not self.cfg.server_data:
+            return 0
         if self.c.data is None:  # system-only: price the server's work on a nominal data set
-            return self.cfg.system_only_server_samples if self.cfg.server_data else 0
+            return self.cfg.system_only_server_samples
         return 0 if self.c.proxy_indices is None else len(self.c.proxy_indices)
 
     def _pretrain(self, n: int) -> None:
@@ -164,7 +166,7 @@ class FedX(StrategyBase):
 
     def _fine_tunes(self) -> bool:
         cfg = self.cfg
-        return cfg.server_data and cfg.fine_tune and cfg.finetune_epochs > 0 and self._server_samples() > 1
+        return cfg.fine_tune and cfg.finetune_epochs > 0 and self._server_samples() > 1
 
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
         """Charge the round's server work (here, so that system-only runs price it too)."""
