@@ -116,7 +116,8 @@ class WireMixin:
         self.wire.sent.clear()
         for a in assignments:
             recipe = self.recipe_for(a)  # type: ignore[attr-defined]
-            state = self.slice_for(self.payload_for(a), recipe, a.spec)  # type: ignore[attr-defined]
+            full = self.payload_for(a)  # type: ignore[attr-defined]
+            state = self.slice_for(full, recipe, a.spec) if full else {}  # {}: system-only, priced by params
             self.wire.dispatch(rnd, a, state, self.download_bits, recipe.cost(a.spec).params)
 
     def payload(self, assignment: Assignment) -> State:

@@ -142,7 +142,7 @@ class FedX(StrategyBase):
         """Alg. 1 line 10: the server quantizes each device's sub-network at its bits."""
         self.wire.sent.clear()
         for a in assignments:
-            sub = self.slice_for(self.state, self.recipe, a.spec)
+            sub = self.slice_for(self.state, self.recipe, a.spec) if self.state else {}  # {}: system-only
             self.wire.dispatch(rnd, a, sub, a.bits, self.recipe.cost(a.spec).params)
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
