@@ -148,8 +148,7 @@ NOTES = """## Reading the numbers
   calibration_fedx.md on that script's plain-torch module. The simulator's `ofa_mbv3` (nested, parameter names
   fixed across sub-networks, non-inplace activations, BatchNorm without running statistics) traces more ATen ops
   per training step (small sub-network with momentum, no weight decay: 994 here against 737 in
-  calibration_fedx.md), so the per-op-priced CPUs come out ~30-50 % slow; the Nano (bandwidth-bound) is
-  closer. Refitting on this module would make the column agree by construction and is left out on purpose.
+  calibration_fedx.md), so the cells come out 16-32 % slow (the Nano's large sub-network 7 % fast). Refitting on this module would make the column agree by construction and is left out on purpose.
 - Communication: the simulated round trip is what the sub-network's parameters cost at its bits over 30 Mb/s;
   FedX does not state the bits behind its Tables I-III times, so the error mixes that unknown with the link model.
 - Server quantization: the simulator prices QSGD at 10 FLOPs per value on a 10 TFLOP/s server (microseconds);
