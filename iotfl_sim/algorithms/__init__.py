@@ -6,6 +6,7 @@ from iotfl_sim.algorithms.adaptivefl import AdaptiveFL
 from iotfl_sim.algorithms.base import Strategy
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
+from iotfl_sim.algorithms.fedx import FedX
 from iotfl_sim.algorithms.flexfl import FlexFL
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
@@ -19,6 +20,7 @@ REGISTRY = {
     "adaptivefl": AdaptiveFL,
     "flexfl": FlexFL,
     "scalefl": ScaleFL,
+    "fedx": FedX,
 }
 
 

@@ -15,6 +15,7 @@ DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "fem
 MODEL_FAMILIES = (
     "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
     "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
+    "ofa_mbv3", "harwild",
 )  # fmt: skip
 
 
@@ -177,7 +178,12 @@ class Model(Strict):
     family: Literal[
         "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
         "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
-    ] = Field("cnn_small", description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL)")  # fmt: skip
+        "ofa_mbv3", "harwild",
+    ] = Field(
+        "cnn_small",
+        description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL); ofa_mbv3, harwild: "
+        "FedX's OFA MobileNetV3 supernet and HAR-Wild CNN",
+    )  # fmt: skip
     norm: Literal["bn", "none"] = "bn"
     scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")
 

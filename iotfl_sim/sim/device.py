@@ -154,7 +154,7 @@ class DeviceTasks:
             if not sim.availability.online(d, self.env.now, rnd):
                 self.fail(task, "offline", phase="dispatch")
                 return
-            nbytes = sim.message_bytes(recipe, a.spec, 32)
+            nbytes = sim.wire_bytes(a, recipe, up=False)
             sim.bytes_down += nbytes
             task.sent = True
             reason, at = yield from self.transfer(task, nbytes, up=False)
@@ -181,7 +181,7 @@ class DeviceTasks:
                 self.fail(task, reason, at=at, phase="train", **({"need": round(need / sim.memory_scale, 4)} if reason == "oom" else {}))
                 return
             sim.event(rnd, d, "train_end")
-            nbytes = sim.message_bytes(recipe_b, b.spec, b.bits)
+            nbytes = sim.wire_bytes(b, recipe_b, up=True)
             reason, at = yield from self.transfer(task, nbytes, up=True)
             if reason is not None:
                 self.fail(task, reason, at=at, phase="upload")

@@ -18,7 +18,7 @@ import simpy
 import torch
 
 from iotfl_sim.algorithms import make_strategy
-from iotfl_sim.algorithms.base import Outcome, ServerWork, StrategyContext, Update
+from iotfl_sim.algorithms.base import Assignment, Outcome, ServerWork, StrategyContext, Update
 from iotfl_sim.exec.base import EvalJob
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
@@ -174,6 +174,15 @@ class Simulation:
     def message_bytes(self, recipe: ModelRecipe, spec: SubmodelSpec, bits: int) -> float:
         return recipe.cost(spec).params * bits / 8.0 + self.sc.server.header_bytes
 
+    def wire_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
+        """Bytes of a task's download (``up`` False) or upload: the strategy's encoded size when it quantizes
+        its messages (``algorithms.wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
+        priced = getattr(self.strategy, "wire_bytes", None)
+        nbytes = priced(a, up) if priced is not None else None
+        if nbytes is None:
+            return self.message_bytes(recipe, a.spec, a.bits if up else 32)
+        return nbytes + self.sc.server.header_bytes
+
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":
             return {}  # system-only: no weights exist
@@ -237,6 +246,9 @@ class Simulation:
                 return
             self.view.now, self.view.rnd = self.env.now, rnd
             assignments = self.strategy.select(rnd, self.view, stream(sc.seed, "select", rnd))
+            dispatch = getattr(self.strategy, "dispatch", None)
+            if dispatch is not None:  # e.g. quantize each device's download (server work, charged below)
+                dispatch(rnd, assignments)
             server_s = yield from self._serve(rnd)  # set-up work (first round) and selection work
             self._wanted, self._arrived, self._enough = k, 0, self.env.event()
             tasks = []
@@ -367,6 +379,16 @@ class Simulation:
             Update(o.trained or o.assignment, r.state, r.num_samples, self.numerics.labels_per_device[o.assignment.device], r.loss)
             for o, r in zip(accepted, results, strict=True)
         ]
+        receive = getattr(self.strategy, "receive", None)
+        if receive is not None:
+            # quantized uploads: their real encoded size replaces the size priced at dispatch in the byte count
+            for u in updates:
+                real = receive(rnd, u)
+                if real is not None:
+                    priced = self.wire_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
+                    real += self.sc.server.header_bytes
+                    self.bytes_up += real - priced
+                    self.event(rnd, u.assignment.device, "upload_encoded", bytes=real, priced=priced)
         self.host["train"] += time.perf_counter() - t0
         return updates
 

@@ -82,7 +82,14 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         raise ScenarioError(f"data.dataset: {e}") from None
     p = sc.data.partition
     labels = ds.y_train.numpy()
-    proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)
+    server_classes = getattr(sc.algorithm, "proxy_classes", None)
+    if server_classes:  # FedX's disjoint split: the server holds every sample of its classes
+        held = np.isin(labels, np.asarray(server_classes))
+        proxy, clients = np.flatnonzero(held), np.flatnonzero(~held)
+        if len(proxy) == 0 or len(clients) == 0:
+            raise ScenarioError(f"algorithm.proxy_classes: {server_classes} leaves the server or the clients no data")
+    else:
+        proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)
     try:
         parts = partition(
             labels[clients],
