@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from iotfl_sim.exec.fused import FusedExecutor, batch_schedule, fusable_model
+from iotfl_sim.exec.fused import FusedExecutor, batch_schedule, fusable_model, group_key
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.objectives import LocalObjective
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -92,9 +92,13 @@ def _assert_bitwise(fused: list[TrainResult], inline: list[TrainResult]) -> None
         assert all(torch.equal(f.state[k], i.state[k]) for k in i.state)
 
 
-def _both(data, jobs: list[TrainJob]) -> tuple[list[TrainResult], list[TrainResult]]:
+def _both(data, jobs: list[TrainJob], fused: bool = True) -> tuple[list[TrainResult], list[TrainResult]]:
+    """Both executors' results; ``fused`` says whether the jobs (one group) must take the fused path."""
     x, y = data
-    return FusedExecutor(x, y).run(jobs), InlineExecutor(x, y).run(jobs)
+    ex = FusedExecutor(x, y)
+    if len({group_key(j) for j in jobs}) == 1:
+        assert ex.can_fuse(jobs) is fused
+    return ex.run(jobs), InlineExecutor(x, y).run(jobs)
 
 
 # Ragged: 17 = 2 full batches + 1 skipped single sample, 9 = 1 batch + a skipped single, 24 = 3 full,
@@ -229,18 +233,23 @@ def test_order_preserved_across_groups_and_fallbacks(data) -> None:
     _assert_close(*_both(data, jobs), jobs)
 
 
+@pytest.mark.parametrize("detach", [True, False])
+def test_fused_exit_kd_equals_inline(detach: bool) -> None:
+    """ScaleFL's multi-exit loss with its KD terms on, on a depth-truncated early-exit model."""
+    recipe = ModelRecipe("conv_ee_light", CLASSES, 1, (16, 16))
+    spec = SubmodelSpec(0.25, depth=3)
+    objective = LocalObjective("exit_kd", weight=0.5, temperature=2.0, detach_teacher=detach)
+    jobs = _jobs(recipe, spec, [12, 9, 16], clip=0.5, objective=objective)
+    _assert_close(*_both(_data(16), jobs), jobs)
+
+
 def test_fallbacks_are_bitwise_inline(data) -> None:
     recipe = ModelRecipe("cnn_small", CLASSES, 1, (8, 8))
     lone = _jobs(recipe, SubmodelSpec(0.25), [11], clip=0.5)
-    exit_kd = _jobs(
-        ModelRecipe("conv_ee_light", CLASSES, 1, (8, 8)),
-        SubmodelSpec(0.25),
-        [10, 9],
-        objective=LocalObjective("exit_kd", weight=0.5),
-        first_key=5,
-    )
-    for jobs in (lone, exit_kd):
-        _assert_bitwise(*_both(data, jobs))
+    kd = LocalObjective("self_kd", weight=1.0, teachers=(SubmodelSpec(0.125),))
+    self_kd = _jobs(recipe, SubmodelSpec(0.25), [10, 9], objective=kd, first_key=5)
+    for jobs in (lone, self_kd):
+        _assert_bitwise(*_both(data, jobs, fused=False))
 
 
 def test_dropout_model_falls_back_bitwise(data) -> None:
@@ -248,7 +257,7 @@ def test_dropout_model_falls_back_bitwise(data) -> None:
     spec = SubmodelSpec(0.0625)
     assert not fusable_model(recipe.build(spec))  # its head has nn.Dropout
     assert fusable_model(ModelRecipe("cnn_small", CLASSES, 1, (8, 8)).build(spec))
-    _assert_bitwise(*_both(data, _jobs(recipe, spec, [9, 10])))
+    _assert_bitwise(*_both(data, _jobs(recipe, spec, [9, 10]), fused=False))
 
 
 def test_global_rng_left_as_inline_leaves_it(data) -> None:

@@ -23,14 +23,21 @@ one subgroup holding every client; extra subgroups only in the tail). Padding is
 BatchNorm's batch statistics see exactly the client's batch.
 
 Fusable groups (same recipe, spec, epochs, batch_size, lr, momentum, weight_decay, clip_grad_norm and
-objective) need: an objective of kind ``ce`` or ``masked_ce`` (masked CE with every job's label_mask
-set; the mask is built per client outside vmap and applied with the same ``masked_fill(~mask, 0)``),
-at least two jobs, and a model without buffers (BatchNorm is built with ``track_running_stats=False``
-for training, so it has none and uses batch statistics: plain ``F.batch_norm`` under vmap, no
+objective) need: an objective of kind ``ce``, ``masked_ce`` (every job's label_mask set; the mask is
+built per client outside vmap and applied with the same ``masked_fill(~mask, 0)``) or ``exit_kd``
+(ScaleFL's multi-exit loss, ``objectives.exit_kd_loss`` itself under vmap), at least two jobs, and a
+model without buffers (BatchNorm is built with ``track_running_stats=False`` for training, so it has
+none and uses batch statistics: plain ``F.batch_norm`` under vmap, no
 ``replace_all_batch_norm_modules_`` needed) and without random modules (``nn.Dropout``: vgg16's head
-has two; its draws from the global RNG seeded per job cannot be reproduced inside one vmap).
-Everything else (``self_kd``, ``exit_kd``, a group of one, dropout models, models with buffers) runs
-through ``train_local`` exactly as ``InlineExecutor`` does, so those results are bitwise equal.
+has two, whose draws from the global RNG seeded per job cannot be reproduced inside one vmap).
+Everything else (``self_kd``, whose teachers are cut from the student's current weights, a group of
+one, dropout models, models with buffers) runs through ``train_local`` exactly as ``InlineExecutor``
+does, so those results are bitwise equal.
+
+Parameters the loss never reaches (plain CE on an early-exit model reaches only the last exit) get
+no ``.grad`` in ``train_local``, so PyTorch's SGD skips them (no weight decay) and clipping ignores
+them; the fused path finds them once per (recipe, spec, objective) by one probe backward pass on two
+samples and keeps them fixed.
 
 ``train_local`` seeds the global RNG with ``torch.manual_seed(job.seed)``; the fused path draws
 nothing from it (no module randomness), and after ``run`` the global RNG is left as the inline
@@ -50,12 +57,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from iotfl_sim.fl.objectives import final_logits
+from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
 
-FUSED_OBJECTIVES = ("ce", "masked_ce")
+FUSED_OBJECTIVES = ("ce", "masked_ce", "exit_kd")
 _RANDOM_MODULES = (
     nn.Dropout,
     nn.Dropout1d,
@@ -128,7 +135,7 @@ class FusedExecutor:
         self.device = torch.device(device)
         self._skeletons: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
         self._fused: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
-        self._unused: dict[tuple[ModelRecipe, SubmodelSpec], frozenset[str]] = {}
+        self._unused: dict[tuple[ModelRecipe, SubmodelSpec, LocalObjective], frozenset[str]] = {}
         self._data_on_device: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # -- skeletons ---------------------------------------------------------------------------
@@ -157,7 +164,8 @@ class FusedExecutor:
 
     # -- run -----------------------------------------------------------------------------------
 
-    def _can_fuse(self, group: list[TrainJob]) -> bool:
+    def can_fuse(self, group: list[TrainJob]) -> bool:
+        """Whether these jobs (one group_key) train fused; False means train_local per job."""
         first = group[0]
         if len(group) < 2 or first.objective.kind not in FUSED_OBJECTIVES:
             return False
@@ -173,7 +181,7 @@ class FusedExecutor:
         fallback: list[int] = []
         for positions in groups.values():
             group = [jobs[i] for i in positions]
-            if self._can_fuse(group):
+            if self.can_fuse(group):
                 for i, res in zip(positions, self._train_group(group), strict=True):
                     results[i] = res
             else:
@@ -198,7 +206,7 @@ class FusedExecutor:
         first = jobs[0]
         model = self._fused_model(first.recipe, first.spec)
         names = [n for n, _ in model.named_parameters()]
-        unused = self._unused_params(first.recipe, first.spec)
+        unused = self._unused_params(first.recipe, first.spec, first.objective)
         dev = self.device
         stacked = {n: torch.stack([j.weights[n] for j in jobs]).to(dev) for n in names}
         params = {n: v for n, v in stacked.items() if n not in unused}
@@ -212,7 +220,7 @@ class FusedExecutor:
             masks = masks.to(dev)
         bufs = {n: torch.zeros_like(p) for n, p in params.items()} if first.momentum != 0 else {}
         g = _Group(jobs, params, frozen, bufs, [batch_schedule(j) for j in jobs], masks, [0.0] * len(jobs))
-        step_fn = self._step_fn(model, masks is not None)
+        step_fn = self._step_fn(model, first.objective, masks is not None)
         x, y = self._data()
         longest = max(len(s) for s in g.schedules)
         for t in range(longest):
@@ -229,33 +237,32 @@ class FusedExecutor:
             results.append(TrainResult(j.key, state, len(j.indices), g.loss_sums[c] / max(steps, 1)))
         return results
 
-    def _unused_params(self, recipe: ModelRecipe, spec: SubmodelSpec) -> frozenset[str]:
+    def _unused_params(
+        self, recipe: ModelRecipe, spec: SubmodelSpec, objective: LocalObjective
+    ) -> frozenset[str]:
         """Parameters the loss does not reach (e.g. the exit heads of an early-exit model under plain CE).
 
         ``train_local`` leaves their ``.grad`` None, so SGD skips them (no weight decay, no momentum)
         and clipping ignores them; found once per submodel by one probe backward pass on two samples.
         """
-        key = (recipe, spec)
+        key = (recipe, spec, objective)
         found = self._unused.get(key)
         if found is None:
             model = self._fused_model(recipe, spec)
             x, y = self._data()
             named = list(model.named_parameters())
-            loss = F.cross_entropy(final_logits(model(x[:2])), y[:2])
+            loss = _loss(objective, model(x[:2]), y[:2], None)
             grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
             found = self._unused[key] = frozenset(
                 n for (n, _), gr in zip(named, grads, strict=True) if gr is None
             )
         return found
 
-    def _step_fn(self, model: nn.Module, masked: bool) -> Callable:
+    def _step_fn(self, model: nn.Module, objective: LocalObjective, masked: bool) -> Callable:
         def loss_fn(
             params: Tensors, frozen: Tensors, xb: torch.Tensor, yb: torch.Tensor, mask: torch.Tensor | None
         ) -> torch.Tensor:
-            logits = final_logits(functional_call(model, {**params, **frozen}, (xb,)))
-            if mask is not None:
-                logits = logits.masked_fill(~mask, 0.0)
-            return F.cross_entropy(logits, yb)
+            return _loss(objective, functional_call(model, {**params, **frozen}, (xb,)), yb, mask)
 
         return vmap(grad_and_value(loss_fn), in_dims=(0, 0, 0, 0, 0 if masked else None))
 
@@ -295,6 +302,21 @@ class FusedExecutor:
                     g.params[n][sel] = p
         for c, v in zip(clients, losses.tolist(), strict=True):
             g.loss_sums[c] += v
+
+
+def _loss(
+    objective: LocalObjective,
+    outputs: torch.Tensor | list[torch.Tensor],
+    target: torch.Tensor,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """objective_loss for the fused kinds, with masked CE's mask given as a boolean row (vmap-able)."""
+    if objective.kind == "exit_kd":
+        return exit_kd_loss([outputs] if isinstance(outputs, torch.Tensor) else outputs, target, objective)
+    logits = final_logits(outputs)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, 0.0)
+    return F.cross_entropy(logits, target)
 
 
 def _clip_(grads: Tensors, max_norm: float) -> None:
