@@ -111,3 +111,13 @@ def test_eval_subset_scores_a_fixed_seeded_subset(tmp_path, write_scenario):
         assert torch.equal(ex.worker.data.y_test, a.dataset.y_test[a.test_subset])
     finally:
         ex.close()
+
+
+def test_fused_executor_runs_a_scenario_close_to_inline(tmp_path, write_scenario):
+    inline = _rows(tmp_path, write_scenario, "inline", {"kind": "inline"})
+    fused = _rows(tmp_path, write_scenario, "fused", {"kind": "fused"})
+    assert [r["round"] for r in fused] == [r["round"] for r in inline]
+    for a, b in zip(inline, fused, strict=True):  # simulated columns are identical; metrics within tolerance
+        assert a["sim_time_s"] == b["sim_time_s"] and a["energy_j"] == b["energy_j"]
+        assert abs(float(a["acc_avg"]) - float(b["acc_avg"])) <= 0.02
+        assert float(a["train_loss"]) == pytest.approx(float(b["train_loss"]), rel=1e-3)

@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from iotfl_sim.exec.base import EvalJob, NumericData, Worker
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -128,10 +129,15 @@ class FusedExecutor:
     """Executor that trains same-submodel clients together (see the module docstring)."""
 
     def __init__(
-        self, x_train: torch.Tensor, y_train: torch.Tensor, device: str | torch.device = "cpu"
+        self,
+        x_train: torch.Tensor,
+        y_train: torch.Tensor,
+        device: str | torch.device = "cpu",
+        data: NumericData | None = None,
     ) -> None:
         self.x = x_train
         self.y = y_train
+        self._eval = Worker(data, torch.get_num_threads()) if data is not None else None
         self.device = torch.device(device)
         self._skeletons: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
         self._fused: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
@@ -193,6 +199,12 @@ class FusedExecutor:
         if jobs and (len(jobs) - 1) not in fallback:
             torch.manual_seed(jobs[-1].seed)
         return [r for r in results if r is not None]
+
+    def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
+        """Evaluation is not fused: the inline executor's per-model evaluation (needs ``data``)."""
+        if self._eval is None:
+            raise RuntimeError("FusedExecutor was built without data= (test set), so it cannot evaluate")
+        return [self._eval.evaluate(j) for j in jobs]
 
     def close(self) -> None:
         self._skeletons.clear()

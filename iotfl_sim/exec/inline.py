@@ -11,7 +11,7 @@ from iotfl_sim.fl.train import TrainJob, TrainResult
 class InlineExecutor:
     def __init__(self, data: NumericData, threads: int = 1) -> None:
         self._before = torch.get_num_threads()
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads)  # the engine pins them for the whole run; standalone use pins them here
         self.worker = Worker(data, threads)
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:

@@ -254,10 +254,12 @@ class Output(Strict):
 class Executor(Strict):
     """Where the real training and evaluation run (``iotfl_sim.exec``); never changes a result."""
 
-    kind: Literal["inline", "pool", "ray"] = Field(
+    kind: Literal["inline", "pool", "ray", "fused"] = Field(
         "inline",
         description="inline: one job after another in this process; pool: parallel worker processes on this "
-        "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]')",
+        "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
+        "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; equal "
+        "to inline within float tolerance, not bitwise)",
     )
     workers: int | None = Field(
         None, ge=1, description="pool, ray: worker processes / actors (null: one per available core or cluster CPU)"

@@ -99,6 +99,11 @@ class Simulation:
         self.recorder = recorder
         self.progress = progress
         self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
+        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
+        # run in this process: pin its torch threads too, so results do not depend on the executor kind.
+        self._threads_before = torch.get_num_threads()
+        if sc.numerics == "torch":
+            torch.set_num_threads(sc.executor.threads)
         self.executor = executor if executor is not None or sc.numerics == "none" else self.numerics.make_executor(sc.executor)
         self.strategy = make_strategy(sc.algorithm)
         self.recipe = ModelRecipe(
@@ -462,6 +467,7 @@ class Simulation:
             self.recorder.summary(summary)
         if self.executor is not None:
             self.executor.close()
+        torch.set_num_threads(self._threads_before)
         return summary
 
 

@@ -44,6 +44,11 @@ class NumericsSetup:
             from iotfl_sim.exec.pool import PoolExecutor
 
             return PoolExecutor(data, cfg.workers, cfg.threads)
+        if cfg.kind == "fused":
+            from iotfl_sim.exec.fused import FusedExecutor
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            return FusedExecutor(data.x_train, data.y_train, device=device, data=data)
         if cfg.kind == "ray":
             from iotfl_sim.exec.ray_exec import RayExecutor
 
