@@ -135,7 +135,7 @@ def cka_cuts(seed: int) -> tuple[int, ...]:
     from iotfl_sim.fl.data import load_dataset
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.scenario.algorithms import AdapterFLConfig
-    from iotfl_sim.sim.setup import subset
+    from iotfl_sim.sim.setup import subset_dataset as subset
 
     ds = subset(load_dataset("fashion_mnist"), 4000, 1000, seed)
     ctx = strategy_context(ModelRecipe("cnn_small", 10, 1, (28, 28), scaler=False), weights=False)

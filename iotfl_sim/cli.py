@@ -110,6 +110,12 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     if args.family is not None and args.family not in measure.FAMILY_SHAPES:
         known = ", ".join(measure.FAMILY_SHAPES)
         raise ScenarioError(f"profiles measure --family: unknown family {args.family!r}; use one of {known}")
+    if args.threads is not None and args.threads < 1:
+        raise ScenarioError(f"profiles measure --threads: must be >= 1 (got {args.threads}); e.g. --threads 1")
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     name = args.name or (out.stem if out is not None else measure.default_name())
     m = measure.measure(args.seconds, args.family, args.batch)
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
@@ -165,9 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "show", "measure"])
     p.add_argument("name", nargs="?", help="show: the profile; measure: the new profile's name (default: --out's stem)")
     p.add_argument("--out", help="measure: write the profile to this new file (default: print it)")
-    p.add_argument("--seconds", type=float, default=10.0, help="measure: time budget of the micro-benchmarks")
+    p.add_argument("--seconds", type=float, default=20.0, help="measure: time budget of the micro-benchmarks")
     p.add_argument("--family", help="measure: also time one real training step of this model family, as a check")
     p.add_argument("--batch", type=int, default=32, help="measure: batch size of that training step")
+    p.add_argument(
+        "--threads", type=int, help="measure: torch threads to measure with (default: torch's; match how you will train)"
+    )
     p.add_argument("--device-class", default="server", choices=["mcu", "sbc", "edge_gpu", "phone", "server"])
     p.add_argument("--idle-w", type=float, help="measure: idle power to record, W (not measured)")
     p.add_argument("--train-w", type=float, help="measure: training power to record, W (not measured)")

@@ -12,4 +12,5 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q torch==2.13.0
   fi
 fi
-"$PY" -m pip install -q -e ".[dev]"
+# ray: the Ray executor is tested when Ray is installed, so the test set-up installs it
+"$PY" -m pip install -q -e ".[dev,ray]"

@@ -124,7 +124,7 @@ def test_feddf_runs_end_to_end(write_scenario, tmp_path) -> None:
 
 
 def test_data_subsets_are_seeded_and_sized() -> None:
-    from iotfl_sim.sim.setup import subset
+    from iotfl_sim.sim.setup import subset_dataset as subset
 
     ds = load_dataset("digits")
     a, b = subset(ds, 300, 50, seed=1), subset(ds, 300, 50, seed=1)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, kd_term, objective_loss, self_kd_loss
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -120,8 +121,11 @@ def test_self_kd_training_uses_teachers_and_differs_from_plain_ce():
     plain, x, y = _job(LocalObjective("ce"))
     kd, _, _ = _job(LocalObjective("self_kd", temperature=3.0, weight=10.0, teachers=teachers, divisor=2.0))
     no_weight, _, _ = _job(LocalObjective("self_kd", temperature=3.0, weight=0.0, teachers=teachers))
-    ex = InlineExecutor(x, y)
-    a, b, c = (ex.run([j])[0].state for j in (plain, kd, no_weight))
+    ex = InlineExecutor(NumericData(x, y, x, x, y))
+    try:
+        a, b, c = (ex.run([j])[0].state for j in (plain, kd, no_weight))
+    finally:
+        ex.close()
     assert all(torch.equal(a[k], c[k]) for k in a)  # lambda 0: exactly plain CE
     assert any(not torch.allclose(a[k], b[k]) for k in a)  # the teachers change the update
 

@@ -163,12 +163,12 @@ def test_profile_without_new_fields_keeps_old_rule_and_validate_warns(capsys, wr
     assert plain.rates().mem_bw is None and not plain.rates().roofline
     assert "compute.mem_bw_gbs" in plain.cost_model_warnings()[0]
     assert main(["validate", str(write_scenario(base_scenario()))]) == 0
-    assert "warning" not in capsys.readouterr().err  # the default FLOPs-only model needs no bandwidth
-    data = base_scenario()
-    data["fleet"]["cost_model"] = "roofline"
-    assert main(["validate", str(write_scenario(data))]) == 0
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err  # the default roofline model warns about a profile it cannot price per op
     assert "warning: profile big: no compute.mem_bw_gbs" in err
+    data = base_scenario()
+    data["fleet"]["cost_model"] = "flops"
+    assert main(["validate", str(write_scenario(data))]) == 0
+    assert "warning" not in capsys.readouterr().err  # the FLOPs-only model needs no bandwidth
     # a mode's missing values fall back to the profile's, and a profile with both fields is silent
     full = copy.deepcopy(BIG)
     full["compute"].update(
@@ -193,3 +193,87 @@ def test_weight_decay_adds_one_op_per_parameter_tensor():
     assert decay.n_ops - plain.n_ops == n_params
     assert decay.names.count("add") - plain.names.count("add") == n_params
     assert clip.n_ops > decay.n_ops + n_params  # a norm per tensor and a scaling per tensor, at least
+
+
+# ---------------------------------------------------------------- per-kind kernel costs (compute.kernels)
+
+
+def test_kernel_curve_prices_by_log_log_interpolation_and_extra_overhead():
+    import numpy as np
+
+    names = ("convolution",) * 4 + ("add",)
+    flops = np.array([1e5, 1e6, 1e7, 1e9, 1e3])
+    trace = StepTrace(1, names, flops, np.zeros(5))
+    curve = ((1e6, 1e9), (1e8, 1e10))  # FLOP/s grows 10x over two decades of call size
+    kernels = (("convolution", 2e-6, curve),)
+    f_generic = 5e9
+    want = (
+        1e5 / 1e9  # below the curve: held at the smallest call's rate
+        + 1e6 / 1e9
+        + 1e7 / 10**9.5  # halfway in log-log
+        + 1e9 / 1e10  # above: the largest call's rate
+        + 1e3 / f_generic  # other kinds: the device's FLOP/s
+        + 4 * 2e-6  # the kind's extra fixed cost per call
+        + 5 * 1e-6  # the generic per-op overhead, every op
+    )
+    assert trace.time(f_generic, 1e12, 1e-6, kernels) == pytest.approx(want, rel=1e-12)
+    # without kernels: the plain roofline
+    assert trace.time(f_generic, 1e12, 1e-6) == pytest.approx(flops.sum() / f_generic + 5e-6, rel=1e-12)
+    # memory still bounds a kernel-priced op from below
+    slow_mem = StepTrace(1, ("convolution",), np.array([1e6]), np.array([1e6]))
+    assert slow_mem.time(f_generic, 1e6, 0.0, kernels) == pytest.approx(1.0 + 2e-6, rel=1e-12)
+
+
+def test_profile_kernels_reach_the_cost_model(write_scenario):
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+    from iotfl_sim.sim.engine import Simulation
+
+    full = copy.deepcopy(BIG)
+    full["compute"].update(mem_bw_gbs=4.0, op_overhead_us=10.0)
+    flat = DeviceProfile.model_validate(full)
+    assert flat.rates().kernels == ()
+    full["compute"]["kernels"] = {
+        "convolution": {"overhead_us": 1000.0},
+        "native_batch_norm": {"flops": 1e8},
+        "convolution_backward": {"flops_curve": [[1e8, 2e10], [1e6, 1e9]]},
+    }
+    p = DeviceProfile.model_validate(full)
+    assert p.rates().kernels == (
+        ("convolution", pytest.approx(1e-3), ()),
+        ("convolution_backward", 0.0, ((1e6, 1e9), (1e8, 2e10))),  # sorted by call size
+        ("native_batch_norm", 0.0, ((1.0, 1e8),)),
+    )
+    # a simulated device whose profile adds 1 ms per convolution call pays exactly that over one without
+    full["compute"]["kernels"] = {"convolution": {"overhead_us": 1000.0}}
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=2)
+    data["fleet"] = {
+        "groups": [
+            {"name": "with", "profile": {**full, "name": "with"}, "count": 1},
+            {"name": "without", "profile": {**full, "name": "without", "compute": {**full["compute"], "kernels": None}},
+             "count": 1},
+        ]
+    }
+    data["fleet"]["groups"][1]["profile"]["compute"]["jitter"] = {"dist": "none"}
+    data["fleet"]["groups"][0]["profile"]["compute"]["jitter"] = {"dist": "none"}
+    sc = load_scenario(write_scenario(data))
+    sim = Simulation(sc, resolve_groups(sc))
+    assert sim.fleet.roofline(0)[3] == (("convolution", pytest.approx(1e-3), ()),) and sim.fleet.roofline(1)[3] == ()
+    recipe, spec = sim.recipe, SubmodelSpec(1.0)
+    t_with = sim.tasks.compute_cost(recipe, spec, 0, 1)[1]
+    t_without = sim.tasks.compute_cost(recipe, spec, 1, 1)[1]
+    loc = sc.local
+    opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+    samples = int(sim.numerics.samples_per_device[0])
+    full_steps, rest = opcost.steps_of(samples, loc.batch_size)
+    trace = opcost.step_trace(recipe, spec, loc.batch_size, opts)
+    n_conv = trace.names.count("convolution")
+    assert n_conv >= 1
+    steps = loc.epochs * (full_steps + (1 if rest else 0))
+    r = flat.rates()
+
+    def base(d: int) -> float:
+        n = int(sim.numerics.samples_per_device[d])
+        return opcost.train_seconds(recipe, spec, n, loc.epochs, loc.batch_size, r.flops, r.mem_bw, r.op_overhead_s, opts)
+
+    assert t_without == pytest.approx(base(1), rel=1e-9)
+    assert t_with - base(0) == pytest.approx(steps * n_conv * 1e-3, rel=1e-9)

@@ -22,6 +22,31 @@ def test_measure_writes_a_profile_that_validates(tmp_path, capsys):
     text = " ".join(p.sources)
     for what in ("torch 2", "compute.flops:", "compute.mem_bw_gbs:", "compute.op_overhead_us:", "check: one cnn_small"):
         assert what in text
+    # per-kind kernel costs: a rate curve for each priced kind, over the call sizes it was timed at
+    from iotfl_sim.fl.measure import CURVE_SIZES
+
+    assert set(p.compute.kernels) == set(CURVE_SIZES)
+    for kind, sizes in CURVE_SIZES.items():
+        curve = p.compute.kernels[kind].flops_curve
+        assert len(curve) == len(sizes)
+        assert [f for f, _ in curve] == sorted(f for f, _ in curve)  # larger shapes, more FLOPs per call
+        assert all(r > 0 and math.isfinite(r) for _, r in curve)
+    assert "compute.kernels:" in text
+    assert p.rates().kernels and all(pts for _, _, pts in p.rates().kernels)
+
+
+def test_measure_threads_option(tmp_path, capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    out = tmp_path / "one.yaml"
+    try:
+        assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.2", "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert "1 torch threads" in " ".join(yaml.safe_load(out.read_text())["sources"])
+    assert main(["profiles", "measure", "--threads", "0", "--seconds", "0.1"]) == 2
+    assert "--threads" in capsys.readouterr().err
 
 
 def test_measure_refuses_an_existing_file(tmp_path, capsys):

@@ -332,7 +332,7 @@ def test_power_mode_changes_throughput_and_power_together():
     t5, t10 = e5 / nano.mode("5w")[1], e10 / nano.mode("10w")[1]
     assert t5 / t10 == pytest.approx(price("5w") / price("10w"), rel=1e-9)
     assert t5 > t10
-    # the default FLOPs-only cost model: the time ratio is the inverse of the modes' FLOP/s
+    # the old FLOPs-only cost model: the time ratio is the inverse of the modes' FLOP/s
     (f5, _), (f10, _) = compute("5w", "flops"), compute("10w", "flops")
     t5, t10 = f5 / nano.mode("5w")[1], f10 / nano.mode("10w")[1]
     assert t5 / t10 == pytest.approx(nano.mode("10w")[0] / nano.mode("5w")[0], rel=1e-9)

@@ -8,6 +8,7 @@ from iotfl_sim.algorithms.base import Strategy
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.feddf import FedDF
+from iotfl_sim.algorithms.fedx import FedX
 from iotfl_sim.algorithms.flexfl import FlexFL
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
@@ -24,6 +25,7 @@ REGISTRY = {
     "adapterfl": AdapterFL,
     "fedbase": FedBase,
     "feddf": FedDF,
+    "fedx": FedX,
 }
 
 

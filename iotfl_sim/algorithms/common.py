@@ -95,3 +95,38 @@ def contributions(updates: Sequence[Update], weighting: str = "data", restrict_l
         )
         for u in updates
     ]
+
+
+class WireMixin:
+    """``upload_bits`` / ``download_bits`` for a strategy whose config derives from ``_Wire``: QSGD-quantized
+    downloads cut from ``self.payload_for(assignment)`` at dispatch, uploads quantized on receipt
+    (``algorithms.wire``). With both at 32 bits nothing changes: no hook quantizes and bytes stay params x 4."""
+
+    def setup_wire(self, ctx: StrategyContext, cfg) -> None:
+        from iotfl_sim.algorithms.wire import QuantizedWire
+
+        self.wire_on = cfg.upload_bits < 32 or cfg.download_bits < 32
+        self.wire = QuantizedWire(ctx.seed, ctx.server_work, cfg.qsgd_bucket)
+        self.upload_bits = cfg.upload_bits
+        self.download_bits = cfg.download_bits
+
+    def dispatch(self, rnd: int, assignments: list[Assignment]) -> None:
+        if not self.wire_on:
+            return
+        self.wire.sent.clear()
+        for a in assignments:
+            recipe = self.recipe_for(a)  # type: ignore[attr-defined]
+            full = self.payload_for(a)  # type: ignore[attr-defined]
+            state = self.slice_for(full, recipe, a.spec) if full else {}  # {}: system-only, priced by params
+            self.wire.dispatch(rnd, a, state, self.download_bits, recipe.cost(a.spec).params)
+
+    def payload(self, assignment: Assignment) -> State:
+        if self.wire_on and assignment.device in self.wire.sent:
+            return self.wire.payload(assignment.device)
+        return self.payload_for(assignment)  # type: ignore[attr-defined]
+
+    def wire_bytes(self, assignment: Assignment, up: bool) -> float | None:
+        return self.wire.wire_bytes(assignment, up) if self.wire_on else None
+
+    def receive(self, rnd: int, update: Update) -> float | None:
+        return self.wire.receive(rnd, update) if self.wire_on else None

@@ -2,8 +2,10 @@
 
 ``all_large``: everyone trains the full model; devices whose declared memory cannot hold it are
 excluded from selection (exclusive learning). ``smallest``: every device trains the smallest model,
-which is then the global model. ``family`` trains another model family than ``model.family`` (AdapterFL's
-"FedAvg S/M/L with exclusive learning": one prototype per run) and ``width`` narrows the all_large model.
+which is then the global model. ``upload_bits`` / ``download_bits`` < 32 send QSGD-quantized messages
+(``algorithms.wire``: quantized FedAvg). ``family`` trains another model family than ``model.family``
+(AdapterFL's "FedAvg S/M/L with exclusive learning": one prototype per run) and ``width`` narrows the
+all_large model.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from dataclasses import replace
 import numpy as np
 
 from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, random_selection
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import StrategyBase, WireMixin, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedAvgConfig
 
 
-class FedAvg(StrategyBase):
+class FedAvg(WireMixin, StrategyBase):
     name = "fedavg"
 
     def __init__(self, cfg: FedAvgConfig) -> None:
@@ -29,6 +31,7 @@ class FedAvg(StrategyBase):
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
+        self.setup_wire(ctx, self.cfg)
         rate = self.cfg.width if self.cfg.flavour == "all_large" else self.cfg.small_rate
         self.recipe = self.recipe_at(rate)
         if self.cfg.family is not None:  # one prototype of a heterogeneous method (AdapterFL's FedAvg S/M/L)
@@ -43,12 +46,12 @@ class FedAvg(StrategyBase):
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
         chosen = random_selection(pool, self.c.clients_per_round, rng)
-        return [Assignment(int(d), self.spec, level="full") for d in chosen]
+        return [Assignment(int(d), self.spec, level="full", bits=self.upload_bits) for d in chosen]
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
 
-    def payload(self, assignment: Assignment):
+    def payload_for(self, assignment: Assignment):
         return self.state
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:

@@ -12,6 +12,7 @@
 - Aggregation: each entry is averaged over the clients that hold it, unweighted; classifier rows
   only over clients holding that label (also in IID runs); untouched entries keep their value.
 - Evaluation with static BN (see ``fl.evaluate``).
+- Not in the paper: ``upload_bits`` / ``download_bits`` < 32 send QSGD-quantized messages (``algorithms.wire``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from iotfl_sim.algorithms.base import (
     Update,
     random_selection,
 )
-from iotfl_sim.algorithms.common import StrategyBase, classifier_keys, contributions
+from iotfl_sim.algorithms.common import StrategyBase, WireMixin, classifier_keys, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -44,7 +45,7 @@ def fix_levels_by_id(num_devices: int, proportions: list[float]) -> np.ndarray:
     return out
 
 
-class HeteroFL(StrategyBase):
+class HeteroFL(WireMixin, StrategyBase):
     name = "heterofl"
 
     def __init__(self, cfg: HeteroFLConfig) -> None:
@@ -53,6 +54,7 @@ class HeteroFL(StrategyBase):
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
+        self.setup_wire(ctx, self.cfg)
         mix = parse_proportions(self.cfg.proportions)
         self.levels = list(mix)  # in the order written; the first sets the global rate
         self.props = np.array([mix[x] for x in self.levels])
@@ -92,13 +94,13 @@ class HeteroFL(StrategyBase):
                     p = p * self.fits_level[d]
                 i = int(rng.choice(len(p), p=p / p.sum()))
             x = self.levels[i]
-            out.append(Assignment(int(d), self.specs[x], level=x))
+            out.append(Assignment(int(d), self.specs[x], level=x, bits=self.upload_bits))
         return out
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
 
-    def payload(self, assignment: Assignment):
+    def payload_for(self, assignment: Assignment):
         return self.state
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:

@@ -170,7 +170,7 @@ class HeteroFLIoT(HeteroFL):
                 else members[rng.choice(len(members), size=int(n), replace=False)]
             )
             x = self.levels[i]
-            out.extend(Assignment(int(d), self.specs[x], level=x) for d in chosen)
+            out.extend(Assignment(int(d), self.specs[x], level=x, bits=self.upload_bits) for d in chosen)
         out.sort(key=lambda a: a.device)
         return out
 
@@ -184,7 +184,7 @@ class HeteroFLIoT(HeteroFL):
         quota = level_quotas(self.props, k)
         levels = rng.permutation(np.repeat(np.arange(len(self.levels)), quota))
         return [
-            Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i])
+            Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i], bits=self.upload_bits)
             for d, i in zip(chosen, levels, strict=True)
         ]
 

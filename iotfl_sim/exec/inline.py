@@ -1,30 +1,25 @@
-"""Runs training jobs one after another in this process, reusing one model skeleton per submodel."""
+"""Runs training and evaluation jobs one after another in this process."""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
-from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
+from iotfl_sim.exec.base import EvalJob, NumericData, Worker
+from iotfl_sim.fl.train import TrainJob, TrainResult
 
 
 class InlineExecutor:
-    def __init__(self, x_train: torch.Tensor, y_train: torch.Tensor) -> None:
-        self.x = x_train
-        self.y = y_train
-        self._skeletons: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
-
-    def _skeleton(self, recipe: ModelRecipe, spec: SubmodelSpec) -> nn.Module:
-        key = (recipe, spec)
-        model = self._skeletons.get(key)
-        if model is None:
-            model = self._skeletons[key] = recipe.build(spec)
-        return model
+    def __init__(self, data: NumericData, threads: int = 1) -> None:
+        self._before = torch.get_num_threads()
+        torch.set_num_threads(threads)  # the engine pins them for the whole run; standalone use pins them here
+        self.worker = Worker(data, threads)
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
-        return [train_local(self._skeleton(j.recipe, j.spec), j, self.x, self.y, self._skeleton) for j in jobs]
+        return [self.worker.train(j) for j in jobs]
+
+    def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
+        return [self.worker.evaluate(j) for j in jobs]
 
     def close(self) -> None:
-        self._skeletons.clear()
+        self.worker.clear()
+        torch.set_num_threads(self._before)

@@ -47,17 +47,48 @@ def calibrate_bn(model: nn.Module, x: torch.Tensor, batch_size: int) -> None:
 
 
 @torch.inference_mode()
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of ``model`` in eval mode (a multi-exit model: its last exit)."""
+def batch_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> list[tuple[int, float]]:
+    """(correct, summed cross-entropy) per batch of ``model`` in eval mode (a multi-exit model: its last exit).
+
+    Executors score slices of the test set that start on batch boundaries and add the per-batch figures
+    in batch order (``combine``), so the totals are the same bits however the batches were shared out.
+    """
     model.eval()
-    correct, loss = 0, 0.0
+    out = []
     for start in range(0, len(x), batch_size):
         logits = final_logits(model(x[start : start + batch_size]))
         yb = y[start : start + batch_size]
-        correct += int((logits.argmax(1) == yb).sum())
-        loss += float(nn.functional.cross_entropy(logits, yb, reduction="sum"))
-    n = max(len(x), 1)
+        out.append((int((logits.argmax(1) == yb).sum()), float(nn.functional.cross_entropy(logits, yb, reduction="sum"))))
+    return out
+
+
+def combine(scores: list[tuple[int, float]], n: int) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) from per-batch figures, summed in batch order."""
+    correct, loss = 0, 0.0
+    for c, s in scores:
+        correct += c
+        loss += s
+    n = max(n, 1)
     return correct / n, loss / n
+
+
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of ``model`` in eval mode over all of ``x``."""
+    return combine(batch_scores(model, x, y, batch_size), len(x))
+
+
+def prepared(recipe: ModelRecipe, spec: SubmodelSpec, state: State) -> nn.Module:
+    """The cached evaluation skeleton of ``spec`` (BN with running statistics) holding ``state``."""
+    model = _eval_skeleton(recipe, spec)
+    result = model.load_state_dict(state, strict=False)
+    if result.unexpected_keys:
+        raise KeyError(f"state has tensors the model lacks: {result.unexpected_keys}")
+    return model
+
+
+def bn_statistics(model: nn.Module) -> State:
+    """The running statistics static-BN calibration computed (what scoring needs besides the weights)."""
+    return {k: v.clone() for k, v in model.state_dict().items() if "running_" in k or "num_batches_tracked" in k}
 
 
 def evaluate(
@@ -69,9 +100,6 @@ def evaluate(
     test_y: torch.Tensor,
     batch_size: int,
 ) -> tuple[float, float]:
-    model = _eval_skeleton(recipe, spec)
-    result = model.load_state_dict(state, strict=False)
-    if result.unexpected_keys:
-        raise KeyError(f"state has tensors the model lacks: {result.unexpected_keys}")
+    model = prepared(recipe, spec, state)
     calibrate_bn(model, calib_x, batch_size)
     return accuracy(model, test_x, test_y, batch_size)

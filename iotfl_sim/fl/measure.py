@@ -9,8 +9,11 @@ Three numbers feed the roofline of ``fl.opcost``, each timed with PyTorch on thi
 - ``compute.op_overhead_us``: training steps of a network of 4-wide layers, whose time is all dispatch,
   autograd and optimizer bookkeeping, per traced op.
 
-Each benchmark is warmed up and then repeated for its share of the time budget; the median is kept.
-The spread of the convolution's repeats gives the jitter. Optionally one real training step of a model
+Each benchmark is warmed up and then repeated for its share of the time budget; the fastest repeat is
+kept (the machine's uncontended capability: on a shared machine a median drifts with whatever else runs),
+and the spread of the convolution's repeats gives the jitter. Per-kind kernel costs (``compute.kernels``)
+come from calling each priced operator kind directly: on tiny tensors for its fixed cost, and for batch
+norm and pooling on mid-size ones for their achieved rate. Optionally one real training step of a model
 family is timed and set next to the roofline's prediction from the measured numbers, as a check.
 """
 
@@ -22,7 +25,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -61,10 +64,10 @@ def conv_flops_per_s(seconds: float) -> tuple[float, float, str]:
 
     times = _repeat(step, seconds)
     fwd = opcost.conv_flops(x.shape, w.shape, (16, 64, 32, 32), False)
-    t = statistics.median(times)
+    t = min(times)
     logs = [math.log(v) for v in times]
     sigma = statistics.pstdev(logs) if len(logs) > 1 else 0.0
-    what = f"conv2d 3x3 64->64 on 16x64x32x32, forward+backward = {3 * fwd / 1e9:.2f} GFLOP, median of {len(times)}"
+    what = f"conv2d 3x3 64->64 on 16x64x32x32, forward+backward = {3 * fwd / 1e9:.2f} GFLOP, fastest of {len(times)}"
     return 3 * fwd / t, sigma, what
 
 
@@ -74,7 +77,7 @@ def stream_bytes_per_s(seconds: float) -> tuple[float, str]:
     x, y = torch.ones(n), torch.empty(n)
     times = _repeat(lambda: torch.mul(x, 2.0, out=y), seconds)
     nbytes = 2 * 4 * n
-    return nbytes / statistics.median(times), f"torch.mul(x, 2, out=y) on {4 * n >> 20} MiB fp32, median of {len(times)}"
+    return nbytes / min(times), f"torch.mul(x, 2, out=y) on {4 * n >> 20} MiB fp32, fastest of {len(times)}"
 
 
 def _tiny_net() -> torch.nn.Module:
@@ -106,12 +109,101 @@ def op_overhead_s(seconds: float) -> tuple[float, str]:
     times = _repeat(loop, seconds)
     what = (
         f"SGD steps of a 17-layer 4-wide network at batch 2 ({n_ops} ATen ops per step, arithmetic negligible), "
-        f"median of {len(times)} x {steps} steps"
+        f"fastest of {len(times)} x {steps} steps"
     )
-    return statistics.median(times) / steps / n_ops, what
+    return min(times) / steps / n_ops, what
 
 
-def training_step_check(family: str, batch: int, seconds: float, rates: tuple[float, float, float]) -> str:
+aten = torch.ops.aten
+
+
+def _loop_seconds(fn: Callable[[], object], seconds: float, inner: int) -> float:
+    """Fastest per-call time of ``fn`` over repeated loops of ``inner`` calls (the uncontended cost)."""
+    times = _repeat(lambda: [fn() for _ in range(inner)], seconds)
+    return min(times) / inner
+
+
+def _kernel_calls(n: int, c: int, hw: int) -> dict[str, Callable[[], object]]:
+    """One call of each priced operator kind on ``n x c x hw x hw`` activations (3x3 conv c -> c)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, c, hw, hw, generator=g)
+    w = torch.randn(c, c, 3, 3, generator=g)
+    b = torch.randn(c, generator=g)
+    y = aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    gy = torch.randn_like(y)
+    bn_out, mean, invstd = aten.native_batch_norm(x, b, b, None, None, True, 0.1, 1e-5)
+    pooled, idx = aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+    a, m = torch.randn(n * 4, c, generator=g), torch.randn(c, c, generator=g)
+    return {
+        "convolution": lambda: aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
+        "convolution_backward": lambda: aten.convolution_backward(
+            gy, x, w, [c], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]
+        ),
+        "native_batch_norm": lambda: aten.native_batch_norm(x, b, b, None, None, True, 0.1, 1e-5),
+        "native_batch_norm_backward": lambda: aten.native_batch_norm_backward(
+            gy, x, b, None, None, mean, invstd, True, 1e-5, [True, True, True]
+        ),
+        "max_pool2d_with_indices": lambda: aten.max_pool2d_with_indices(x, [2, 2], [2, 2]),
+        "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
+            pooled, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx
+        ),
+        "addmm": lambda: aten.addmm(b, a, m),
+        "mm": lambda: aten.mm(a, m),
+        "add_": lambda: x.add_(bn_out, alpha=0.0),  # the generic element-wise reference
+    }
+
+
+# Kinds priced by their own measured time-vs-size curve instead of the generic roofline: on CPUs a
+# convolution sets up a oneDNN primitive on every call and reaches the dense-conv peak only when large,
+# and batch norm and pooling are limited by their loop structure, not by FLOPs or bandwidth.
+CURVE_SIZES = {  # kind -> (batch, channels, side) of the calls timed for its curve (3x3 convolutions C -> C)
+    "convolution": ((2, 2, 4), (10, 16, 8), (10, 32, 16), (16, 64, 32)),
+    "convolution_backward": ((2, 2, 4), (10, 16, 8), (10, 32, 16), (16, 64, 32)),
+    "native_batch_norm": ((2, 2, 4), (10, 32, 16)),
+    "native_batch_norm_backward": ((2, 2, 4), (10, 32, 16)),
+    "max_pool2d_with_indices": ((2, 2, 4), (10, 32, 16)),
+    "max_pool2d_with_indices_backward": ((2, 2, 4), (10, 32, 16)),
+    "addmm": ((2, 2, 4), (10, 32, 16)),
+    "mm": ((2, 2, 4), (10, 32, 16)),
+}
+
+
+def _counted_flops(fn: Callable[[], object]) -> float:
+    rec = opcost._Recorder()
+    with rec:
+        fn()
+    return float(sum(rec.flops))
+
+
+def kernel_costs(seconds: float) -> tuple[dict[str, dict], str]:
+    """Per kind, a curve of (counted FLOPs of a call, FLOP/s achieved by that call) over the sizes in
+    ``CURVE_SIZES``; a call's time is taken net of a generic element-wise op's (which every op pays as
+    ``compute.op_overhead_us`` already), so a tiny call's point carries the kind's fixed cost."""
+    sizes = sorted({z for zs in CURVE_SIZES.values() for z in zs})
+    calls = {z: _kernel_calls(*z) for z in sizes}
+    share = seconds / (1 + sum(len(zs) for zs in CURVE_SIZES.values()))
+    generic = _loop_seconds(calls[sizes[0]]["add_"], share, 200)
+    out: dict[str, dict] = {}
+    for kind, zs in CURVE_SIZES.items():
+        curve = []
+        for z in zs:
+            fn = calls[z][kind]
+            flops = _counted_flops(fn)
+            t = _loop_seconds(fn, share, 200 if z == sizes[0] else 1) - generic
+            curve.append([float(f"{flops:.4g}"), float(f"{flops / max(t, 1e-7):.4g}")])
+        out[kind] = {"flops_curve": curve}
+    shapes = "; ".join(f"{k}: " + ", ".join(f"{n}x{c}x{h}x{h}" for n, c, h in zs) for k, zs in CURVE_SIZES.items())
+    what = (
+        "compute.kernels: each kind called directly on activations of these shapes (3x3 convolutions C -> C, "
+        f"2x2 pooling, matmuls on (4N x C) @ (C x C)), fastest loop; FLOP/s = counted FLOPs / (time - "
+        f"an element-wise add_'s time, {generic * 1e6:.2f} us): {shapes}"
+    )
+    return out, what
+
+
+def training_step_check(
+    family: str, batch: int, seconds: float, rates: tuple[float, float, float], kernels: dict[str, dict]
+) -> str:
     """A real SGD step of ``family`` timed here, next to the roofline price from the measured rates."""
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.fl.submodel import SubmodelSpec
@@ -129,11 +221,14 @@ def training_step_check(family: str, batch: int, seconds: float, rates: tuple[fl
         opt.step()
 
     times = _repeat(step, seconds)
-    measured = statistics.median(times)
-    predicted = opcost.step_time(recipe, spec, batch, *rates)
+    measured = min(times)
+    from iotfl_sim.scenario.profile import KernelCost
+
+    table = tuple((k, 0.0, KernelCost(**v).points()) for k, v in sorted(kernels.items()))
+    predicted = opcost.step_time(recipe, spec, batch, *rates, kernels=table)
     return (
         f"check: one {family} training step at batch {batch} ({c}x{h}x{w}) measured {measured * 1e3:.2f} ms "
-        f"(median of {len(times)}), roofline with these numbers predicts {predicted * 1e3:.2f} ms "
+        f"(fastest of {len(times)}), roofline with these numbers predicts {predicted * 1e3:.2f} ms "
         f"({predicted / measured:.2f}x)"
     )
 
@@ -168,23 +263,26 @@ class Measured:
     overhead_s: float
     sigma: float
     notes: list[str]
+    kernels: dict[str, dict] = field(default_factory=dict)
 
 
 def measure(seconds: float = 10.0, family: str | None = None, batch: int = 32) -> Measured:
     """Run the micro-benchmarks within about ``seconds`` (the training check takes a share when asked)."""
-    share = seconds / (4.0 if family else 3.0)
+    share = seconds / (5.0 if family else 4.0)
     flops, sigma, what_f = conv_flops_per_s(share)
     bw, what_b = stream_bytes_per_s(share)
     ov, what_o = op_overhead_s(share)
+    kernels, what_k = kernel_costs(share)
     notes = [
         f"compute.flops: {what_f}",
         f"compute.mem_bw_gbs: {what_b}",
         f"compute.op_overhead_us: {what_o}",
+        what_k,
         f"compute.jitter.sigma: std of log(time) over the conv repeats ({sigma:.3f})",
     ]
     if family:
-        notes.append(training_step_check(family, batch, share, (flops, bw, ov)))
-    return Measured(flops, bw, ov, sigma, notes)
+        notes.append(training_step_check(family, batch, share, (flops, bw, ov), kernels))
+    return Measured(flops, bw, ov, sigma, notes, kernels)
 
 
 def profile_dict(m: Measured, name: str, device_class: str, idle_w: float | None, train_w: float | None) -> dict:
@@ -204,6 +302,7 @@ def profile_dict(m: Measured, name: str, device_class: str, idle_w: float | None
             "flops": float(f"{m.flops:.4g}"),
             "mem_bw_gbs": float(f"{m.mem_bw / 1e9:.4g}"),
             "op_overhead_us": float(f"{m.overhead_s * 1e6:.4g}"),
+            **({"kernels": m.kernels} if m.kernels else {}),
             "jitter": {"dist": "lognormal", "sigma": float(f"{max(m.sigma, 0.01):.3g}")},
         },
         "memory": {"total_mb": round(total, 1), "free_mb": round(max(avail, 1.0), 1), "sigma_mb": 0.0},

@@ -36,9 +36,11 @@ FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_sm
 # ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models. Their forward returns a list.
 EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16")
 EE_FAMILIES: tuple[str, ...] = tuple(f"{b}_ee" for b in EE_BASES) + tuple(f"{b}_ee_light" for b in EE_BASES)
+# FedX's global models (``fl.fedx_models``): the OFA MobileNetV3 supernet (sub-networks (d, e)) and HAR-Wild.
+FEDX_FAMILIES: tuple[str, ...] = ("ofa_mbv3", "harwild")
 # AdapterFL's 2-conv CNN (``TwoConvCNN``); kept out of FAMILIES because 8x8 inputs are too small for it.
 EXTRA_FAMILIES: tuple[str, ...] = ("cnn2",)
-ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES + EXTRA_FAMILIES
+ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES + FEDX_FAMILIES + EXTRA_FAMILIES
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
@@ -645,6 +647,12 @@ def build_model(
         )
     if family not in ALL_FAMILIES:
         raise ValueError(f"unknown model family {family!r}; expected one of {ALL_FAMILIES}")
+    if family in FEDX_FAMILIES:
+        from iotfl_sim.fl.fedx_models import build_fedx_model
+
+        return build_fedx_model(
+            family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size, track_bn=track_bn
+        )
     if family in EE_FAMILIES:
         from iotfl_sim.fl.early_exit import build_early_exit  # early_exit builds on this module
 

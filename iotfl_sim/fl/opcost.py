@@ -4,9 +4,13 @@ One SGD-with-momentum training step (forward, cross-entropy, backward, optimizer
 submodel runs on the meta device under a ``TorchDispatchMode`` that records, for every non-view ATen
 operator, its FLOPs and the bytes of the tensors it reads and writes. A device then prices the step as
 
-    step_time = sum_i max(flops_i / F, bytes_i / B) + n_ops * overhead
+    step_time = sum_i max(flops_i / F_i, bytes_i / B) + n_ops * overhead + sum_i extra_i
 
-with F (FLOP/s), B (bytes/s) and the per-op overhead from its profile. The trace is independent of any
+with F (FLOP/s), B (bytes/s) and the per-op overhead from its profile. A profile may list per-kind
+kernel costs (``compute.kernels``, measured by ``profiles measure``): for those ATen ops F_i is the
+kind's own achieved FLOP/s and extra_i its fixed cost beyond a generic op's (a oneDNN convolution sets
+up a primitive on every call; pooling and batch norm run far below the dense-conv rate on CPUs);
+every other op has F_i = F and extra_i = 0. The trace is independent of any
 profile, so pricing a step for another device is a numpy reduction, memoised per (spec, batch, rates).
 
 FLOPs count 2 per multiply-accumulate for matmuls and convolutions, with our own formulas so that
@@ -36,6 +40,10 @@ from torch.utils._pytree import tree_flatten
 
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+
+# Per-kind kernel costs: (ATen op name, extra seconds per call, ((FLOPs of a call, FLOP/s), ...) sorted, or
+# () for the device's rate), as ``scenario.profile.Rates.kernels`` holds them (fl does not import scenario).
+KernelRates = tuple[tuple[str, float, tuple[tuple[float, float], ...]], ...]
 
 aten = torch.ops.aten
 
@@ -148,9 +156,33 @@ class StepTrace:
     def total_flops(self) -> float:
         return float(self.flops.sum())
 
-    def time(self, flops_per_s: float, bytes_per_s: float, overhead_s: float) -> float:
-        """Roofline time of the step: sum over ops of max(compute, memory) plus the per-op overhead."""
-        return float(np.maximum(self.flops / flops_per_s, self.bytes / bytes_per_s).sum() + self.n_ops * overhead_s)
+    def time(self, flops_per_s: float, bytes_per_s: float, overhead_s: float, kernels: KernelRates = ()) -> float:
+        """Roofline time of the step: sum over ops of max(compute, memory) plus the per-op overhead.
+
+        ``kernels`` overrides, per ATen op kind, the FLOP/s (when non-zero) and adds a fixed cost per call.
+        """
+        if not kernels:
+            return float(np.maximum(self.flops / flops_per_s, self.bytes / bytes_per_s).sum() + self.n_ops * overhead_s)
+        extra, curves = _kernel_arrays(self.names, kernels)
+        rate = np.full(len(self.names), float(flops_per_s))
+        for idx, pts in curves:
+            f = np.log(np.maximum(self.flops[idx], 1.0))
+            rate[idx] = np.exp(np.interp(f, np.log([p[0] for p in pts]), np.log([p[1] for p in pts])))
+        compute = np.maximum(self.flops / rate, self.bytes / bytes_per_s)
+        return float(compute.sum() + self.n_ops * overhead_s + extra.sum())
+
+
+@lru_cache(maxsize=1024)
+def _kernel_arrays(names: tuple[str, ...], kernels: KernelRates) -> tuple[np.ndarray, list[tuple[np.ndarray, tuple]]]:
+    """Per-op extra seconds, and (op positions, rate curve) per kind with its own rate, for an op sequence."""
+    table = {name: (extra, pts) for name, extra, pts in kernels}
+    extra = np.array([table[n][0] if n in table else 0.0 for n in names], np.float64)
+    curves = []
+    for name, (_, pts) in table.items():
+        idx = np.array([i for i, n in enumerate(names) if n == name], np.int64)
+        if pts and len(idx):
+            curves.append((idx, pts))
+    return extra, curves
 
 
 TRACE_CALLS = {"n": 0}  # how many real traces ran (tests check the cache with it)
@@ -243,9 +275,10 @@ def step_time(
     bytes_per_s: float,
     overhead_s: float,
     options: StepOptions = StepOptions(),
+    kernels: KernelRates = (),
 ) -> float:
     """Roofline seconds of one training step (memoised per spec, batch, rates and options)."""
-    return step_trace(recipe, spec, batch, options).time(flops_per_s, bytes_per_s, overhead_s)
+    return step_trace(recipe, spec, batch, options).time(flops_per_s, bytes_per_s, overhead_s, kernels)
 
 
 def steps_of(samples: int, batch: int) -> tuple[int, int]:
@@ -269,10 +302,11 @@ def train_seconds(
     bytes_per_s: float,
     overhead_s: float,
     options: StepOptions = StepOptions(),
+    kernels: KernelRates = (),
 ) -> float:
     """Roofline training time of ``epochs`` passes over ``samples`` samples at ``batch`` per step."""
     full, rest = steps_of(samples, batch)
-    rates = (flops_per_s, bytes_per_s, overhead_s, options)
+    rates = (flops_per_s, bytes_per_s, overhead_s, options, kernels)
     t = full * step_time(recipe, spec, batch, *rates) if full else 0.0
     if rest:
         t += step_time(recipe, spec, rest, *rates)

@@ -15,6 +15,7 @@ import numpy as np
 from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
+from iotfl_sim.scenario.profile import KernelRates
 from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
@@ -43,6 +44,7 @@ class Fleet:
     up_bps: np.ndarray
     rtt_s: np.ndarray
     memory_units: str = "mb"
+    kernels: list[KernelRates] = field(default_factory=list)  # per group: per-kind operator costs
     class_names: list[str] = field(default_factory=list)
     harvests: list[Harvest | None] = field(default_factory=list)  # per group
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # battery level at settled_at (harvesting devices)
@@ -97,6 +99,7 @@ class Fleet:
             rtt_s=per_device([x.link.rtt_ms / 1000.0 for x in p]),
         )
         fleet.memory_units = memory_units
+        fleet.kernels = [r.kernels for r in rates]  # per group
         fleet.radio = [RADIO_PRESETS[g.config.network.radio or g.profile.link.radio] for g in groups]
         fleet.preset_power = [g.config.network.power_model == "preset" for g in groups]
         fleet.link_jitter = per_device([g.config.network.jitter for g in groups])
@@ -344,13 +347,14 @@ class Fleet:
                 return t
         return None
 
-    def roofline(self, d: int) -> tuple[float, float, float] | None:
-        """(FLOP/s, bytes/s, seconds per op) of device ``d`` for the per-operator roofline, or None
-        when its profile has no memory bandwidth (then time is FLOPs / FLOP/s)."""
+    def roofline(self, d: int) -> tuple[float, float, float, KernelRates] | None:
+        """(FLOP/s, bytes/s, seconds per op, per-kind kernel costs) of device ``d`` for the per-operator
+        roofline, or None when its profile has no memory bandwidth (then time is FLOPs / FLOP/s)."""
         bw = self.mem_bw[d]
         if np.isnan(bw):
             return None
-        return float(self.flops[d]), float(bw), float(self.op_overhead_s[d])
+        kernels = self.kernels[self.group_of[d]] if self.kernels else ()
+        return float(self.flops[d]), float(bw), float(self.op_overhead_s[d]), kernels
 
     def compute_time(self, d: int, flops: float, rnd: int) -> float:
         """Training time of ``flops`` FLOPs at the device's FLOP/s (the rule without a roofline), jittered."""

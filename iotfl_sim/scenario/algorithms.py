@@ -73,7 +73,17 @@ def candidate_cuts(family: str) -> list[int]:
     return list(range(1, PROTOTYPE_STAGES[family] - 1))
 
 
-class FedAvgConfig(Strict):
+class _Wire(Strict):
+    """QSGD-quantized messages (``iotfl_sim.algorithms.wire``); 32 bits = raw float32, no quantization."""
+
+    upload_bits: int = Field(32, ge=1, le=32, description="bits q of the QSGD-quantized uploads (2^q intervals); 32: float32")
+    download_bits: int = Field(
+        32, ge=1, le=32, description="bits q of the QSGD-quantized downloads (2^q intervals); 32: float32"
+    )
+    qsgd_bucket: int = Field(512, ge=1, description="QSGD bucket size: values sharing one norm")
+
+
+class FedAvgConfig(_Wire):
     name: Literal["fedavg"]
     flavour: Literal["all_large", "smallest"] = Field(
         "all_large",
@@ -96,7 +106,7 @@ class DecoupledConfig(_Levels):
     weighting: Literal["data", "count"] = "data"
 
 
-class HeteroFLConfig(_Levels):
+class HeteroFLConfig(_Levels, _Wire):
     name: Literal["heterofl"]
     mode: Literal["fix", "dynamic"] = Field(
         "fix", description="fix: a device keeps its level; dynamic: levels are re-drawn every round"
@@ -373,6 +383,66 @@ class FedDFConfig(_Prototypes):
     cosine: bool = Field(True, description="cosine-anneal the distillation learning rate over the steps")
 
 
+class FedXConfig(Strict):
+    """FedX (Lai, Jiang et al.): nested sub-networks at per-level QSGD bits, server pretraining and regularised
+    fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
+    ``server_data: false``."""
+
+    name: Literal["fedx"]
+    mix: dict[Literal["small", "medium", "large"], float] = Field(
+        default_factory=lambda: {"medium": 0.5, "small": 0.5},
+        description="share of devices per sub-network (the paper's default: half medium, half small); a device "
+        "keeps its sub-network (assigned once, by a seeded permutation of the devices)",
+    )
+    bits: dict[Literal["small", "medium", "large"], int] = Field(
+        default_factory=lambda: {"small": 10, "medium": 8, "large": 8},
+        description="QSGD bits q per sub-network for download and upload (2^q intervals; smaller sub-networks get "
+        "more bits; the paper's ablation: 8 medium / 10 small on HAR, 9 / 11 on the image sets); 32: float32",
+    )
+    server_data: bool = Field(
+        True, description="false: Quantized FedAvg (no server pretraining or fine-tuning; quantization on the server)"
+    )
+    fine_tune: bool = Field(True, description="server fine-tuning after aggregation (eq. 5); false: FedX without FT")
+    gamma: float = Field(1e-4, ge=0, description="regularisation rate gamma of eq. 5 (paper: 1e-4)")
+    finetune_epochs: int = Field(1, ge=0, description="epochs over the server's data per fine-tuning")
+    finetune_lr: float = Field(0.01, gt=0, description="server learning rate lambda (paper: SGD 0.01)")
+    finetune_samples: int | None = Field(
+        750,
+        ge=2,
+        description="server samples per fine-tuning, a fresh seeded draw each round (FedX Table IV times fine-tuning "
+        "on a fixed sample size); null: all the server's data",
+    )
+    pretrain_epochs: int = Field(5, ge=0, description="one-time server pretraining epochs on its data")
+    pretrain_lr: float = Field(0.01, gt=0, description="pretraining SGD learning rate")
+    server_batch_size: int = Field(32, ge=2, description="batch size of server pretraining and fine-tuning (paper: 32)")
+    proxy_fraction: float = Field(
+        0.1, ge=0, lt=1, description="share of the train set the server holds (all classes) when proxy_classes is null"
+    )
+    proxy_classes: list[int] | None = Field(
+        None,
+        description="classes held by the server only (the paper's disjoint split, e.g. CIFAR-10 [8, 9]); every "
+        "train sample of these classes goes to the server and none to the devices",
+    )
+    qsgd_bucket: int = Field(512, ge=1, description="QSGD bucket size: values sharing one norm")
+    system_only_server_samples: int = Field(
+        750, ge=0, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
+    )
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_ok(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v or any(x < 0 for x in v.values()) or sum(v.values()) <= 0:
+            raise ValueError("mix needs at least one sub-network with a positive share")
+        return v
+
+    @field_validator("bits")
+    @classmethod
+    def _bits_ok(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not 1 <= b <= 32 for b in v.values()):
+            raise ValueError(f"bits must be in [1, 32], got {v}")
+        return v
+
+
 AlgorithmConfig = Annotated[
     FedAvgConfig
     | DecoupledConfig
@@ -383,7 +453,8 @@ AlgorithmConfig = Annotated[
     | ScaleFLConfig
     | AdapterFLConfig
     | FedBaseConfig
-    | FedDFConfig,
+    | FedDFConfig
+    | FedXConfig,
     Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
@@ -397,5 +468,6 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "adapterfl": AdapterFLConfig,
     "fedbase": FedBaseConfig,
     "feddf": FedDFConfig,
+    "fedx": FedXConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

@@ -15,6 +15,7 @@ DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "fem
 MODEL_FAMILIES = (
     "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
     "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
+    "ofa_mbv3", "harwild",
 )  # fmt: skip
 
 
@@ -111,10 +112,11 @@ class Fleet(Strict):
         "the full model's parameters (every group then gives memory.free)",
     )
     cost_model: Literal["flops", "roofline"] = Field(
-        "flops",
-        description="flops: training time = 3 x forward FLOPs / compute.flops (dense-CNN rates); roofline: each "
-        "operator of the traced training step priced as max(FLOPs / compute.flops, bytes / compute.mem_bw_gbs) "
-        "+ compute.op_overhead_us (MobileNet-class models; opt-in until its calibration is complete)",
+        "roofline",
+        description="roofline: each operator of the traced training step priced as max(FLOPs / compute.flops, "
+        "bytes / compute.mem_bw_gbs) + compute.op_overhead_us (+ compute.kernels); a profile without "
+        "compute.mem_bw_gbs falls back to flops, with a warning; flops: the old rule, training time = "
+        "3 x forward FLOPs / compute.flops (what benchmarks recorded before 2026-11-23 used)",
     )
     groups: list[Group] = Field(min_length=1)
     gateways: list[Gateway] = Field(default_factory=list, description="shared access points / gateways")
@@ -181,9 +183,13 @@ class Data(Strict):
 class Model(Strict):
     family: Literal[
         "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
-        "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light", "cnn2",
-    ] = Field("cnn_small", description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL); "
-              "cnn2: AdapterFL's 2-conv CNN (images of at least 16 px)")  # fmt: skip
+        "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
+        "ofa_mbv3", "harwild", "cnn2",
+    ] = Field(
+        "cnn_small",
+        description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL); ofa_mbv3, harwild: "
+        "FedX's OFA MobileNetV3 supernet and HAR-Wild CNN; cnn2: AdapterFL's 2-conv CNN (images of at least 16 px)",
+    )  # fmt: skip
     norm: Literal["bn", "none"] = "bn"
     scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")
 
@@ -232,6 +238,9 @@ class Server(Strict):
     retry_s: float = Field(60.0, gt=0, description="how long the server waits before retrying when too few devices are online")
     eval_every: int = Field(1, ge=1)
     eval_batch_size: int = Field(1000, ge=1)
+    eval_subset: int | None = Field(
+        None, ge=1, description="score every evaluation on this many test samples, a fixed seeded subset (null: all)"
+    )
     bn_calibration_samples: int | None = Field(
         None, ge=1, description="train samples used to recompute static BN statistics (null: all of them)"
     )
@@ -246,6 +255,36 @@ class Output(Strict):
     dir: str = "runs"
     events: Literal["all", "failures", "none"] = "all"
     progress: bool | None = Field(None, description="progress bar; null: only when writing to a terminal")
+
+
+class Executor(Strict):
+    """Where the real training and evaluation run (``iotfl_sim.exec``); never changes a result."""
+
+    kind: Literal["inline", "pool", "ray", "fused"] = Field(
+        "inline",
+        description="inline: one job after another in this process; pool: parallel worker processes on this "
+        "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
+        "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; equal "
+        "to inline within float tolerance, not bitwise)",
+    )
+    workers: int | None = Field(
+        None, ge=1, description="pool, ray: worker processes / actors (null: one per available core or cluster CPU)"
+    )
+    address: str | None = Field(None, description="ray: address of an existing cluster (null: start a local Ray)")
+    threads: int = Field(
+        1,
+        ge=1,
+        description="torch threads per training or evaluation job, in every executor (results depend on it in the "
+        "last bits, so it is pinned: the same seed then gives the same bits whichever executor runs)",
+    )
+
+    @model_validator(mode="after")
+    def _workers_for_pool(self) -> Executor:
+        if self.workers is not None and self.kind == "inline":
+            raise ValueError("workers is for kind: pool (the inline executor runs in this process); drop it or set kind: pool")
+        if self.address is not None and self.kind != "ray":
+            raise ValueError("address is for kind: ray; drop it or set kind: ray")
+        return self
 
 
 class Scenario(Strict):
@@ -265,6 +304,7 @@ class Scenario(Strict):
     local: Local = Local()
     server: Server = Server()
     output: Output = Output()
+    executor: Executor = Executor()
 
     @model_validator(mode="after")
     def _one_selection_size(self) -> Scenario:

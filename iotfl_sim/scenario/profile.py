@@ -29,6 +29,34 @@ class PowerMode(Strict):
     op_overhead_us: float | None = Field(None, ge=0, description="per-operator dispatch overhead in this mode, us (null: the profile's)")
 
 
+class KernelCost(Strict):
+    """What one kind of operator costs beyond the generic roofline (measured by ``profiles measure``)."""
+
+    overhead_us: float = Field(
+        0.0, ge=0, description="extra fixed cost per call over a generic operator's overhead (e.g. oneDNN primitive setup), us"
+    )
+    flops: float | None = Field(
+        None, gt=0, description="achieved FLOP/s of this operator kind, as fl.opcost counts its FLOPs (null: compute.flops)"
+    )
+    flops_curve: list[tuple[float, float]] | None = Field(
+        None,
+        min_length=2,
+        description="achieved FLOP/s by the call's size: [[FLOPs of the call, FLOP/s], ...], interpolated in log-log "
+        "and held flat outside (small convolutions run well below the dense-conv peak); replaces flops",
+    )
+
+    def points(self) -> tuple[tuple[float, float], ...]:
+        """The rate curve as sorted (FLOPs, FLOP/s) points; one point for a flat rate, none for the profile's."""
+        if self.flops_curve:
+            return tuple(sorted((float(f), float(r)) for f, r in self.flops_curve))
+        return ((1.0, float(self.flops)),) if self.flops else ()
+
+
+# (ATen op name, extra seconds per call, ((FLOPs, FLOP/s), ...) or () for the profile's rate) per kernel
+# kind; hashable for memoising
+KernelRates = tuple[tuple[str, float, tuple[tuple[float, float], ...]], ...]
+
+
 @dataclass(frozen=True)
 class Rates:
     """What the cost model needs of one device in one power mode."""
@@ -37,6 +65,7 @@ class Rates:
     train_w: float  # W while training
     mem_bw: float | None  # bytes/s; None = no roofline (training FLOPs / FLOP/s, as before)
     op_overhead_s: float  # seconds per dispatched operator
+    kernels: KernelRates = ()
 
     @property
     def roofline(self) -> bool:
@@ -50,6 +79,11 @@ class Compute(Strict):
     )
     op_overhead_us: float | None = Field(
         None, ge=0, description="fixed cost per dispatched operator (framework dispatch, kernel launch), microseconds"
+    )
+    kernels: dict[str, KernelCost] | None = Field(
+        None,
+        description="per-operator-kind costs by ATen name (convolution, native_batch_norm, max_pool2d_with_indices, ...): "
+        "extra fixed overhead and achieved FLOP/s; kinds not listed use the generic roofline",
     )
     jitter: Jitter = Jitter()
     power_modes: dict[str, PowerMode] | None = None
@@ -128,7 +162,10 @@ class DeviceProfile(Strict):
         m = (self.compute.power_modes or {}).get(name) if name is not None else None
         bw = m.mem_bw_gbs if m is not None and m.mem_bw_gbs is not None else self.compute.mem_bw_gbs
         ov = m.op_overhead_us if m is not None and m.op_overhead_us is not None else self.compute.op_overhead_us
-        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6)
+        kernels = tuple(
+            (k, v.overhead_us * 1e-6, v.points()) for k, v in sorted((self.compute.kernels or {}).items())
+        )
+        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6, kernels)
 
     def cost_model_warnings(self) -> list[str]:
         """Why this profile is priced by the old FLOPs-only rule, if it is (shown by ``validate``)."""

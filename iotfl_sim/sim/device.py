@@ -138,7 +138,8 @@ class DeviceTasks:
             return flops, f.compute_time(d, flops, rnd)
         loc = sim.sc.local
         opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
-        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, *rates, opts)
+        flops_s, bw, overhead, kernels = rates
+        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, flops_s, bw, overhead, opts, kernels)
         return opcost.train_flops(recipe, spec, per_epoch, epochs, loc.batch_size, opts), f.jittered(d, base, rnd)
 
     def run(self, task: Task):
@@ -153,7 +154,7 @@ class DeviceTasks:
             if not sim.availability.online(d, self.env.now, rnd):
                 self.fail(task, "offline", phase="dispatch")
                 return
-            nbytes = sim.message_bytes(recipe, a.spec, 32)
+            nbytes = sim.wire_bytes(a, recipe, up=False)
             sim.bytes_down += nbytes
             task.sent = True
             reason, at = yield from self.transfer(task, nbytes, up=False)
@@ -180,7 +181,7 @@ class DeviceTasks:
                 self.fail(task, reason, at=at, phase="train", **({"need": round(need / sim.memory_scale, 4)} if reason == "oom" else {}))
                 return
             sim.event(rnd, d, "train_end")
-            nbytes = sim.message_bytes(recipe_b, b.spec, b.bits)
+            nbytes = sim.wire_bytes(b, recipe_b, up=True)
             reason, at = yield from self.transfer(task, nbytes, up=True)
             if reason is not None:
                 self.fail(task, reason, at=at, phase="upload")

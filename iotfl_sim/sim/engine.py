@@ -18,7 +18,8 @@ import simpy
 import torch
 
 from iotfl_sim.algorithms import make_strategy
-from iotfl_sim.algorithms.base import Outcome, ServerWork, StrategyContext, Update
+from iotfl_sim.algorithms.base import Assignment, Outcome, ServerWork, StrategyContext, Update
+from iotfl_sim.exec.base import EvalJob
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.fl.train import TrainJob
@@ -98,7 +99,12 @@ class Simulation:
         self.recorder = recorder
         self.progress = progress
         self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
-        self.executor = executor if executor is not None or sc.numerics == "none" else self.numerics.make_executor()
+        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
+        # run in this process: pin its torch threads too, so results do not depend on the executor kind.
+        self._threads_before = torch.get_num_threads()
+        if sc.numerics == "torch":
+            torch.set_num_threads(sc.executor.threads)
+        self.executor = executor if executor is not None or sc.numerics == "none" else self.numerics.make_executor(sc.executor)
         self.strategy = make_strategy(sc.algorithm)
         self.recipe = ModelRecipe(
             sc.model.family,
@@ -173,6 +179,15 @@ class Simulation:
     def message_bytes(self, recipe: ModelRecipe, spec: SubmodelSpec, bits: int) -> float:
         return recipe.cost(spec).params * bits / 8.0 + self.sc.server.header_bytes
 
+    def wire_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
+        """Bytes of a task's download (``up`` False) or upload: the strategy's encoded size when it quantizes
+        its messages (``algorithms.wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
+        priced = getattr(self.strategy, "wire_bytes", None)
+        nbytes = priced(a, up) if priced is not None else None
+        if nbytes is None:
+            return self.message_bytes(recipe, a.spec, a.bits if up else 32)
+        return nbytes + self.sc.server.header_bytes
+
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":
             return {}  # system-only: no weights exist
@@ -236,6 +251,9 @@ class Simulation:
                 return
             self.view.now, self.view.rnd = self.env.now, rnd
             assignments = self.strategy.select(rnd, self.view, stream(sc.seed, "select", rnd))
+            dispatch = getattr(self.strategy, "dispatch", None)
+            if dispatch is not None:  # e.g. quantize each device's download (server work, charged below)
+                dispatch(rnd, assignments)
             server_s = yield from self._serve(rnd)  # set-up work (first round) and selection work
             self._wanted, self._arrived, self._enough = k, 0, self.env.event()
             tasks = []
@@ -366,6 +384,16 @@ class Simulation:
             Update(o.trained or o.assignment, r.state, r.num_samples, self.numerics.labels_per_device[o.assignment.device], r.loss)
             for o, r in zip(accepted, results, strict=True)
         ]
+        receive = getattr(self.strategy, "receive", None)
+        if receive is not None:
+            # quantized uploads: their real encoded size replaces the size priced at dispatch in the byte count
+            for u in updates:
+                real = receive(rnd, u)
+                if real is not None:
+                    priced = self.wire_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
+                    real += self.sc.server.header_bytes
+                    self.bytes_up += real - priced
+                    self.event(rnd, u.assignment.device, "upload_encoded", bytes=real, priced=priced)
         self.host["train"] += time.perf_counter() - t0
         return updates
 
@@ -373,13 +401,17 @@ class Simulation:
         t0 = time.perf_counter()
         out: dict[str, float] = {}
         levels = []
-        cache: dict[tuple, tuple[float, float]] = {}
-        for target in self.strategy.eval_targets():
+        targets = self.strategy.eval_targets()
+        keys, jobs = [], {}
+        for target in targets:
             # the same weights under another name (HeteroFL's level a is the full model) are evaluated once
             weights = tuple((v.data_ptr(), tuple(v.shape)) for v in target.state.values())
             key = (target.recipe, replace(target.spec, name=""), weights)
-            if key not in cache:
-                cache[key] = self.numerics.evaluate(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
+            keys.append(key)
+            if key not in jobs:
+                jobs[key] = EvalJob(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
+        cache = dict(zip(jobs, self.executor.evaluate(list(jobs.values())), strict=True))
+        for target, key in zip(targets, keys, strict=True):
             acc, loss = cache[key]
             out[f"acc_{target.label}"] = acc
             if target.label == "full":
@@ -435,6 +467,7 @@ class Simulation:
             self.recorder.summary(summary)
         if self.executor is not None:
             self.executor.close()
+        torch.set_num_threads(self._threads_before)
         return summary
 
 

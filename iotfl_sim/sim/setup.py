@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.data import Dataset, DatasetError, load_dataset
-from iotfl_sim.fl.evaluate import evaluate
 from iotfl_sim.fl.partition import PartitionError, label_sets, partition
-from iotfl_sim.fl.recipe import DATASET_SHAPES, ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import stream
 
@@ -30,14 +30,30 @@ class NumericsSetup:
     proxy: np.ndarray | None = None  # train indices held out for the server (a method's proxy set)
     dataset: Dataset | None = None
     calib_x: torch.Tensor | None = None
+    test_subset: torch.Tensor | None = None  # test indices scored (server.eval_subset); None = all
 
-    def make_executor(self) -> Any:
-        assert self.dataset is not None
-        return InlineExecutor(self.dataset.x_train, self.dataset.y_train)
-
-    def evaluate(self, recipe: ModelRecipe, spec: SubmodelSpec, state: dict, batch_size: int) -> tuple[float, float]:
+    def make_executor(self, cfg: ExecutorConfig | None = None) -> Any:
         assert self.dataset is not None and self.calib_x is not None
-        return evaluate(recipe, spec, state, self.calib_x, self.dataset.x_test, self.dataset.y_test, batch_size)
+        cfg = cfg or ExecutorConfig()
+        ds = self.dataset
+        x_test, y_test = ds.x_test, ds.y_test
+        if self.test_subset is not None:
+            x_test, y_test = x_test[self.test_subset], y_test[self.test_subset]
+        data = NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
+        if cfg.kind == "pool":
+            from iotfl_sim.exec.pool import PoolExecutor
+
+            return PoolExecutor(data, cfg.workers, cfg.threads)
+        if cfg.kind == "fused":
+            from iotfl_sim.exec.fused import FusedExecutor
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            return FusedExecutor(data.x_train, data.y_train, device=device, data=data)
+        if cfg.kind == "ray":
+            from iotfl_sim.exec.ray_exec import RayExecutor
+
+            return RayExecutor(data, cfg.workers, cfg.threads, cfg.address)
+        return InlineExecutor(data, cfg.threads)
 
 
 def split_proxy(n: int, fraction: float, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
@@ -56,7 +72,7 @@ def split_proxy(n: int, fraction: float, seed: int) -> tuple[np.ndarray | None, 
     return proxy, np.setdiff1d(everything, proxy, assume_unique=True)
 
 
-def subset(ds: Dataset, train: int | None, test: int | None, seed: int) -> Dataset:
+def subset_dataset(ds: Dataset, train: int | None, test: int | None, seed: int) -> Dataset:
     """``ds`` cut to seeded random subsets of ``train`` train and ``test`` test samples (None: all)."""
     changes: dict[str, Any] = {}
     if train is not None and train < len(ds.y_train):
@@ -85,10 +101,17 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         ds = load_dataset(sc.data.dataset, sc.data.root, test_fraction=sc.data.test_fraction, seed=sc.seed)
     except DatasetError as e:
         raise ScenarioError(f"data.dataset: {e}") from None
-    ds = subset(ds, sc.data.train_samples, sc.data.test_samples, sc.seed)
+    ds = subset_dataset(ds, sc.data.train_samples, sc.data.test_samples, sc.seed)
     p = sc.data.partition
     labels = ds.y_train.numpy()
-    proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)
+    server_classes = getattr(sc.algorithm, "proxy_classes", None)
+    if server_classes:  # FedX's disjoint split: the server holds every sample of its classes
+        held = np.isin(labels, np.asarray(server_classes))
+        proxy, clients = np.flatnonzero(held), np.flatnonzero(~held)
+        if len(proxy) == 0 or len(clients) == 0:
+            raise ScenarioError(f"algorithm.proxy_classes: {server_classes} leaves the server or the clients no data")
+    else:
+        proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)
     try:
         parts = partition(
             labels[clients],
@@ -109,6 +132,10 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         calib = ds.x_train[torch.as_tensor(pick)]
     else:
         calib = ds.x_train
+    subset = None
+    if sc.server.eval_subset is not None and sc.server.eval_subset < len(ds.y_test):
+        pick = stream(sc.seed, "eval_subset").choice(len(ds.y_test), size=sc.server.eval_subset, replace=False)
+        subset = torch.as_tensor(np.sort(pick))
     return NumericsSetup(
         num_classes=ds.num_classes,
         in_channels=ds.in_channels,
@@ -119,4 +146,5 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         proxy=proxy,
         dataset=ds,
         calib_x=calib,
+        test_subset=subset,
     )

@@ -1,0 +1,93 @@
+"""Quantized messages on the wire (QSGD, ``fl.quantize``), usable by any strategy.
+
+A strategy that owns a :class:`QuantizedWire` quantizes each round's downloads in its ``dispatch`` hook (the
+engine calls ``strategy.dispatch(rnd, assignments)`` right after ``select``, before the server's pending work is
+put on the simulated clock), serves the quantized weights from ``payload``, prices messages through
+``wire_bytes`` and quantizes each accepted upload in ``receive``.
+
+Timing vs numerics. The engine simulates the whole round before any real training runs, so when a device's
+upload goes on the air its trained weights do not exist yet. The upload's simulated air time is therefore priced
+from what the server can encode at dispatch: the encoded length of the same download payload quantized at the
+upload's bits (the download itself when both precisions agree). After the real training, ``receive`` quantizes
+the trained weights at the upload's bits and returns their real encoded length, which the engine books in the
+round's ``bytes_up`` in place of the estimate (the air time stays as priced). Every random draw of the quantizer
+comes from a stream of (seed, direction, round, device): numerics never depend on simulated durations.
+
+``bits >= 32`` means raw float32 (4 bytes per value), i.e. no quantization; bytes then equal the engine's
+``params x 32 / 8``. Server work: each quantized download is charged ``fl.quantize.qsgd_flops(values)`` as
+``quantize``; encoding an upload on the device and decoding it on the server are not priced (a table look-up
+per value, small next to training).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from iotfl_sim.algorithms.base import Assignment, ServerWork, State, Update
+from iotfl_sim.fl.quantize import DEFAULT_BUCKET, qsgd_flops, quantize_state
+from iotfl_sim.seeding import int_seed
+
+
+@dataclass
+class _Sent:
+    state: State
+    down_bytes: float
+    up_estimate: float
+
+
+def raw_bytes(state: State) -> float:
+    return float(sum(t.numel() * t.element_size() for t in state.values()))
+
+
+class QuantizedWire:
+    """Per-round quantized payloads and message sizes (bytes without the engine's header)."""
+
+    def __init__(self, seed: int, server_work: ServerWork, bucket: int = DEFAULT_BUCKET) -> None:
+        self.seed = seed
+        self.server_work = server_work
+        self.bucket = bucket
+        self.sent: dict[int, _Sent] = {}
+
+    def _gen(self, direction: str, rnd: int, device: int) -> torch.Generator:
+        return torch.Generator().manual_seed(int_seed(self.seed, f"qsgd_{direction}", rnd, device))
+
+    def dispatch(self, rnd: int, a: Assignment, state: State, down_bits: int, params: int) -> State:
+        """Quantize ``state`` (the device's sub-network, ``params`` values) for download at ``down_bits``; price
+        its upload at ``a.bits``. System-only runs (no weights) price both as params x bits / 8."""
+        if not state:
+            self.sent[a.device] = _Sent(state, params * min(down_bits, 32) / 8.0, params * min(a.bits, 32) / 8.0)
+            if down_bits < 32:
+                self.server_work.charge("quantize", qsgd_flops(params))
+            return state
+        if down_bits < 32:
+            q, nbytes = quantize_state(state, down_bits, self._gen("down", rnd, a.device), self.bucket)
+            self.server_work.charge("quantize", qsgd_flops(sum(t.numel() for t in state.values())))
+        else:
+            q, nbytes = state, int(raw_bytes(state))
+        if a.bits == down_bits:
+            up = float(nbytes)
+        elif a.bits >= 32:
+            up = raw_bytes(state)
+        else:  # an estimate only: its draws come from a stream of their own and are thrown away
+            up = float(quantize_state(state, a.bits, self._gen("price", rnd, a.device), self.bucket)[1])
+        self.sent[a.device] = _Sent(q, float(nbytes), up)
+        return q
+
+    def payload(self, device: int) -> State:
+        return self.sent[device].state
+
+    def wire_bytes(self, a: Assignment, up: bool) -> float | None:
+        s = self.sent.get(a.device)
+        if s is None:
+            return None
+        return s.up_estimate if up else s.down_bytes
+
+    def receive(self, rnd: int, update: Update) -> float:
+        """Quantize the trained upload in place at its bits; its real encoded bytes."""
+        bits = update.assignment.bits
+        if bits >= 32:
+            return raw_bytes(update.state)
+        update.state, nbytes = quantize_state(update.state, bits, self._gen("up", rnd, update.assignment.device), self.bucket)
+        return float(nbytes)

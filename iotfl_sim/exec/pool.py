@@ -1,0 +1,80 @@
+"""Runs the round's training and evaluation jobs in parallel worker processes on this machine.
+
+Workers are started once per run (``spawn``: no fork of a process whose OpenMP pool is already
+running) and given the run's tensors once, in shared memory; each keeps a model skeleton per
+submodel spec. A job travels with its weights only; results come back in job order. Evaluation is
+split in two passes so that both parallelise: static-BN calibration, one task per evaluated model,
+then scoring, each model's test set cut into batch-aligned slices. Every worker trains and scores
+with ``threads`` torch threads, the same work the inline executor does, so results are identical.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch.multiprocessing as mp
+
+from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, batch_aligned_slices
+from iotfl_sim.fl.evaluate import combine
+from iotfl_sim.fl.train import TrainJob, TrainResult
+
+_WORKER: Worker | None = None
+
+
+def _init(data: NumericData, threads: int) -> None:
+    import torch
+
+    global _WORKER
+    torch.set_num_threads(threads)
+    _WORKER = Worker(data, threads)
+
+
+def _train(job: TrainJob) -> TrainResult:
+    assert _WORKER is not None
+    return _WORKER.train(job)
+
+
+def _calibrate(job: EvalJob) -> State:
+    assert _WORKER is not None
+    return _WORKER.calibrate(job)
+
+
+def _score(task: tuple[EvalJob, State, int, int]) -> list[tuple[int, float]]:
+    assert _WORKER is not None
+    return _WORKER.score(*task)
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class PoolExecutor:
+    def __init__(self, data: NumericData, workers: int | None = None, threads: int = 1) -> None:
+        self.workers = workers or default_workers()
+        self.n_test = len(data.y_test)
+        ctx = mp.get_context("spawn")
+        self.pool = ctx.Pool(self.workers, initializer=_init, initargs=(data.share_memory(), threads))
+
+    def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
+        return self.pool.map(_train, jobs, chunksize=1)
+
+    def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
+        if not jobs:
+            return []
+        stats = self.pool.map(_calibrate, jobs, chunksize=1)
+        tasks, owner = [], []
+        for i, (job, st) in enumerate(zip(jobs, stats, strict=True)):
+            for start, stop in batch_aligned_slices(self.n_test, job.batch_size, self.workers):
+                tasks.append((job, st, start, stop))
+                owner.append(i)
+        scores: list[list[tuple[int, float]]] = [[] for _ in jobs]
+        for i, part in zip(owner, self.pool.map(_score, tasks, chunksize=1), strict=True):
+            scores[i].extend(part)  # slices of one job come back in order
+        return [combine(s, self.n_test) for s in scores]
+
+    def close(self) -> None:
+        self.pool.close()
+        self.pool.join()
