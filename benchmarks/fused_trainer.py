@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from iotfl_sim.exec.base import NumericData  # noqa: E402
 from iotfl_sim.exec.fused import FusedExecutor  # noqa: E402
 from iotfl_sim.exec.inline import InlineExecutor  # noqa: E402
 from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
@@ -96,7 +97,7 @@ def main() -> None:
     for case in CASES:
         for n in args.clients:
             jobs, x, y = make_jobs(case, n)
-            t_inline, r_inline = time_run(InlineExecutor(x, y), jobs, args.repetitions)
+            t_inline, r_inline = time_run(InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()), jobs, args.repetitions)
             t_fused, r_fused = time_run(FusedExecutor(x, y), jobs, args.repetitions)
             diff = max(
                 (a.state[k] - b.state[k]).abs().max().item()

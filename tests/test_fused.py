@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.fused import FusedExecutor, batch_schedule, fusable_model, group_key
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.objectives import LocalObjective
@@ -98,7 +99,7 @@ def _both(data, jobs: list[TrainJob], fused: bool = True) -> tuple[list[TrainRes
     ex = FusedExecutor(x, y)
     if len({group_key(j) for j in jobs}) == 1:
         assert ex.can_fuse(jobs) is fused
-    return ex.run(jobs), InlineExecutor(x, y).run(jobs)
+    return ex.run(jobs), InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()).run(jobs)
 
 
 # Ragged: 17 = 2 full batches + 1 skipped single sample, 9 = 1 batch + a skipped single, 24 = 3 full,
@@ -264,7 +265,7 @@ def test_global_rng_left_as_inline_leaves_it(data) -> None:
     recipe = ModelRecipe("mlp", CLASSES, 1, (8, 8))
     jobs = _jobs(recipe, SubmodelSpec(0.25), [9, 10, 8])
     x, y = data
-    InlineExecutor(x, y).run(jobs)
+    InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()).run(jobs)
     after_inline = torch.random.get_rng_state()
     torch.manual_seed(12345)
     FusedExecutor(x, y).run(jobs)
