@@ -85,7 +85,7 @@ def bare_loop(rounds: int) -> float:
 
 
 def run_sim(rounds: int, executor: dict, tmp: Path) -> tuple[float, list[dict], dict]:
-    name = f"{executor['kind']}{executor.get('workers', '')}"
+    name = "-".join(f"{k}{v}" for k, v in executor.items())
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(scenario(rounds, executor)))
     out = tmp / name
