@@ -123,7 +123,23 @@ def select_by_fit(pool: np.ndarray, level: np.ndarray, k: int, num_models: int, 
     return sorted(out)
 
 
-class AdapterFL(StrategyBase):
+class ModelPoolRounds(StrategyBase):
+    """Rounds over a labelled pool of models (``labels``, ``recipes``, ``specs``), each device given the
+    largest model its level fits (``level``, ``select_by_fit``): shared by AdapterFL, FedBase and FedDF."""
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        return [(self.recipes[x], self.specs[x]) for x in self.labels]
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        pool = np.flatnonzero(fleet.selectable_mask())
+        pairs = select_by_fit(pool, self.level, self.c.clients_per_round, len(self.labels), rng)
+        return [Assignment(d, self.specs[self.labels[j]], level=self.labels[j]) for d, j in pairs]
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipes[assignment.level]
+
+
+class AdapterFL(ModelPoolRounds):
     name = "adapterfl"
     shared_blocks: tuple[str, ...] = ("ex",)
 
@@ -198,16 +214,6 @@ class AdapterFL(StrategyBase):
 
     # -- rounds
 
-    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
-        return [(self.recipes[x], self.specs[x]) for x in self.labels]
-
-    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.flatnonzero(fleet.selectable_mask())
-        pairs = select_by_fit(pool, self.level, self.c.clients_per_round, len(self.labels), rng)
-        return [Assignment(d, self.specs[self.labels[j]], level=self.labels[j]) for d, j in pairs]
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipes[assignment.level]
 
     def payload(self, assignment: Assignment):
         return self.model_state(assignment.level)

@@ -31,9 +31,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from iotfl_sim.algorithms.adapterfl import LETTERS, select_by_fit
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Outcome, Update
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.adapterfl import LETTERS, ModelPoolRounds
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, Outcome, Update
+from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.objectives import kd_term
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -44,7 +44,7 @@ from iotfl_sim.seeding import int_seed, stream
 State = dict[str, torch.Tensor]
 
 
-class FedDF(StrategyBase):
+class FedDF(ModelPoolRounds):
     name = "feddf"
 
     def __init__(self, cfg: FedDFConfig) -> None:
@@ -70,16 +70,6 @@ class FedDF(StrategyBase):
         if ctx.data is not None and (ctx.proxy_indices is None or len(ctx.proxy_indices) == 0):
             raise ValueError("feddf: distillation needs a proxy set; set algorithm.proxy_fraction > 0")
 
-    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
-        return [(self.recipes[x], self.specs[x]) for x in self.labels]
-
-    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.flatnonzero(fleet.selectable_mask())
-        pairs = select_by_fit(pool, self.level, self.c.clients_per_round, len(self.labels), rng)
-        return [Assignment(d, self.specs[self.labels[j]], level=self.labels[j]) for d, j in pairs]
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipes[assignment.level]
 
     def payload(self, assignment: Assignment) -> State:
         return self.states[assignment.level]
