@@ -121,3 +121,46 @@ def test_fused_executor_runs_a_scenario_close_to_inline(tmp_path, write_scenario
         assert a["sim_time_s"] == b["sim_time_s"] and a["energy_j"] == b["energy_j"]
         assert abs(float(a["acc_avg"]) - float(b["acc_avg"])) <= 0.02
         assert float(a["train_loss"]) == pytest.approx(float(b["train_loss"]), rel=1e-3)
+
+
+def test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job(write_scenario):
+    """The scenario-level test above would pass if `kind: pool` silently ran inline; this one checks the class
+    and compares the pool's own results, job by job, with the inline executor's."""
+    import numpy as np
+
+    from iotfl_sim.exec.inline import InlineExecutor
+    from iotfl_sim.exec.pool import PoolExecutor
+    from iotfl_sim.fl.train import TrainJob
+    from iotfl_sim.scenario.loader import load_scenario
+    from iotfl_sim.scenario.model import Executor as ExecutorConfig
+    from iotfl_sim.sim.setup import prepare_numerics
+
+    sc = load_scenario(write_scenario(base_scenario(server={"bn_calibration_samples": 100})))
+    num = prepare_numerics(sc, sc.num_devices())
+    recipe, spec = ModelRecipe("cnn_small", 10, 1, (8, 8)), SubmodelSpec(0.5)
+    torch.manual_seed(0)
+    w = recipe.build(spec).state_dict()
+    jobs = [
+        TrainJob(key=i, recipe=recipe, spec=spec, weights=w, indices=np.asarray(num.parts[i]), epochs=1, batch_size=16,
+                 lr=0.05, momentum=0.9, weight_decay=5e-4, clip_grad_norm=1.0, label_mask=None, seed=10 + i)
+        for i in range(3)
+    ]
+    evals = [EvalJob(recipe, spec, w, 64), EvalJob(recipe, SubmodelSpec(1.0), recipe.build(SubmodelSpec(1.0)).state_dict(), 64)]
+    pool = num.make_executor(ExecutorConfig(kind="pool", workers=2))
+    try:
+        assert isinstance(pool, PoolExecutor) and pool.workers == 2
+        got, got_eval = pool.run(jobs), pool.evaluate(evals)
+    finally:
+        pool.close()
+    inline = num.make_executor(ExecutorConfig(kind="inline"))
+    try:
+        assert isinstance(inline, InlineExecutor)
+        want, want_eval = inline.run(jobs), inline.evaluate(evals)
+    finally:
+        inline.close()
+    assert [r.key for r in got] == [0, 1, 2]
+    for a, b in zip(got, want, strict=True):
+        assert a.loss == b.loss and all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+    assert got_eval == want_eval
+    assert got[0].state["classifier.weight"].shape == want[0].state["classifier.weight"].shape
+    assert not torch.equal(got[0].state["classifier.weight"], got[1].state["classifier.weight"])  # jobs differ
