@@ -237,7 +237,12 @@ class Server(Strict):
     )
     retry_s: float = Field(60.0, gt=0, description="how long the server waits before retrying when too few devices are online")
     eval_every: int = Field(1, ge=1)
-    eval_batch_size: int = Field(1000, ge=1)
+    eval_batch_size: int = Field(
+        100,
+        ge=1,
+        description="batch size of evaluation and static-BN calibration (on CPU about 100 is fastest: activations "
+        "stay in cache; measured 1.4-2.4x faster than 1,000)",
+    )
     eval_subset: int | None = Field(
         None, ge=1, description="score every evaluation on this many test samples, a fixed seeded subset (null: all)"
     )

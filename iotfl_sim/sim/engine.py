@@ -458,6 +458,9 @@ class Simulation:
     def run(self) -> dict[str, Any]:
         self.rows: list[dict[str, Any]] = []
         self.stalled: int | None = None
+        if self.sc.numerics == "torch":
+            # again here: another Simulation built meanwhile may have restored the caller's count at its end
+            torch.set_num_threads(self.sc.executor.threads)
         proc = self.env.process(self.server())
         self.env.run(until=proc)
         host_total = time.perf_counter() - self._t_created  # set-up counts as bookkeeping
