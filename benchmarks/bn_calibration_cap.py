@@ -26,7 +26,8 @@ from iotfl_sim.scenario.loader import load_scenario, resolve_groups  # noqa: E40
 from iotfl_sim.sim.engine import Simulation  # noqa: E402
 
 OUT_MD = ROOT / "benchmarks" / "bn_calibration_cap.md"
-CAPS = (500, 1000, 2000, 5000, 10000)
+BATCH = 100  # the default server.eval_batch_size
+CAPS = (1000, 2000, 5000, 10000)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     sets = [f"rounds={args.rounds}", "local.epochs=1", "local.batch_size=50", "local.lr=0.05",
-            "server.bn_calibration_samples=null", f"server.eval_every={args.rounds}", "output.progress=false"]
+            "server.bn_calibration_samples=all", f"server.eval_every={args.rounds}", "output.progress=false"]
     sc = load_scenario(ROOT / "scenarios" / "heterofl_mnist_a2b8.yaml", sets=sets)
     sim = Simulation(sc, resolve_groups(sc))
     t0 = time.perf_counter()
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for target in sim.strategy.eval_targets():
         t = time.perf_counter()
-        full, _ = evaluate(target.recipe, target.spec, target.state, ds.x_train, ds.x_test, ds.y_test, 1000)
+        full, _ = evaluate(target.recipe, target.spec, target.state, ds.x_train, ds.x_test, ds.y_test, BATCH)
         full_s = time.perf_counter() - t
         per_cap = []
         for cap in CAPS:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 pick = np.sort(np.random.default_rng(draw).choice(len(ds.x_train), size=cap, replace=False))
                 t = time.perf_counter()
                 acc, _ = evaluate(target.recipe, target.spec, target.state, ds.x_train[torch.as_tensor(pick)],
-                                  ds.x_test, ds.y_test, 1000)
+                                  ds.x_test, ds.y_test, BATCH)
                 secs.append(time.perf_counter() - t)
                 accs.append(acc)
             per_cap.append((cap, accs, float(np.mean(secs))))
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {label} | {full:.4f} | {full_s:.2f} | " + " | ".join(cells) + " |")
     ok = [c for c in CAPS if worst[c] <= 0.5]
     lines += ["", f"Smallest cap within 0.5 points of the full pass on every level and draw: "
-              f"**{ok[0] if ok else 'none'}**.", ""]
+              f"**{ok[0] if ok else 'none'}**. The default `server.bn_calibration_samples` is 2,000 (twice that, for margin "
+              "on harder data); `bn_calibration_samples: all` restores HeteroFL's full pass.", ""]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

@@ -164,3 +164,43 @@ def test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_j
     assert got_eval == want_eval
     assert got[0].state["classifier.weight"].shape == want[0].state["classifier.weight"].shape
     assert not torch.equal(got[0].state["classifier.weight"], got[1].state["classifier.weight"])  # jobs differ
+
+
+def test_bn_calibration_cap_draws_a_seeded_subset_and_all_is_the_full_pass(write_scenario):
+    from iotfl_sim.scenario.loader import load_scenario
+    from iotfl_sim.sim.setup import prepare_numerics
+
+    def calib(**server):
+        sc = load_scenario(write_scenario(base_scenario(server=server)))
+        num = prepare_numerics(sc, sc.num_devices())
+        return num.calib_x, num.dataset.x_train
+
+    capped, x_train = calib(bn_calibration_samples=300)
+    assert len(capped) == 300 and len(x_train) > 300
+    rows = {tuple(r.flatten().tolist()) for r in x_train}
+    assert all(tuple(r.flatten().tolist()) in rows for r in capped)  # real training samples
+    assert torch.equal(calib(bn_calibration_samples=300)[0], capped)  # same seed, same draw
+    full, x_train = calib(bn_calibration_samples="all")
+    assert torch.equal(full, x_train)
+    default, x_train = calib()  # digits has fewer training samples than the default cap: all of them
+    assert len(x_train) < 2000 and torch.equal(default, x_train)
+
+
+def test_evaluation_layout_does_not_change_the_scores():
+    """Scoring runs channels_last; the same model in the default layout gives the same predictions."""
+    from iotfl_sim.fl.evaluate import accuracy, prepared
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 10, (64,), generator=g)
+    recipe, spec = ModelRecipe("cnn_small", 10, 1, (8, 8), norm="none"), SubmodelSpec(1.0)
+    torch.manual_seed(2)
+    state = recipe.build(spec).state_dict()
+    model = prepared(recipe, spec, state)
+    assert model.features[0].conv.weight.is_contiguous(memory_format=torch.channels_last)
+    plain = recipe.build(spec, track_bn=True)
+    plain.load_state_dict(state)
+    plain.eval()
+    with torch.inference_mode():
+        want = plain(x).argmax(1)
+    acc, _ = accuracy(model, x, y, 16)
+    assert acc == float((want == y).float().mean())

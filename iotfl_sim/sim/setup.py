@@ -127,7 +127,7 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
     if proxy is not None:
         parts = [clients[x] for x in parts]
     cap = sc.server.bn_calibration_samples
-    if cap is not None and cap < len(ds.x_train):
+    if cap != "all" and cap < len(ds.x_train):
         pick = np.sort(stream(sc.seed, "bn_calibration").choice(len(ds.x_train), size=cap, replace=False))
         calib = ds.x_train[torch.as_tensor(pick)]
     else:
