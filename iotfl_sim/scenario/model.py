@@ -268,9 +268,9 @@ class Output(Strict):
 class Executor(Strict):
     """Where the real training and evaluation run (``iotfl_sim.exec``); never changes a result."""
 
-    kind: Literal["inline", "pool", "ray", "fused"] = Field(
-        "inline",
-        description="inline: one job after another in this process; pool: parallel worker processes on this "
+    kind: Literal["auto", "inline", "pool", "ray", "fused"] = Field(
+        "auto",
+        description="auto: fused when a CUDA GPU is present, else inline; inline: one job after another in this process; pool: parallel worker processes on this "
         "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
         "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; equal "
         "to inline within float tolerance, not bitwise)",
@@ -286,10 +286,18 @@ class Executor(Strict):
         "last bits, so it is pinned: the same seed then gives the same bits whichever executor runs)",
     )
 
+    def resolved_kind(self, cuda: bool) -> str:
+        """The executor that runs: ``auto`` is the fused trainer on a CUDA machine and inline elsewhere."""
+        if self.kind != "auto":
+            return self.kind
+        return "fused" if cuda else "inline"
+
     @model_validator(mode="after")
     def _workers_for_pool(self) -> Executor:
-        if self.workers is not None and self.kind == "inline":
-            raise ValueError("workers is for kind: pool (the inline executor runs in this process); drop it or set kind: pool")
+        if self.workers is not None and self.kind in ("auto", "inline"):
+            raise ValueError(
+                f"workers is for kind: pool or ray (kind {self.kind} runs in this process); drop it or set kind: pool"
+            )
         if self.address is not None and self.kind != "ray":
             raise ValueError("address is for kind: ray; drop it or set kind: ray")
         return self

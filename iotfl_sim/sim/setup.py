@@ -40,16 +40,17 @@ class NumericsSetup:
         if self.test_subset is not None:
             x_test, y_test = x_test[self.test_subset], y_test[self.test_subset]
         data = NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
-        if cfg.kind == "pool":
+        kind = cfg.resolved_kind(torch.cuda.is_available())
+        if kind == "pool":
             from iotfl_sim.exec.pool import PoolExecutor
 
             return PoolExecutor(data, cfg.workers, cfg.threads)
-        if cfg.kind == "fused":
+        if kind == "fused":
             from iotfl_sim.exec.fused import FusedExecutor
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
             return FusedExecutor(data.x_train, data.y_train, device=device, data=data)
-        if cfg.kind == "ray":
+        if kind == "ray":
             from iotfl_sim.exec.ray_exec import RayExecutor
 
             return RayExecutor(data, cfg.workers, cfg.threads, cfg.address)
