@@ -136,11 +136,10 @@ class DeviceTasks:
         if rates is None:
             flops = recipe.cost(spec).train_flops(per_epoch * epochs)
             return flops, f.compute_time(d, flops, rnd)
-        loc = sim.sc.local
-        opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+        batch, opts = sim.sc.local.batch_size, sim.step_options
         flops_s, bw, overhead, kernels = rates
-        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, loc.batch_size, flops_s, bw, overhead, opts, kernels)
-        return opcost.train_flops(recipe, spec, per_epoch, epochs, loc.batch_size, opts), f.jittered(d, base, rnd)
+        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, flops_s, bw, overhead, opts, kernels)
+        return opcost.train_flops(recipe, spec, per_epoch, epochs, batch, opts), f.jittered(d, base, rnd)
 
     def run(self, task: Task):
         sim, f, a = self.sim, self.fleet, task.assignment

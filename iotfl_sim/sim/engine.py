@@ -20,6 +20,7 @@ import torch
 from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import Assignment, Outcome, ServerWork, StrategyContext, Update
 from iotfl_sim.exec.base import EvalJob
+from iotfl_sim.fl import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.fl.train import TrainJob
@@ -194,8 +195,17 @@ class Simulation:
         torch.manual_seed(int_seed(self.sc.seed, "init"))
         return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}
 
+    @property
+    def step_options(self) -> opcost.StepOptions:
+        loc = self.sc.local
+        return opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
+
     def _check_feasible(self) -> None:
         specs = self.strategy.candidate_specs()
+        if self.sc.fleet.cost_model == "roofline":
+            # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
+            for recipe, spec in specs:
+                opcost.affine_trace(recipe, spec, self.step_options)
         needs = [self.memory_need(r, s) for r, s in specs]
         smallest = min(needs)
         if not (self.fleet.mem_free >= smallest).any():
