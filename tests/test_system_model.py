@@ -171,6 +171,28 @@ def test_gateway_in_a_scenario_halves_two_devices_uploads():
     assert sim.rows[0]["sim_time_s"] == pytest.approx(t_down + t_comp + t_up, rel=1e-9)
 
 
+
+@pytest.mark.parametrize("per, shared", [(1, False), (2, True), (None, True)])
+def test_gateway_per_block_of_devices(per, shared):
+    """devices_per_gateway replicates the gateway per block of device indices: devices 0 and 1 share one copy
+    when the block holds both (each upload at half the capacity while both send) and not when it holds one."""
+    prof = copy.deepcopy(BIG)
+    prof["link"] = {"radio": "wifi", "down_mbps": 100.0, "up_mbps": 100.0, "rtt_ms": 0.0}
+    prof["compute"]["flops"] = 1e12
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=2, fleet=one_group(prof, 2))
+    data["fleet"]["gateways"] = [{"name": "ap", "down_mbps": 1000.0, "up_mbps": 1.0, "devices_per_gateway": per}]
+    data["fleet"]["groups"][0]["network"] = {"gateway": "ap"}
+    sim = simulate(data)
+    # 719 and 718 samples: sharing, the last upload ends when both messages are through (the earlier start
+    # included); alone, the round waits for the device with more to train
+    per_device = sim.numerics.samples_per_device
+    samples = int(per_device.min() if shared else per_device.max())
+    t_down = MSG_BYTES * 8 / 100e6
+    t_comp = 3 * COST.flops_forward_per_sample * samples / 1e12
+    t_up = (2 if shared else 1) * MSG_BYTES * 8 / 1e6
+    assert sim.rows[0]["sim_time_s"] == pytest.approx(t_down + t_comp + t_up, rel=1e-9)
+    assert len({k[1] for k in sim.media}) == (1 if shared else 2)
+
 def test_lorawan_duty_cycle_holds(tmp_path):
     prof = copy.deepcopy(TINY)
     prof["link"] = {"radio": "lorawan", "down_mbps": 1.0, "up_mbps": 0.00547, "rtt_ms": 0.0}

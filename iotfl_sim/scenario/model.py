@@ -72,6 +72,12 @@ class Gateway(Strict):
     name: str
     down_mbps: float = Field(gt=0, description="capacity shared by all downloads through this gateway")
     up_mbps: float = Field(gt=0, description="capacity shared by all uploads through this gateway")
+    devices_per_gateway: int | None = Field(
+        None,
+        ge=1,
+        description="replicate this gateway: every block of this many consecutive device indices (groups are laid "
+        "out in order) that names it shares its own copy (null: one gateway for every device that names it)",
+    )
 
 
 class Group(Strict):

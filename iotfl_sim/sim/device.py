@@ -87,7 +87,7 @@ class DeviceTasks:
         jitter = float(rng.lognormal(0.0, sigma)) if rng is not None and sigma > 0 else 1.0
         bps = float(f.up_bps[d] if up else f.down_bps[d])
         rtt = float(f.rtt_s[d])
-        medium = sim.media.get((int(g), up))
+        medium = sim.medium(d, up)
         if medium is not None:
             t0 = self.env.now
             air = yield self.env.process(medium.transfer(sent * 8.0 * jitter, bps))

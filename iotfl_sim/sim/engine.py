@@ -140,22 +140,27 @@ class Simulation:
         self.env = simpy.Environment()
         self.tasks = DeviceTasks(self)
         gateways = {g.name: g for g in sc.fleet.gateways}
-        self.media: dict[tuple[int, bool], SharedMedium] = {}
-        shared: dict[tuple[str, bool], SharedMedium] = {}
-        for i, g in enumerate(groups):
-            name = g.config.network.gateway
-            if name is not None:
-                for up in (False, True):
-                    if (name, up) not in shared:
-                        cap = gateways[name].up_mbps if up else gateways[name].down_mbps
-                        shared[(name, up)] = SharedMedium(self.env, cap * 1e6, name)
-                    self.media[(i, up)] = shared[(name, up)]
+        self._gateway_of = [None if g.config.network.gateway is None else gateways[g.config.network.gateway] for g in groups]
+        self.media: dict[tuple[str, int, bool], SharedMedium] = {}  # built when a transfer first crosses one
         self.bytes_down = 0.0
         self.bytes_up = 0.0
         self.server_time = 0.0  # simulated seconds the server spent computing, all rounds
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
         self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
+
+    def medium(self, d: int, up: bool) -> SharedMedium | None:
+        """The shared gateway direction device ``d``'s transfers cross (None: its own link only)."""
+        gw = self._gateway_of[self.fleet.group_of[d]]
+        if gw is None:
+            return None
+        block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
+        key = (gw.name, block, up)
+        medium = self.media.get(key)
+        if medium is None:
+            cap = gw.up_mbps if up else gw.down_mbps
+            medium = self.media[key] = SharedMedium(self.env, cap * 1e6, f"{gw.name}[{block}]" if block else gw.name)
+        return medium
 
     # ------------------------------------------------------------ costs
 
