@@ -53,7 +53,7 @@ def scenario(rounds: int, executor: dict) -> dict:
         "model": {"family": "conv", "norm": "none", "scaler": False},
         "algorithm": {"name": "fedavg"},
         "local": {"epochs": 1, "batch_size": 50, "lr": 0.05, "momentum": 0.9, "weight_decay": 0.0},
-        "server": {"eval_every": 1, "eval_batch_size": 1000},
+        "server": {"eval_every": 1},
         "output": {"progress": False, "events": "none"},
         "executor": executor,
     }
