@@ -34,12 +34,12 @@ def test_worker_evaluation_matches_the_one_call_evaluation():
     want = evaluate(recipe, spec, state, x[:40], x[40:], y[40:], 16)
     w = Worker(NumericData(x[:40], y[:40], x[:40], x[40:], y[40:]), threads=1)
     job = EvalJob(recipe, spec, state, 16)
-    assert w.evaluate(job) == want
+    assert w.evaluate([job]) == [want]
     # scoring in two batch-aligned slices and adding in order gives the same bits
-    stats = w.calibrate(job)
+    (stats,) = w.calibrate([job])
     assert stats and all("running_" in k or "num_batches" in k for k in stats)
-    parts = w.score(job, stats, 0, 32) + w.score(job, stats, 32, 50)
-    assert parts == w.score(job, stats, 0, 50)
+    parts = w.score([job], [stats], 0, 32)[0] + w.score([job], [stats], 32, 50)[0]
+    assert parts == w.score([job], [stats], 0, 50)[0]
 
 
 def _rows(tmp_path, write_scenario, name: str, executor: dict) -> list[dict]:

@@ -8,13 +8,22 @@ thread and on two differs in the last bits. ``executor.threads`` pins it (defaul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import nn
 
-from iotfl_sim.fl.evaluate import batch_scores, bn_statistics, calibrate_bn, combine, prepared
+from iotfl_sim.fl.evaluate import (
+    batch_scores_group,
+    bn_statistics,
+    calibrate_bn_group,
+    combine,
+    eval_skeleton,
+    prepared,
+    shared_layers,
+)
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
@@ -79,19 +88,24 @@ class Worker:
         d = self.data
         return train_local(self.skeleton(job.recipe, job.spec), job, d.x_train, d.y_train, self.skeleton)
 
-    def calibrate(self, job: EvalJob) -> State:
-        """Static-BN statistics of ``job``'s model (empty for a model without BatchNorm)."""
-        model = prepared(job.recipe, job.spec, job.state)
-        calibrate_bn(model, self.data.calib_x, job.batch_size)
-        return bn_statistics(model)
+    def calibrate(self, jobs: list[EvalJob]) -> list[State]:
+        """Static-BN statistics of each job's model (empty for a model without BatchNorm); ``jobs`` is one
+        ``sharing_groups`` group, evaluated together."""
+        models = [prepared(j.recipe, j.spec, j.state) for j in jobs]
+        calibrate_bn_group(models, [j.state for j in jobs], self.data.calib_x, jobs[0].batch_size)
+        return [bn_statistics(m) for m in models]
 
-    def score(self, job: EvalJob, stats: State, start: int, stop: int) -> list[tuple[int, float]]:
-        """Per-batch (correct, loss sum) on test samples [start, stop) with the calibrated statistics."""
-        model = prepared(job.recipe, job.spec, {**job.state, **stats})
-        return batch_scores(model, self.data.x_test[start:stop], self.data.y_test[start:stop], job.batch_size)
+    def score(self, jobs: list[EvalJob], stats: list[State], start: int, stop: int) -> list[list[tuple[int, float]]]:
+        """Per job, per-batch (correct, loss sum) on test samples [start, stop) with the calibrated statistics."""
+        states = [{**j.state, **st} for j, st in zip(jobs, stats, strict=True)]
+        models = [prepared(j.recipe, j.spec, st) for j, st in zip(jobs, states, strict=True)]
+        d = self.data
+        return batch_scores_group(models, states, d.x_test[start:stop], d.y_test[start:stop], jobs[0].batch_size)
 
-    def evaluate(self, job: EvalJob) -> tuple[float, float]:
-        return combine(self.score(job, self.calibrate(job), 0, len(self.data.y_test)), len(self.data.y_test))
+    def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
+        n = len(self.data.y_test)
+        return parallel_evaluate(jobs, n, 1, lambda groups: [self.calibrate(g) for g in groups],
+                                 lambda tasks: [self.score(*t) for t in tasks])
 
     def clear(self) -> None:
         self._skeletons.clear()
@@ -103,3 +117,52 @@ def batch_aligned_slices(n: int, batch_size: int, parts: int) -> list[tuple[int,
     parts = max(1, min(parts, batches))
     bounds = [round(i * batches / parts) * batch_size for i in range(parts + 1)]
     return [(min(a, n), min(b, n)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if min(a, n) < min(b, n)]
+
+
+def sharing_groups(jobs: list[EvalJob]) -> list[list[int]]:
+    """Indices of ``jobs`` evaluated together: models that share their first layers (``fl.evaluate.shared_layers``)
+    go in one group, where their common prefix runs once per batch; each (recipe, spec) at most once per group,
+    since a worker holds one evaluation skeleton per spec."""
+    skeletons = [eval_skeleton(j.recipe, j.spec) for j in jobs]
+    groups: list[list[int]] = []
+    for i, job in enumerate(jobs):
+        for g in groups:
+            first = jobs[g[0]]
+            if job.batch_size != first.batch_size or any((jobs[k].recipe, jobs[k].spec) == (job.recipe, job.spec) for k in g):
+                continue
+            if any(shared_layers(skeletons[i], skeletons[k], job.state, jobs[k].state) > 0 for k in g):
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+Scores = list[tuple[int, float]]
+
+
+def parallel_evaluate(
+    jobs: list[EvalJob],
+    n_test: int,
+    parts: int,
+    calibrate_map: Callable[[list[list[EvalJob]]], list[list[State]]],
+    score_map: Callable[[list[tuple]], list[list[Scores]]],
+) -> list[tuple[float, float]]:
+    """(accuracy, mean loss) of every job: one calibration task per sharing group, then one scoring task per
+    group and batch-aligned slice of the test set (at most ``parts``), per-batch figures added in batch order,
+    so the totals are the same bits however the work was shared out. The maps run the tasks (in order)."""
+    if not jobs:
+        return []
+    groups = sharing_groups(jobs)
+    members = [[jobs[i] for i in g] for g in groups]
+    stats = calibrate_map(members)
+    tasks, owners = [], []
+    for g, sub, st in zip(groups, members, stats, strict=True):
+        for start, stop in batch_aligned_slices(n_test, sub[0].batch_size, parts):
+            tasks.append((sub, st, start, stop))
+            owners.append(g)
+    scores: list[Scores] = [[] for _ in jobs]
+    for g, part in zip(owners, score_map(tasks), strict=True):
+        for i, s in zip(g, part, strict=True):
+            scores[i].extend(s)  # a job's slices come back in order
+    return [combine(s, n_test) for s in scores]

@@ -204,7 +204,7 @@ class FusedExecutor:
         """Evaluation is not fused: the inline executor's per-model evaluation (needs ``data``)."""
         if self._eval is None:
             raise RuntimeError("FusedExecutor was built without data= (test set), so it cannot evaluate")
-        return [self._eval.evaluate(j) for j in jobs]
+        return self._eval.evaluate(jobs)
 
     def close(self) -> None:
         self._skeletons.clear()

@@ -18,7 +18,7 @@ class InlineExecutor:
         return [self.worker.train(j) for j in jobs]
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        return [self.worker.evaluate(j) for j in jobs]
+        return self.worker.evaluate(jobs)
 
     def close(self) -> None:
         self.worker.clear()

@@ -4,7 +4,8 @@ Workers are started once per run (``spawn``: no fork of a process whose OpenMP p
 running) and given the run's tensors once, in shared memory; each keeps a model skeleton per
 submodel spec. A job travels with its weights only; results come back in job order. Evaluation is
 split in two passes so that both parallelise: static-BN calibration, one task per evaluated model,
-then scoring, each model's test set cut into batch-aligned slices. Every worker trains and scores
+then scoring, each model's test set cut into batch-aligned slices (models sharing a prefix go together:
+``exec.base.sharing_groups``). Every worker trains and scores
 with ``threads`` torch threads, the same work the inline executor does, so results are identical.
 """
 
@@ -14,8 +15,7 @@ import os
 
 import torch.multiprocessing as mp
 
-from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, batch_aligned_slices
-from iotfl_sim.fl.evaluate import combine
+from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, parallel_evaluate
 from iotfl_sim.fl.train import TrainJob, TrainResult
 
 _WORKER: Worker | None = None
@@ -34,12 +34,12 @@ def _train(job: TrainJob) -> TrainResult:
     return _WORKER.train(job)
 
 
-def _calibrate(job: EvalJob) -> State:
+def _calibrate(jobs: list[EvalJob]) -> list[State]:
     assert _WORKER is not None
-    return _WORKER.calibrate(job)
+    return _WORKER.calibrate(jobs)
 
 
-def _score(task: tuple[EvalJob, State, int, int]) -> list[tuple[int, float]]:
+def _score(task: tuple[list[EvalJob], list[State], int, int]) -> list[list[tuple[int, float]]]:
     assert _WORKER is not None
     return _WORKER.score(*task)
 
@@ -62,18 +62,8 @@ class PoolExecutor:
         return self.pool.map(_train, jobs, chunksize=1)
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        if not jobs:
-            return []
-        stats = self.pool.map(_calibrate, jobs, chunksize=1)
-        tasks, owner = [], []
-        for i, (job, st) in enumerate(zip(jobs, stats, strict=True)):
-            for start, stop in batch_aligned_slices(self.n_test, job.batch_size, self.workers):
-                tasks.append((job, st, start, stop))
-                owner.append(i)
-        scores: list[list[tuple[int, float]]] = [[] for _ in jobs]
-        for i, part in zip(owner, self.pool.map(_score, tasks, chunksize=1), strict=True):
-            scores[i].extend(part)  # slices of one job come back in order
-        return [combine(s, self.n_test) for s in scores]
+        return parallel_evaluate(jobs, self.n_test, self.workers, lambda groups: self.pool.map(_calibrate, groups, chunksize=1),
+                                 lambda tasks: self.pool.map(_score, tasks, chunksize=1))
 
     def close(self) -> None:
         self.pool.close()

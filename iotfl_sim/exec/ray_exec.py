@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, batch_aligned_slices
-from iotfl_sim.fl.evaluate import combine
+from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, parallel_evaluate
 from iotfl_sim.fl.train import TrainJob, TrainResult
 
 
@@ -25,11 +24,11 @@ class _Actor:
     def train(self, job: TrainJob) -> TrainResult:
         return self.worker.train(job)
 
-    def calibrate(self, job: EvalJob) -> State:
-        return self.worker.calibrate(job)
+    def calibrate(self, jobs: list[EvalJob]) -> list[State]:
+        return self.worker.calibrate(jobs)
 
-    def score(self, job: EvalJob, stats: State, start: int, stop: int) -> list[tuple[int, float]]:
-        return self.worker.score(job, stats, start, stop)
+    def score(self, jobs: list[EvalJob], stats: list[State], start: int, stop: int) -> list[list[tuple[int, float]]]:
+        return self.worker.score(jobs, stats, start, stop)
 
 
 class RayExecutor:
@@ -66,18 +65,8 @@ class RayExecutor:
         return self._map("train", [(j,) for j in jobs])
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        if not jobs:
-            return []
-        stats = self._map("calibrate", [(j,) for j in jobs])
-        tasks, owner = [], []
-        for i, (job, st) in enumerate(zip(jobs, stats, strict=True)):
-            for start, stop in batch_aligned_slices(self.n_test, job.batch_size, self.workers):
-                tasks.append((job, st, start, stop))
-                owner.append(i)
-        scores: list[list[tuple[int, float]]] = [[] for _ in jobs]
-        for i, part in zip(owner, self._map("score", tasks), strict=True):
-            scores[i].extend(part)
-        return [combine(s, self.n_test) for s in scores]
+        return parallel_evaluate(jobs, self.n_test, self.workers, lambda groups: self._map("calibrate", [(g,) for g in groups]),
+                                 lambda tasks: self._map("score", tasks))
 
     def close(self) -> None:
         for a in self.actors:

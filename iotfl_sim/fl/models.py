@@ -179,7 +179,10 @@ class PlainCNN(nn.Module):
             self.classifier = nn.Linear(last, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.features(x)
+        return self.forward_head(self.features(x))
+
+    def forward_head(self, out: torch.Tensor) -> torch.Tensor:
+        """Everything after ``features`` (evaluation shares a common ``features`` prefix between submodels)."""
         if not self.has_head:
             return out
         return self.classifier(self.flatten(self.pool(out)))
@@ -349,7 +352,10 @@ class VGG(nn.Module):
             self.classifier = nn.Linear(fc_widths[1], num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.features(x)
+        return self.forward_head(self.features(x))
+
+    def forward_head(self, out: torch.Tensor) -> torch.Tensor:
+        """Everything after ``features`` (evaluation shares a common ``features`` prefix between submodels)."""
         if not self.has_head:
             return out
         return self.classifier(self.projector(self.flatten(self.pool(out))))
