@@ -41,20 +41,16 @@ output: {{events: none, progress: false}}
 """
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--devices", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=1000)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+def measure(text: str, out: str | None) -> dict:
+    """Run the scenario ``text``; wall time from loading it to the last file written, and the process's peak RSS."""
     t0 = time.perf_counter()
-    sc = load_scenario(text=SCENARIO.format(devices=args.devices, rounds=args.rounds))
+    sc = load_scenario(text=text)
     groups = resolve_groups(sc)
-    path, summary = run_scenario(sc, groups, args.out, resolved_dict(sc, groups), progress=False)
+    path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=False)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = {
-        "devices": args.devices,
+    return {
+        "devices": sc.num_devices(),
         "rounds": summary["rounds"],
         "tasks": summary["tasks"],
         "completed": summary["completed"],
@@ -65,6 +61,15 @@ def main() -> int:
         "peak_rss_mb": round(peak_mb),
         "run": str(path) if path else None,
     }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--devices", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=1000)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    result = measure(SCENARIO.format(devices=args.devices, rounds=args.rounds), args.out)
     print(yaml.safe_dump(result, sort_keys=False))
     return 0
 
