@@ -19,6 +19,7 @@ from iotfl_sim.scenario.loader import (
 )
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def _scenario_and_groups(args: argparse.Namespace):
@@ -28,13 +29,23 @@ def _scenario_and_groups(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from iotfl_sim.sim.engine import run_scenario
+    from iotfl_sim.sim.engine import resume_run, run_scenario
 
-    sc, groups = _scenario_and_groups(args)
-    out = args.out if args.out is not None else sc.output.dir
-    progress = False if args.quiet else sc.output.progress
-    base = Path(args.scenario).resolve().parent
-    path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
+    if args.resume is not None:
+        if args.scenario is not None or args.set or args.out is not None:
+            raise ScenarioError("run --resume RUN_DIR: give no scenario, --set or --out; the run continues as it started")
+        path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None)
+    else:
+        if args.scenario is None:
+            raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
+        sc, groups = _scenario_and_groups(args)
+        out = args.out if args.out is not None else sc.output.dir
+        progress = False if args.quiet else sc.output.progress
+        base = Path(args.scenario).resolve().parent
+        path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
+    if summary.get("status") == "interrupted":
+        print(f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}")
+        return EXIT_INTERRUPTED
     acc = summary["final_accuracy"]
     parts = [f"run: {path}"]
     if summary.get("data_notes"):
@@ -152,8 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("scenario", help="scenario YAML file")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
 
-    p = sub.add_parser("run", help="run a scenario into a new run folder")
-    scenario_args(p)
+    p = sub.add_parser("run", help="run a scenario into a new run folder, or continue one (--resume)")
+    p.add_argument("scenario", nargs="?", help="scenario YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue this run folder from its last checkpoint")
     p.add_argument("--out", help="parent folder of the run folder (default: the scenario's output.dir)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
@@ -201,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

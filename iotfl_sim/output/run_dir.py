@@ -7,6 +7,8 @@ through a temporary name and renamed into place when whole.
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import os
 import time
@@ -15,7 +17,10 @@ from typing import Any
 
 import yaml
 
+from iotfl_sim import faults
 from iotfl_sim.fleet.fleet import FAILURE_REASONS
+from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.scenario.loader import ScenarioError
 
 ROUND_COLUMNS_HEAD = [
     "round", "sim_time_s", "round_time_s", "selected", "completed",
@@ -45,27 +50,90 @@ def new_run_dir(parent: str | Path, name: str) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file, flush it to disk, and rename it over ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
+class RunLock:
+    """An exclusive lock on a run folder for as long as a process writes it (a second ``--resume`` is refused)."""
+
+    def __init__(self, path: Path) -> None:
+        import fcntl
+
+        self._f = open(path / ".lock", "a+")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._f.close()
+            raise ScenarioError(f"{path}: another iotfl-sim process is writing this run folder; wait for it to end") from None
+
+    def release(self) -> None:
+        self._f.close()  # closing drops the lock
+
+
+def _truncate(path: Path, size: int) -> None:
+    """Cut ``path`` back to ``size`` bytes (what a checkpoint saw): rows after it, or a torn last line, go."""
+    have = path.stat().st_size if path.exists() else -1
+    if have < size:
+        raise CheckpointError(f"{path}: shorter than when the last checkpoint was written (the file was changed); start a new run")
+    os.truncate(path, size)
+
+
 class RunRecorder:
-    """Writes rounds.csv, events.jsonl, devices.csv, summary.json and scenario.resolved.yaml."""
+    """Writes rounds.csv, events.jsonl, devices.csv, summary.json and scenario.resolved.yaml.
+
+    ``offsets`` (a checkpoint's): continue the files of a resumed run from those byte offsets.
+    """
 
     def __init__(
-        self, path: Path, acc_labels: list[str], events: str = "all", extra_columns: list[str] | None = None
+        self, path: Path, acc_labels: list[str], events: str = "all", extra_columns: list[str] | None = None,
+        offsets: dict[str, int] | None = None,
     ) -> None:
         self.path = path
         self.acc_columns = ["acc_full", "acc_avg", *[f"acc_{x}" for x in acc_labels if x not in ("full", "avg")]]
         self.columns = [*ROUND_COLUMNS_HEAD, *self.acc_columns, "loss_full", *ROUND_COLUMNS_TAIL, *(extra_columns or [])]
-        self._rounds_f = open(path / "rounds.csv", "w", newline="")  # noqa: SIM115 - kept open for the run
-        self._rounds = csv.DictWriter(self._rounds_f, fieldnames=self.columns)
-        self._rounds.writeheader()
-        self._rounds_f.flush()
         self.events_mode = events
-        self._events_f = open(path / "events.jsonl", "w") if events != "none" else None  # noqa: SIM115
+        if offsets is not None:
+            _truncate(path / "rounds.csv", offsets["rounds.csv"])
+            if events != "none":
+                _truncate(path / "events.jsonl", offsets["events.jsonl"])
+        mode = "w" if offsets is None else "a"
+        self._rounds_f = open(path / "rounds.csv", mode, newline="")  # noqa: SIM115 - kept open for the run
+        self._rounds = csv.DictWriter(self._rounds_f, fieldnames=self.columns)
+        if offsets is None:
+            self._rounds.writeheader()
+            self._rounds_f.flush()
+        self._events_f = open(path / "events.jsonl", mode) if events != "none" else None  # noqa: SIM115
         self.rows: list[dict[str, Any]] = []
+
+    def offsets(self) -> dict[str, int]:
+        """Byte lengths of the appended files, everything written so far flushed."""
+        self._rounds_f.flush()
+        out = {"rounds.csv": self._rounds_f.tell(), "events.jsonl": 0}
+        if self._events_f is not None:
+            self._events_f.flush()
+            out["events.jsonl"] = self._events_f.tell()
+        return out
+
+    def scenario_sha256(self) -> str:
+        return hashlib.sha256((self.path / "scenario.resolved.yaml").read_bytes()).hexdigest()
+
+    def origin(self, base_dir: Path | None) -> None:
+        """Where the scenario was read from (relative paths in it, e.g. availability traces, resolve there)."""
+        write_atomic(self.path / "origin.json", json.dumps({"base_dir": str(base_dir) if base_dir else None}) + "\n")
+
+    @staticmethod
+    def read_origin(path: Path) -> Path | None:
+        try:
+            base = json.loads((path / "origin.json").read_text()).get("base_dir")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return Path(base) if isinstance(base, str) else None
 
     def scenario(self, resolved: dict) -> None:
         write_atomic(self.path / "scenario.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
@@ -80,10 +148,18 @@ class RunRecorder:
 
     def round_row(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
-        self._rounds.writerow({k: _fmt(row.get(k)) for k in self.columns})
-        self._rounds_f.flush()
         if self._events_f is not None:
             self._events_f.flush()
+        buf = io.StringIO()
+        csv.DictWriter(buf, fieldnames=self.columns).writerow({k: _fmt(row.get(k)) for k in self.columns})
+        line = buf.getvalue()
+        if faults.armed("row_torn"):
+            self._rounds_f.write(line[: len(line) // 2])
+            self._rounds_f.flush()
+        faults.hit("row_torn")
+        self._rounds_f.write(line)
+        self._rounds_f.flush()
+        faults.hit("row_written")
 
     def devices(self, columns: dict[str, Any]) -> None:
         """Write devices.csv from per-device columns (arrays of equal length)."""

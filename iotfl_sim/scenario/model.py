@@ -265,10 +265,22 @@ class Server(Strict):
     )
 
 
+class Checkpoint(Strict):
+    """When the run writes a checkpoint (``iotfl-sim run --resume RUN_DIR`` continues from the last one).
+    A checkpoint is written when either interval has passed since the last; both null: never."""
+
+    every_rounds: int | None = Field(None, ge=1, description="after this many rounds (null: by host time only)")
+    every_s: float | None = Field(
+        300.0, gt=0, description="after this many host seconds of running (null: by rounds only); checkpoints never change results"
+    )
+    keep: int = Field(2, ge=1, description="how many of the newest checkpoints to keep")
+
+
 class Output(Strict):
     dir: str = "runs"
     events: Literal["all", "failures", "none"] = "all"
     progress: bool | None = Field(None, description="progress bar; null: only when writing to a terminal")
+    checkpoint: Checkpoint = Checkpoint()
 
 
 class Executor(Strict):
