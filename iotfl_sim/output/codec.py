@@ -35,6 +35,8 @@ def _torch_dtype_ok(a: np.ndarray) -> bool:
 
 
 def encode(v: Any) -> Any:
+    if isinstance(v, np.generic):  # first: numpy's float64 is also a Python float
+        return {"__np__": v.dtype.str, "v": v.item()}
     if v is None or isinstance(v, (bool, int, float, str, torch.Tensor)):
         return v
     if isinstance(v, np.ndarray):
@@ -43,8 +45,6 @@ def encode(v: Any) -> Any:
         if v.dtype.kind == "U" or v.dtype.kind in "iu":
             return {"__nd__": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
         raise CheckpointError(f"cannot checkpoint a numpy array of dtype {v.dtype}")
-    if isinstance(v, np.generic):
-        return {"__np__": v.dtype.str, "v": v.item()}
     if isinstance(v, list):
         return [encode(x) for x in v]
     if isinstance(v, tuple) and not hasattr(v, "_fields"):
