@@ -186,3 +186,26 @@ def _saved(obj):
     torch.save(obj, buf)
     buf.seek(0)
     return buf
+
+
+def test_tape_replays_in_order_then_records_and_forgets_what_is_saved():
+    from iotfl_sim.sim.tape import Tape
+
+    tape = Tape()
+    calls = []
+    for i in range(5):
+        tape.answer("wire", lambda i=i: calls.append(i) or float(i))
+    chunk = tape.new_chunk()
+    assert chunk["wire"] == [0.0, 1.0, 2.0, 3.0, 4.0] and tape.seq["wire"] == []  # saved and used: forgotten
+    assert tape.answer("wire", lambda: 5.0) == 5.0 and tape.counts()["wire"] == 6
+    assert tape.new_chunk()["wire"] == [5.0]
+
+    again = Tape()
+    again.load([chunk, {"wire": [5.0]}])
+    assert [again.answer("wire", lambda: pytest.fail("replay must not ask live")) for _ in range(6)] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert again.unconsumed() == {} and again.answer("wire", lambda: 9.0) == 9.0
+    assert again.new_chunk()["wire"] == [9.0]
+    assert calls == [0, 1, 2, 3, 4]
+
+    off = Tape(recording=False)
+    assert off.answer("select", lambda: [1]) == [1] and off.counts()["select"] == 0

@@ -154,7 +154,7 @@ class Simulation:
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
         self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
-        self.tape = Tape()
+        self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
         self.checkpoints: CheckpointStore | None = None
         self.resume_round = 0  # rounds before this one are replayed from the tape (``resume``)
         self._resume: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -689,6 +689,7 @@ def run_scenario(
             recorder.origin(base_dir)
             sim.recorder = recorder
             sim.checkpoints = _store(sc, path)
+        sim.tape.recording = sim.checkpoints is not None
         return path, _run_interruptible(sim, path)
     finally:
         bar.close()
@@ -717,7 +718,7 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
         sc = load_scenario(path / "scenario.resolved.yaml")
         groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))
         base_dir = RunRecorder.read_origin(path)
-        store = _store(sc, path)
+        store = CheckpointStore(path, sc.output.checkpoint.keep)
         store.clean_partial()
         loaded = store.load_latest()
         bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
@@ -733,7 +734,8 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
                 raise CheckpointError(f"{path / 'scenario.resolved.yaml'}: changed since the checkpoint was written; "
                                       "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
             sim.resume_from(meta, state, tape, recorder)
-        sim.checkpoints = store
+        sim.checkpoints = store if _store(sc, path) is not None else None
+        sim.tape.recording = sim.checkpoints is not None or loaded is not None
         return path, _run_interruptible(sim, path)
     finally:
         if bar is not None:

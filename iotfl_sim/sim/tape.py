@@ -20,22 +20,25 @@ KINDS = ("select", "serve", "adapt", "wire", "receive")
 
 
 class Tape:
-    def __init__(self) -> None:
-        self.seq: dict[str, list[Any]] = {k: [] for k in KINDS}
-        self.pos: dict[str, int] = dict.fromkeys(KINDS, 0)
-        self.saved: dict[str, int] = dict.fromkeys(KINDS, 0)  # entries already written to a tape chunk
+    """Recorded answers by kind. Indexes are absolute; answers already written to a tape chunk and already
+    used are dropped from memory, so a long run's tape costs only what lies between two checkpoints."""
 
-    @property
-    def replaying(self) -> bool:
-        return any(self.pos[k] < len(self.seq[k]) for k in KINDS)
+    def __init__(self, recording: bool = True) -> None:
+        self.recording = recording  # off when the run writes no checkpoints: nothing to replay later
+        self.seq: dict[str, list[Any]] = {k: [] for k in KINDS}
+        self.base: dict[str, int] = dict.fromkeys(KINDS, 0)  # absolute index of seq[k][0]
+        self.pos: dict[str, int] = dict.fromkeys(KINDS, 0)  # answers given so far
+        self.saved: dict[str, int] = dict.fromkeys(KINDS, 0)  # answers written to a tape chunk
 
     def answer(self, kind: str, live: Callable[[], Any]) -> Any:
         """The recorded answer while replaying, else ``live()``, recorded."""
-        i = self.pos[kind]
-        self.pos[kind] = i + 1
+        if not self.recording:
+            return live()
+        j = self.pos[kind] - self.base[kind]
+        self.pos[kind] += 1
         seq = self.seq[kind]
-        if i < len(seq):
-            return seq[i]
+        if j < len(seq):
+            return seq[j]
         value = live()
         seq.append(value)
         return value
@@ -44,16 +47,21 @@ class Tape:
         for chunk in chunks:
             for k in KINDS:
                 self.seq[k].extend(chunk.get(k, []))
-        self.saved = {k: len(self.seq[k]) for k in KINDS}
-
-    def unconsumed(self) -> dict[str, int]:
-        return {k: len(self.seq[k]) - self.pos[k] for k in KINDS if len(self.seq[k]) != self.pos[k]}
-
-    def new_chunk(self) -> dict[str, list[Any]]:
-        """The entries recorded since the last chunk (and mark them saved)."""
-        chunk = {k: self.seq[k][self.saved[k] :] for k in KINDS}
-        self.saved = {k: len(self.seq[k]) for k in KINDS}
-        return chunk
+        self.saved = self.counts()
 
     def counts(self) -> dict[str, int]:
-        return {k: len(self.seq[k]) for k in KINDS}
+        return {k: self.base[k] + len(self.seq[k]) for k in KINDS}
+
+    def unconsumed(self) -> dict[str, int]:
+        return {k: n - self.pos[k] for k, n in self.counts().items() if n != self.pos[k]}
+
+    def new_chunk(self) -> dict[str, list[Any]]:
+        """The answers recorded since the last chunk; then forget what is both saved and used."""
+        chunk = {k: self.seq[k][self.saved[k] - self.base[k] :] for k in KINDS}
+        self.saved = self.counts()
+        for k in KINDS:
+            drop = min(self.pos[k], self.saved[k]) - self.base[k]
+            if drop > 0:
+                del self.seq[k][:drop]
+                self.base[k] += drop
+        return chunk
