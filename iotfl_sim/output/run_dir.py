@@ -109,7 +109,6 @@ class RunRecorder:
             self._rounds.writeheader()
             self._rounds_f.flush()
         self._events_f = open(path / "events.jsonl", mode) if events != "none" else None  # noqa: SIM115
-        self.rows: list[dict[str, Any]] = []
 
     def offsets(self) -> dict[str, int]:
         """Byte lengths of the appended files, everything written so far flushed."""
@@ -147,7 +146,6 @@ class RunRecorder:
         self._events_f.write(json.dumps(rec) + "\n")
 
     def round_row(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
         if self._events_f is not None:
             self._events_f.flush()
         buf = io.StringIO()
