@@ -27,10 +27,19 @@ def _scenario_and_groups(args: argparse.Namespace):
     return sc, resolve_groups(sc, base, str(args.scenario))
 
 
+def _checked(args: argparse.Namespace):
+    """The scenario and its groups, after every check `run` makes before training (run and validate)."""
+    from iotfl_sim.sim.preflight import preflight
+
+    sc, groups = _scenario_and_groups(args)
+    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario))
+    return sc, groups
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from iotfl_sim.sim.engine import run_scenario
 
-    sc, groups = _scenario_and_groups(args)
+    sc, groups = _checked(args)
     out = args.out if args.out is not None else sc.output.dir
     progress = False if args.quiet else sc.output.progress
     base = Path(args.scenario).resolve().parent
@@ -52,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    sc, groups = _scenario_and_groups(args)
+    sc, groups = _checked(args)
     sizes = ", ".join(f"{g.name} x{g.count}" for g in groups)
     if sc.fleet.cost_model == "roofline":
         for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
@@ -192,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ScenarioError as e:
-        print(f"error: {e}", file=sys.stderr)
+        sys.stdout.flush()
+        lines = [x for x in str(e).splitlines() if x.strip()] or ["bad input"]
+        sys.stderr.write("".join(f"error: {x}\n" for x in lines))  # every line ends with a newline
+        sys.stderr.flush()
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `iotfl-sim schema | head`
         import os
