@@ -29,9 +29,9 @@ def _scenario_and_groups(args: argparse.Namespace):
 
 def _checked(args: argparse.Namespace):
     """The scenario and its groups, after every check `run` makes before training (run and validate)."""
-    from iotfl_sim.sim.preflight import preflight
-
     sc, groups = _scenario_and_groups(args)
+    from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
+
     preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario))
     return sc, groups
 

@@ -30,6 +30,9 @@ class RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
+        if not all(part.isidentifier() for part in (*module.split("."), name)):
+            # protocol 0 reads a text file's "c" as GLOBAL and its lines as a module and a name
+            raise pickle.UnpicklingError("this is not a pickle file (its bytes read as text, not pickle opcodes)")
         raise pickle.UnpicklingError(
             f"it contains an object of type {module}.{name}; only {ALLOWED} are loaded, since unpickling "
             "anything else can run code"

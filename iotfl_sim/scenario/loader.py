@@ -133,10 +133,16 @@ _EXPECTED = {
 }  # fmt: skip
 
 
+def _expected(e: dict) -> str:
+    if e["type"] == "literal_error":
+        return str((e.get("ctx") or {}).get("expected", e["msg"]))
+    return _EXPECTED.get(e["type"], e["msg"])
+
+
 def _strip_tags(loc: tuple) -> tuple:
     out: list = []
     for part in loc:
-        if isinstance(part, str) and _UNION_MEMBER.fullmatch(part):
+        if isinstance(part, str) and (_UNION_MEMBER.fullmatch(part) or part == "[key]"):
             continue
         if out and isinstance(part, str) and part in _TAGGED.get(str(out[-1]), ()):
             continue
@@ -153,6 +159,28 @@ def _known(got: Any, names: typing.Iterable[str]) -> str:
     names = [str(n) for n in names]
     hint = difflib.get_close_matches(str(got), names, n=1)
     return (f"did you mean {hint[0]!r}? " if hint else "") + "known: " + ", ".join(names)
+
+
+def _upper_bound(model: type[BaseModel], loc: tuple, data: Any) -> Any:
+    parent = _model_at(model, loc[:-1], data) if loc else None
+    info = parent.model_fields.get(str(loc[-1])) if parent is not None else None
+    for meta in info.metadata if info is not None else ():
+        if getattr(meta, "le", None) is not None:
+            return meta.le
+    return None
+
+
+def _typo_explains(errors: list[tuple[tuple, dict]], model: type[BaseModel], data: Any) -> set[tuple]:
+    """Locations of "missing" errors that an unknown key next to them explains (``free:`` for ``free_mb:``)."""
+    missing = {loc for loc, e in errors if e["type"] == "missing"}
+    explained = set()
+    for loc, e in errors:
+        if e["type"] == "extra_forbidden" and loc:
+            parent = _model_at(model, loc[:-1], data)
+            hint = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields) if parent else [], n=1)
+            if hint and (*loc[:-1], hint[0]) in missing:
+                explained.add((*loc[:-1], hint[0]))
+    return explained
 
 
 def _message(e: dict, loc: tuple, model: type[BaseModel], data: Any) -> tuple[tuple, str]:
@@ -180,6 +208,10 @@ def _message(e: dict, loc: tuple, model: type[BaseModel], data: Any) -> tuple[tu
     elif kind == "literal_error":
         names = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         msg = f"unknown value {_show(e.get('input'))} ({_known(e.get('input'), names)})" if names else msg
+    elif kind == "int_parsing_size":  # an integer too large to hold: say the field's bound where it has one
+        bound = _upper_bound(model, loc, data)
+        msg = f"Input should be less than or equal to {bound}" if bound is not None else "too large a number"
+        msg += f" (got {_show(e.get('input'))})"
     elif kind == "finite_number":
         msg = f"must be a finite number, not {_show(e.get('input'))} (NaN and infinity are not allowed)"
     elif kind in _SHAPE_ERRORS or kind.startswith(("greater", "less", "too_", "string_")):
@@ -207,7 +239,10 @@ def _format_errors(
     # A union (``float | list[float]``) reports every member that failed: when one member's shape fit the
     # value, its error says more than the others' "should be a valid list"; when none fit, list them all.
     by_loc: dict[tuple, list[dict]] = {}
+    explained = _typo_explains(errors, model, data)
     for loc, e in errors:
+        if loc in explained and e["type"] == "missing":
+            continue
         if e["type"] in _SHAPE_ERRORS and any(
             (other[: len(loc)] == loc and len(other) > len(loc)) or (other == loc and o["type"] not in _SHAPE_ERRORS)
             for other, o in errors
@@ -217,7 +252,7 @@ def _format_errors(
     out = []
     for loc, errs in by_loc.items():
         if len(errs) > 1 and all(x["type"] in _SHAPE_ERRORS for x in errs):
-            expected = " or ".join(dict.fromkeys(_EXPECTED.get(x["type"], x["msg"]) for x in errs))
+            expected = " or ".join(dict.fromkeys(_expected(x) for x in errs))
             where, msgs = loc, [f"expected {expected} (got {_show(errs[0].get('input'))})"]
         else:
             where, msgs = loc, []

@@ -267,9 +267,10 @@ def _syntax_message(e: yaml.YAMLError, source: str, text: str) -> str:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     problem = getattr(e, "problem", None) or str(e).splitlines()[0]
     if isinstance(e, yaml.reader.ReaderError):
+        line = text.count("\n", 0, e.position) + 1
         return (
-            f"{source}: not valid YAML text (character #x{e.character:04x} at offset {e.position} is not "
-            "allowed); remove the control character"
+            f"{source}:{line}: not valid YAML text (character #x{e.character:04x} is not allowed); remove the "
+            "control character"
         )
     fix = "fix the syntax at that line"
     lines = text.splitlines()
