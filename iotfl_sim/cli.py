@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.loader import (
     ScenarioError,
     available_profiles,
@@ -130,7 +131,7 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
     text = yaml.safe_dump(data, sort_keys=False, width=200)
     try:  # what we write must load back as a profile
-        DeviceProfile.model_validate(yaml.safe_load(text))
+        DeviceProfile.model_validate(safe_yaml.load(text, "measured profile").data)
     except ValidationError as e:
         raise ScenarioError(f"profiles measure: the measured profile does not validate: {e.errors()[0]['msg']}") from None
     if out is None:

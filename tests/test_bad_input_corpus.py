@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA
 
 from iotfl_sim.cli import main
 from iotfl_sim.scenario import safe_yaml
@@ -41,6 +40,8 @@ RUN_ONLY_BEFORE = [
     "iid_more_devices_than_samples.yaml",
     "shards_more_classes_than_data.yaml",
     "fedx_proxy_classes_all.yaml",
+    "flexfl_apoz_without_proxy.yaml",
+    "flexfl_proxy_takes_everything.yaml",
     "infeasible_fleet.yaml",
     "scalefl_wrong_family.yaml",
     "cnn2_on_8px_digits.yaml",
@@ -80,14 +81,6 @@ def clean_env(monkeypatch):
     monkeypatch.delenv("IOTFL_PROFILES", raising=False)
 
 
-def use_data(monkeypatch, needs: set[str]) -> None:
-    if "data" not in needs:
-        return
-    if os.environ.get("IOTFL_DATA"):
-        return
-    if not SHARED_DATA.is_dir():
-        pytest.skip("needs the offline datasets (IOTFL_DATA or shared/datasets)")
-    monkeypatch.setenv("IOTFL_DATA", str(SHARED_DATA))
 
 
 def test_the_corpus_covers_what_the_issue_lists():
@@ -106,9 +99,10 @@ def test_the_corpus_covers_what_the_issue_lists():
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
-def test_validate_refuses_with_one_clear_line(path, capsys, monkeypatch):
+def test_validate_refuses_with_one_clear_line(path, capsys, request):
     expect, needs = expectations(path)
-    use_data(monkeypatch, needs)
+    if "data" in needs and request.getfixturevalue("data_root") is None:
+        pytest.skip("needs the offline datasets (IOTFL_DATA or shared/datasets)")
     code = main(["validate", str(path)])
     out, err = capsys.readouterr()
     line = one_error_line(code, out, err)

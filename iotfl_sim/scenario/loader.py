@@ -208,6 +208,11 @@ def _message(e: dict, loc: tuple, model: type[BaseModel], data: Any) -> tuple[tu
     elif kind == "literal_error":
         names = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         msg = f"unknown value {_show(e.get('input'))} ({_known(e.get('input'), names)})" if names else msg
+    elif kind == "value_error" and (m := re.match(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*): (.*)", msg)):
+        # a cross-field check naming the field it is about ("algorithm.proxy_fraction: ..."): put it there
+        parent = _model_at(model, loc, data)
+        if parent is not None and m.group(1).split(".")[0] in parent.model_fields:
+            loc, msg = (*loc, *m.group(1).split(".")), m.group(2)
     elif kind == "int_parsing_size":  # an integer too large to hold: say the field's bound where it has one
         bound = _upper_bound(model, loc, data)
         msg = f"Input should be less than or equal to {bound}" if bound is not None else "too large a number"

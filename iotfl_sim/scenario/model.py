@@ -366,6 +366,16 @@ class Scenario(Strict):
             raise ValueError("give clients_per_round or clients_fraction, not both")
         return self
 
+    @model_validator(mode="after")
+    def _proxy_for_apoz(self) -> Scenario:
+        a = self.algorithm
+        if self.numerics == "torch" and a.name == "flexfl" and a.apoz and a.proxy_fraction == 0:  # type: ignore[union-attr]
+            raise ValueError(
+                "algorithm.proxy_fraction: flexfl's APoZ pretrains on a proxy set, and proxy_fraction 0 holds none; "
+                "set proxy_fraction > 0 (e.g. 0.01) or apoz: false"
+            )
+        return self
+
     def num_devices(self) -> int:
         return sum(self.fleet.counts())
 
