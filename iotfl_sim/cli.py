@@ -33,7 +33,7 @@ def _checked(args: argparse.Namespace):
     sc, groups = _scenario_and_groups(args)
     from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
 
-    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario))
+    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
     return sc, groups
 
 

@@ -136,6 +136,13 @@ def test_run_refuses_too(name, capsys, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_run_refuses_an_out_that_is_a_file(capsys, tmp_path, good_scenario):
+    (tmp_path / "taken").write_text("a file")
+    code = main(["run", good_scenario, "--out", str(tmp_path / "taken" / "runs"), "--quiet"])
+    line = one_error_line(code, *capsys.readouterr())
+    assert "--out" in line and "is a file, not a folder" in line
+
+
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
 def test_profiles_show_names_the_malformed_file(path, capsys, monkeypatch):
     """The same profile files, found through IOTFL_PROFILES by `profiles show`."""

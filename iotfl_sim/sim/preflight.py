@@ -10,11 +10,13 @@ Beyond the scenario's own validation (``scenario.loader``), a run checks:
   the run will (the loaded dataset is cached, so a run does not read it twice);
 - the system side, by building the simulation in system-only mode (no data, no training): availability
   trace files, the method's set-up (model family, levels, cuts ...) and that some device can hold some
-  submodel the method would assign.
+  submodel the method would assign;
+- that the run folder can be made under the output folder (``--out`` or ``output.dir``).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from iotfl_sim.fl.data import NATURAL_GROUPS, DatasetError, check_files
@@ -33,10 +35,26 @@ def _sourced(source: str, e: ScenarioError) -> ScenarioError:
     return ScenarioError(text if text.startswith(source) else f"{source}: {text}")
 
 
-def preflight(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> None:
-    """Raise ScenarioError for anything that would stop ``run`` before its first round."""
+def preflight(
+    sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str, out: str | None = None
+) -> None:
+    """Raise ScenarioError for anything that would stop ``run`` before its first round (``out``: the
+    ``--out`` option, else ``output.dir``)."""
+    check_output(out if out is not None else sc.output.dir, "--out" if out is not None else "output.dir", source)
     check_data(sc, sum(g.count for g in groups), source)
     check_system(sc, groups, base_dir, source)
+
+
+def check_output(out: str | Path, where: str, source: str) -> None:
+    """The folder the run folder goes into exists or can be made, and can be written (nothing is created)."""
+    path = Path(out).expanduser()
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ScenarioError(f"{source}: {where}: {probe} is a file, not a folder; give a folder for the run folders")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ScenarioError(f"{source}: {where}: {probe} is not writable, so no run folder can be made under {path}")
 
 
 def _split_may_fail(sc: Scenario, num_devices: int) -> bool:
