@@ -113,33 +113,33 @@ class _Limits:
         self.path: list = []
         self.open_anchors: set[str] = set()
 
+    def _refuse(self, event: Any, problem: str) -> YamlInputError:
+        return YamlInputError(f"{_where(self.source, event.start_mark)}: {problem}")
+
     def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
-                raise YamlInputError(
-                    f"{_where(self.source, event.start_mark)}: more than {MAX_ALIASES} alias references (*name); "
-                    "write the values out instead of repeating aliases"
+                raise self._refuse(
+                    event, f"more than {MAX_ALIASES} alias references (*name); write the values out instead"
                 )
             if event.anchor in self.open_anchors:
-                raise YamlInputError(
-                    f"{_where(self.source, event.start_mark)}: alias *{event.anchor} is inside its own anchor "
-                    f"&{event.anchor} (a recursive structure); refer only to anchors defined earlier"
+                raise self._refuse(
+                    event,
+                    f"alias *{event.anchor} is inside its own anchor &{event.anchor} (a recursive structure); "
+                    "refer only to anchors defined earlier",
                 )
             return super().compose_node(parent, index)
-        event = self.peek_event()
         self.values += 1
         if self.values > MAX_VALUES:
-            raise YamlInputError(
-                f"{_where(self.source, event.start_mark)}: more than {MAX_VALUES:,} values in one document; a "
-                "scenario or profile holds a few hundred: check that this is the right file"
+            raise self._refuse(
+                event,
+                f"more than {MAX_VALUES:,} values in one document; a scenario or profile holds a few hundred: "
+                "check that this is the right file",
             )
         if self.depth >= MAX_DEPTH:
-            raise YamlInputError(
-                f"{_where(self.source, event.start_mark)}: nested more than {MAX_DEPTH} levels deep; flatten the "
-                "structure"
-            )
+            raise self._refuse(event, f"nested more than {MAX_DEPTH} levels deep; flatten the structure")
         anchor = getattr(event, "anchor", None)
         self.path.append(index.value if isinstance(index, yaml.ScalarNode) else index)
         self.depth += 1
@@ -173,9 +173,10 @@ class _Limits:
             if (key.tag, key.value) in seen:
                 first = seen[(key.tag, key.value)]
                 where = _fmt([*self.path, key.value])
+                lines = f"both on line {line}" if first == line else f"lines {first} and {line}"
                 raise YamlInputError(
-                    f"{self.source}:{line}: {where}: key {key.value!r} appears twice in one mapping (lines {first} "
-                    f"and {line}); keep one of them"
+                    f"{self.source}:{line}: {where}: key {key.value!r} appears twice in one mapping ({lines}); "
+                    "keep one of them"
                 )
             seen[(key.tag, key.value)] = line
         return node
