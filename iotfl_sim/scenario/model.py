@@ -367,6 +367,15 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _enough_devices(self) -> Scenario:
+        if self.server.min_participants > self.num_devices():
+            raise ValueError(
+                f"server.min_participants: {self.server.min_participants} is more than the fleet's "
+                f"{self.num_devices()} devices, so no round could ever start; lower it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _proxy_for_apoz(self) -> Scenario:
         a = self.algorithm
         if self.numerics == "torch" and a.name == "flexfl" and a.apoz and a.proxy_fraction == 0:  # type: ignore[union-attr]
