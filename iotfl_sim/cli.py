@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.loader import (
     ScenarioError,
     available_profiles,
@@ -28,6 +29,15 @@ def _scenario_and_groups(args: argparse.Namespace):
     return sc, resolve_groups(sc, base, str(args.scenario))
 
 
+def _checked(args: argparse.Namespace):
+    """The scenario and its groups, after every check `run` makes before training (run and validate)."""
+    sc, groups = _scenario_and_groups(args)
+    from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
+
+    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
+    return sc, groups
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from iotfl_sim.sim.engine import resume_run, run_scenario
 
@@ -38,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         if args.scenario is None:
             raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
-        sc, groups = _scenario_and_groups(args)
+        sc, groups = _checked(args)
         out = args.out if args.out is not None else sc.output.dir
         progress = False if args.quiet else sc.output.progress
         base = Path(args.scenario).resolve().parent
@@ -63,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    sc, groups = _scenario_and_groups(args)
+    sc, groups = _checked(args)
     sizes = ", ".join(f"{g.name} x{g.count}" for g in groups)
     if sc.fleet.cost_model == "roofline":
         for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
@@ -132,7 +142,7 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
     text = yaml.safe_dump(data, sort_keys=False, width=200)
     try:  # what we write must load back as a profile
-        DeviceProfile.model_validate(yaml.safe_load(text))
+        DeviceProfile.model_validate(safe_yaml.load(text, "measured profile").data)
     except ValidationError as e:
         raise ScenarioError(f"profiles measure: the measured profile does not validate: {e.errors()[0]['msg']}") from None
     if out is None:
@@ -205,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ScenarioError as e:
-        print(f"error: {e}", file=sys.stderr)
+        sys.stdout.flush()
+        lines = [x for x in str(e).splitlines() if x.strip()] or ["bad input"]
+        sys.stderr.write("".join(f"error: {x}\n" for x in lines))  # every line ends with a newline
+        sys.stderr.flush()
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `iotfl-sim schema | head`
         import os

@@ -43,7 +43,6 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -51,6 +50,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from pydantic import BaseModel
 
+from iotfl_sim import safe_pickle
 from iotfl_sim.scenario.availability import (
     AlwaysAvailability,
     AvailabilityConfig,
@@ -650,26 +650,6 @@ class FleetAvailability:
 # ---------------------------------------------------------------- trace files
 
 
-class _SafeUnpickler(pickle.Unpickler):
-    """Only plain containers and numbers: a trace pickle must not run code when loaded."""
-
-    _ALLOWED = {
-        ("collections", "OrderedDict"),
-        ("collections", "defaultdict"),
-        ("numpy", "dtype"),
-        ("numpy", "ndarray"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"it contains an object of type {module}.{name}")
-
-
 def _fail(path: Path | str, what: str, fix: str) -> TraceError:
     return TraceError(f"{path}: {what}; {fix}")
 
@@ -771,7 +751,7 @@ def _read_fedscale(path: str | Path) -> _Flat:
     p = _open_trace(path)
     try:
         with p.open("rb") as fh:
-            data = _SafeUnpickler(fh).load()
+            data = safe_pickle.load(fh)
     except Exception as e:  # any unpickling failure means "not a usable trace pickle"
         raise _fail(
             p, f"not a readable pickle ({type(e).__name__}: {e})".replace("\n", " "), _FEDSCALE_HOW
