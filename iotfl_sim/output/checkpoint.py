@@ -66,6 +66,13 @@ def _load_tensors(path: Path, what: str) -> Any:
         raise CheckpointError(f"{path}: cannot read the {what} ({type(e).__name__}); {_FIX}") from None
 
 
+def _plain(v: Any) -> Any:
+    """numpy scalars in metric rows, as the Python numbers they stand for."""
+    if hasattr(v, "item"):
+        return v.item()
+    raise TypeError(f"not JSON: {type(v).__name__}")
+
+
 _FIX = "remove this checkpoint folder to resume from the one before it, or start a new run"
 
 
@@ -95,7 +102,7 @@ class CheckpointStore:
         tmp.mkdir()
         _write_bytes(tmp / "state.pt", _tensor_bytes(state), fault_point="checkpoint_write")
         meta = {**meta, "format": FORMAT, "round": rnd, "tape": chunks, "state_sha256": sha256(tmp / "state.pt")}
-        _write_bytes(tmp / "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
+        _write_bytes(tmp / "meta.json", (json.dumps(meta, indent=1, default=_plain) + "\n").encode())
         if final.exists():  # a resumed run reached this round again: the new one replaces it whole
             old = self.dir / f".old-round-{rnd:06d}-{os.getpid()}"
             os.replace(final, old)
