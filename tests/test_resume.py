@@ -13,7 +13,7 @@ from conftest import base_scenario, relative_fleet
 from iotfl_sim.cli import main
 from iotfl_sim.sim import engine
 
-HOST = {"host_train_s", "host_eval_s", "host_other_s"}
+HOST = {"host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s"}
 GROUP = {"prototypes": ["mobilenetv2", "resnet18", "vgg16"], "width": 0.125}  # cnn2 needs 16 x 16 images
 METHODS = {
     "fedavg": {"algorithm": {"name": "fedavg"}},

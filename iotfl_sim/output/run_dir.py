@@ -30,7 +30,7 @@ ROUND_COLUMNS_TAIL = [
     "train_loss", "energy_j", "energy_compute_j", "energy_radio_j", "energy_idle_j", "energy_round_j",
     "bytes_down", "bytes_up", "bytes_down_round", "bytes_up_round",
     "comm_waste", "comm_waste_cum", "server_time_s", "server_energy_j",
-    "host_train_s", "host_eval_s", "host_other_s",
+    "host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s",
 ]  # fmt: skip
 
 

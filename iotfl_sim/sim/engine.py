@@ -153,7 +153,7 @@ class Simulation:
         self.server_time = 0.0  # simulated seconds the server spent computing, all rounds
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
-        self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
+        self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self._t_created}
         self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
         self.checkpoints: CheckpointStore | None = None
         self.resume_round = 0  # rounds before this one are replayed from the tape (``resume``)
@@ -311,7 +311,9 @@ class Simulation:
             else:
                 updates = self._train(rnd, outcomes)
                 if len(updates) >= sc.server.min_participants:
+                    t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
                     self.strategy.aggregate(rnd, updates)
+                    self.host["aggregate"] += time.perf_counter() - t0
                 self.strategy.observe(rnd, outcomes)
             server_s += yield from self._serve(rnd)  # aggregation-side work
             round_end = self.env.now
@@ -329,6 +331,7 @@ class Simulation:
                 row.update(self._evaluate())
             row["host_train_s"] = self.host["train"]
             row["host_eval_s"] = self.host["eval"]
+            row["host_aggregate_s"] = self.host["aggregate"]
             row["host_other_s"] = time.perf_counter() - self._t_created - sum(self.host.values())
             if self.recorder is not None:
                 self.recorder.round_row(row)
@@ -596,7 +599,8 @@ class Simulation:
         self.view.oracle_users = set(meta["oracle_users"])
         saved = meta["host"]
         elapsed = time.perf_counter() - self._t_created  # set-up and replay of this process
-        self.host = {"train": saved["train"], "eval": saved["eval"], "setup": saved["setup"] + elapsed}
+        self.host = {**saved, "setup": saved["setup"] + elapsed}
+        del self.host["total"]
         self._t_created -= saved["total"]
         self.recorder = self._recorder_after_replay
         self._resume = None
