@@ -299,8 +299,9 @@ class Fleet:
         self.advance_to(t)
         return int(self._alive.sum())
 
-    def alive_mask(self, t: float) -> np.ndarray:
-        return self.depleted_at > t
+    def alive_mask(self, t: float, devices: np.ndarray | None = None) -> np.ndarray:
+        """Which devices (all, or those of the index array ``devices``) still have energy at ``t``."""
+        return self.depleted_at > t if devices is None else self.depleted_at[devices] > t
 
     # ------------------------------------------------------------ draws
 
