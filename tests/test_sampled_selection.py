@@ -187,6 +187,10 @@ def test_bulk_deaths_match_one_at_a_time_to_the_bit():
         assert np.array_equal(a.energy[k], b.energy[k]) and np.array_equal(a._used[k], b._used[k])
     assert np.array_equal(a._idle_rate, b._idle_rate) and np.array_equal(a._idle_settled, b._idle_settled)
     assert np.array_equal(a._alive, b._alive)
+    for t in (ops[100][0], ops[-1][0] + 10.0):  # energy_total in place: the same bits as the plain expression
+        plain = a.energy["compute"] + a.energy["radio"] + a.energy["idle"]
+        plain = plain + a.idle_w * np.clip(np.minimum(t, a.depleted_at) - a.settled_at, 0.0, None)
+        assert np.array_equal(a.energy_total(t), plain)
 
 
 # ---------------------------------------------------------------- devices.csv

@@ -354,9 +354,15 @@ class Fleet:
 
     def energy_total(self, t: float) -> np.ndarray:
         """Energy used by every device up to ``t`` (J), idle draw included, without mutating state (O(devices))."""
-        used = self.energy["compute"] + self.energy["radio"] + self.energy["idle"]
-        idle_more = self.idle_w * np.clip(np.minimum(t, self.depleted_at) - self.settled_at, 0.0, None)
-        return used + idle_more
+        with small_pages():  # two arrays of the fleet's size instead of six (same operations, same bits)
+            used = self.energy["compute"] + self.energy["radio"]
+            used += self.energy["idle"]
+            idle_more = np.minimum(self.depleted_at, t)
+            idle_more -= self.settled_at
+            np.clip(idle_more, 0.0, None, out=idle_more)
+            idle_more *= self.idle_w
+            used += idle_more
+        return used
 
     def class_energy(self, t: float) -> dict[str, np.ndarray]:
         """Energy by kind and device class up to ``t`` (J), in O(classes + deaths since the last call)."""

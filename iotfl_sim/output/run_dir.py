@@ -140,8 +140,11 @@ def write_rows(f: Any, columns: list[Any]) -> None:
 def _same_as_previous(c: np.ndarray) -> np.ndarray:
     """Which entries (from the second on) equal the one before (for objects: ``==``, see ``write_rows``)."""
     if c.dtype.kind == "f":  # bit for bit (-0.0 and 0.0 print differently), or both NaN (printed "")
-        bits = c.astype(np.float64).view(np.int64)
-        return (bits[1:] == bits[:-1]) | (np.isnan(c[1:]) & np.isnan(c[:-1]))
+        bits = np.ascontiguousarray(c, dtype=np.float64).view(np.int64)
+        same = bits[1:] == bits[:-1]
+        i = np.flatnonzero(~same)
+        same[i] = np.isnan(c[i]) & np.isnan(c[i + 1])
+        return same
     return np.asarray(c[1:] == c[:-1], dtype=bool)
 
 
