@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import heapq
 import io
+import itertools
 import json
+import math
 import os
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +114,19 @@ class RunRecorder:
             self._rounds.writeheader()
             self._rounds_f.flush()
         self._events_f = open(path / "events.jsonl", mode) if events != "none" else None  # noqa: SIM115
+        # Events that may not be written yet because an earlier one can still come (see ``hold``).
+        self._held: list[tuple[float, int, str]] = []
+        self._holds: deque[list] = deque()  # [instant, token, open] in the order they were taken
+        self._open: dict[int, list] = {}
+        self._seq = itertools.count()
+        self.events_written = 0  # lines, counted from the start of the run
+        # a resumed run's replay retraces the event log (holds and all) without writing the lines already on disk
+        self._skip = int(offsets.get("events_lines", 0)) if offsets is not None else 0
 
     def offsets(self) -> dict[str, int]:
         """Byte lengths of the appended files, everything written so far flushed."""
         self._rounds_f.flush()
-        out = {"rounds.csv": self._rounds_f.tell(), "events.jsonl": 0}
+        out = {"rounds.csv": self._rounds_f.tell(), "events.jsonl": 0, "events_lines": self.events_written}
         if self._events_f is not None:
             self._events_f.flush()
             out["events.jsonl"] = self._events_f.tell()
@@ -144,7 +156,56 @@ class RunRecorder:
         if self.events_mode == "failures" and event not in ("oom", "depleted", "refused", "late", "offline"):
             return
         rec = {"t": round(t, 6), "round": rnd, "device": device, "event": event, **fields}
-        self._events_f.write(json.dumps(rec) + "\n")
+        line = json.dumps(rec) + "\n"
+        if not self._open and not self._held:
+            self._emit(line)
+            return
+        heapq.heappush(self._held, (t, next(self._seq), line))
+        self._write_ready()
+
+    def hold(self, t: float) -> int | None:
+        """Say that an event at an instant >= ``t`` (before the clock's now) may still be recorded; events
+        after ``t`` wait until ``release`` so that the log stays in time order. Returns the token to release.
+
+        A transfer through a shared gateway settles its failures (offline, depleted) only when the medium
+        has delivered it, at an instant in the past; meanwhile other devices' events are recorded.
+        """
+        if self._events_f is None:
+            return None
+        token = next(self._seq)
+        entry = [t, token, True]
+        self._holds.append(entry)
+        self._open[token] = entry
+        return token
+
+    def release(self, token: int | None) -> None:
+        entry = self._open.pop(token, None) if token is not None else None
+        if entry is None:
+            return
+        entry[2] = False
+        while self._holds and not self._holds[0][2]:
+            self._holds.popleft()
+        self._write_ready()
+
+    def _write_ready(self) -> None:
+        """Write the held events no open hold can precede (all of them once nothing is held open)."""
+        assert self._events_f is not None
+        mark = self._holds[0][0] if self._holds else math.inf
+        while self._held and self._held[0][0] <= mark:
+            self._emit(heapq.heappop(self._held)[2])
+
+    def _emit(self, line: str) -> None:
+        assert self._events_f is not None
+        self.events_written += 1
+        if self._skip > 0:  # already on disk: the replay of a resumed run retraces it
+            self._skip -= 1
+            return
+        self._events_f.write(line)
+
+    @property
+    def replay_pending(self) -> int:
+        """Lines of the event log a resumed run's replay has not yet retraced."""
+        return self._skip
 
     def round_row(self, row: dict[str, Any]) -> None:
         if self._events_f is not None:
@@ -175,6 +236,9 @@ class RunRecorder:
     def close(self) -> None:
         self._rounds_f.close()
         if self._events_f is not None:
+            self._holds.clear()
+            self._open.clear()
+            self._write_ready()
             self._events_f.close()
 
 

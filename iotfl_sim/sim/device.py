@@ -34,6 +34,7 @@ class Task:
     finished_at: float = math.nan
     round_over: bool = False
     sent: bool = False  # the model went on the air (counts as sent for the communication waste)
+    hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
 
 
 class DeviceTasks:
@@ -49,10 +50,16 @@ class DeviceTasks:
         task.status = reason
         task.finished_at = self.env.now if at is None else at
         self.sim.event(task.rnd, d, reason, at=at, **fields)
+        self.release(task)
         if reason in SILENT_FAILURES and self.sim.sc.server.deadline_s is not None:
             return  # the server only notices at the deadline
         if not task.report.triggered:
             task.report.succeed()
+
+    def release(self, task: Task) -> None:
+        if task.hold is not None:
+            self.sim.recorder.release(task.hold)  # type: ignore[union-attr]
+            task.hold = None
 
     # ------------------------------------------------------------ activities
 
@@ -90,6 +97,8 @@ class DeviceTasks:
         medium = sim.medium(d, up)
         if medium is not None:
             t0 = self.env.now
+            if sim.recorder is not None:  # a failure found afterwards is at an instant >= t0: keep the log in order
+                task.hold = sim.recorder.hold(t0)
             air = yield self.env.process(medium.transfer(sent * 8.0 * jitter, bps))
             yield self.env.timeout(rtt)
             # the shared medium fixes the duration only as it unfolds: settle energy and failures afterwards
@@ -101,6 +110,8 @@ class DeviceTasks:
             dead = f.spend(d, t0, end - t0, power, "radio")
             if dead is not None:
                 end, reason = dead, "depleted"
+            if reason is None:
+                self.release(task)  # else once the failure is recorded (``fail``)
         else:
             air = sent * 8.0 / bps * jitter
             duration = air

@@ -205,7 +205,6 @@ class Simulation:
         self.checkpoints: CheckpointStore | None = None
         self.resume_round = 0  # rounds before this one are replayed from the tape (``resume``)
         self._resume: tuple[dict[str, Any], dict[str, Any]] | None = None
-        self._recorder_after_replay: RunRecorder | None = None
         self._last_checkpoint = (0, time.perf_counter())  # (round, host instant)
         self._tape_from = 0  # round the current tape chunk starts at
         self._tape_files: list[dict[str, Any]] = []  # tape chunks written so far (listed in each checkpoint)
@@ -615,7 +614,8 @@ class Simulation:
         self._last_checkpoint = (done, time.perf_counter())
 
     def resume_from(self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder) -> None:
-        """Set up a resumed run: replay the checkpoint's rounds from its tape, then load its state."""
+        """Set up a resumed run: replay the checkpoint's rounds from its tape, then load its state. The recorder
+        follows the replay (it skips the event lines already on disk; rows are not replayed)."""
         self.tape.load([codec.decode(chunk) for chunk in tape])
         if self.tape.counts() != meta.get("tape_counts"):
             raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
@@ -623,13 +623,14 @@ class Simulation:
         self._resume = (meta, state)
         self._tape_files = meta["tape"]
         self._tape_from = self.resume_round
-        self._recorder_after_replay = recorder
-        self.recorder = None  # the replay writes nothing: its rows and events are already on disk
+        self.recorder = recorder
 
     def _end_replay(self) -> None:
         assert self._resume is not None
         meta, state = self._resume
         left = self.tape.unconsumed()
+        if self.recorder is not None and self.recorder.replay_pending:
+            left["event lines"] = self.recorder.replay_pending
         if left or self.digest() != meta["digest"]:
             raise CheckpointError(
                 f"checkpoint of round {self.resume_round}: replaying the run does not reproduce it "
@@ -649,7 +650,6 @@ class Simulation:
         self.host = {**saved, "setup": saved["setup"] + elapsed}
         del self.host["total"]
         self._t_created -= saved["total"]
-        self.recorder = self._recorder_after_replay
         self._resume = None
         self._last_checkpoint = (self.resume_round, time.perf_counter())
 
