@@ -522,12 +522,7 @@ def _server_spans(
     spans = []
     for e in events:
         t, d = e.get("t"), e.get("duration")
-        if (
-            e.get("event") == "server_work"
-            and isinstance(t, int | float)
-            and isinstance(d, int | float)
-            and d > 0
-        ):
+        if e.get("event") == "server_work" and isinstance(t, int | float) and isinstance(d, int | float) and d > 0:
             spans.append((float(t), float(d)))
     return {"server": spans}, [], []
 
