@@ -34,9 +34,7 @@ def _checked(args: argparse.Namespace):
     sc, groups = _scenario_and_groups(args)
     from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
 
-    preflight(
-        sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None)
-    )
+    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
     return sc, groups
 
 
@@ -45,26 +43,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.resume is not None:
         if args.scenario is not None or args.set or args.out is not None:
-            raise ScenarioError(
-                "run --resume RUN_DIR: give no scenario, --set or --out; the run continues as it started"
-            )
+            raise ScenarioError("run --resume RUN_DIR: give no scenario, --set or --out; the run continues as it started")
         path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None)
     else:
         if args.scenario is None:
-            raise ScenarioError(
-                "run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR"
-            )
+            raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
         sc, groups = _checked(args)
         out = args.out if args.out is not None else sc.output.dir
         progress = False if args.quiet else sc.output.progress
         base = Path(args.scenario).resolve().parent
-        path, summary = run_scenario(
-            sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base
-        )
+        path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
     if summary.get("status") == "interrupted":
-        print(
-            f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}"
-        )
+        print(f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}")
         return EXIT_INTERRUPTED
     acc = summary["final_accuracy"]
     parts = [f"run: {path}"]
@@ -88,9 +78,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if sc.fleet.cost_model == "roofline":
         for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
             print(f"warning: {w}", file=sys.stderr)
-    print(
-        f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})"
-    )
+    print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
     return 0
 
 
@@ -184,24 +172,16 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else None
     if out is not None and out.exists():
-        raise ScenarioError(
-            f"profiles measure --out: {out} already exists; give a new file name or remove it first"
-        )
+        raise ScenarioError(f"profiles measure --out: {out} already exists; give a new file name or remove it first")
     if out is not None and not out.parent.is_dir():
-        raise ScenarioError(
-            f"profiles measure --out: folder {out.parent} does not exist; create it or pick another path"
-        )
+        raise ScenarioError(f"profiles measure --out: folder {out.parent} does not exist; create it or pick another path")
     if not args.seconds > 0:
-        raise ScenarioError(
-            f"profiles measure --seconds: must be > 0 (got {args.seconds}); e.g. --seconds 10"
-        )
+        raise ScenarioError(f"profiles measure --seconds: must be > 0 (got {args.seconds}); e.g. --seconds 10")
     if args.family is not None and args.family not in measure.FAMILY_SHAPES:
         known = ", ".join(measure.FAMILY_SHAPES)
         raise ScenarioError(f"profiles measure --family: unknown family {args.family!r}; use one of {known}")
     if args.threads is not None and args.threads < 1:
-        raise ScenarioError(
-            f"profiles measure --threads: must be >= 1 (got {args.threads}); e.g. --threads 1"
-        )
+        raise ScenarioError(f"profiles measure --threads: must be >= 1 (got {args.threads}); e.g. --threads 1")
     if args.threads is not None:
         import torch
 
@@ -213,9 +193,7 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     try:  # what we write must load back as a profile
         DeviceProfile.model_validate(safe_yaml.load(text, "measured profile").data)
     except ValidationError as e:
-        raise ScenarioError(
-            f"profiles measure: the measured profile does not validate: {e.errors()[0]['msg']}"
-        ) from None
+        raise ScenarioError(f"profiles measure: the measured profile does not validate: {e.errors()[0]['msg']}") from None
     if out is None:
         print(text, end="")
     else:
@@ -237,22 +215,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="iotfl-sim", description="Simulate federated learning on heterogeneous IoT fleets."
-    )
+    ap = argparse.ArgumentParser(prog="iotfl-sim", description="Simulate federated learning on heterogeneous IoT fleets.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     def scenario_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("scenario", help="scenario YAML file")
-        p.add_argument(
-            "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20"
-        )
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
 
     p = sub.add_parser("run", help="run a scenario into a new run folder, or continue one (--resume)")
     p.add_argument("scenario", nargs="?", help="scenario YAML file")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20"
-    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run folder from its last checkpoint")
     p.add_argument("--out", help="parent folder of the run folder (default: the scenario's output.dir)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -299,19 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
     p.add_argument("action", choices=["list", "show", "measure"])
-    p.add_argument(
-        "name", nargs="?", help="show: the profile; measure: the new profile's name (default: --out's stem)"
-    )
+    p.add_argument("name", nargs="?", help="show: the profile; measure: the new profile's name (default: --out's stem)")
     p.add_argument("--out", help="measure: write the profile to this new file (default: print it)")
     p.add_argument("--seconds", type=float, default=20.0, help="measure: time budget of the micro-benchmarks")
-    p.add_argument(
-        "--family", help="measure: also time one real training step of this model family, as a check"
-    )
+    p.add_argument("--family", help="measure: also time one real training step of this model family, as a check")
     p.add_argument("--batch", type=int, default=32, help="measure: batch size of that training step")
     p.add_argument(
-        "--threads",
-        type=int,
-        help="measure: torch threads to measure with (default: torch's; match how you will train)",
+        "--threads", type=int, help="measure: torch threads to measure with (default: torch's; match how you will train)"
     )
     p.add_argument("--device-class", default="server", choices=["mcu", "sbc", "edge_gpu", "phone", "server"])
     p.add_argument("--idle-w", type=float, help="measure: idle power to record, W (not measured)")
