@@ -281,7 +281,7 @@ def _bars(
                 capsize=3,
             )
             if f.size < a.size:
-                ax.text(pos[j], f.mean() + err, f"{f.size}/{a.size}", ha="center", va="bottom", fontsize=7)
+                ax.text(pos[j], f.mean() + err, f"{f.size}/{a.size} seeds", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, groups)
     ax.grid(False, axis="x")
     ax.set_axisbelow(True)
