@@ -29,7 +29,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bo
 h3{font-size:1.05em;margin-bottom:.3em}
 table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child{text-align:left}table.left td,table.left th{text-align:left}
 .note{color:#555;font-size:.88em;max-width:70em}
 figure{display:inline-block;margin:.5em;vertical-align:top}figure img{width:520px;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555;text-align:center}
@@ -81,7 +81,7 @@ def _host_table(studies: Sequence[Study]) -> str:
                 f"<td>{_e(r.error or '')}</td></tr>"
             )
         out.append(
-            f'<table data-table="host_time"><thead><tr><th>run</th><th>status</th><th>overrides</th>'
+            f'<table class="left" data-table="host_time"><thead><tr><th>run</th><th>status</th><th>overrides</th>'
             f"<th>host time (s)</th><th>error</th></tr></thead><tbody>{''.join(rows)}</tbody>"
             f"<tfoot><tr><th>total</th><td></td><td></td><th>{st.host_s_total:.1f} ({_e(_hms(st.host_s_total))})</th>"
             f"<td></td></tr></tfoot></table>"
@@ -112,7 +112,7 @@ def build_report(sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, tit
         f"target accuracies {', '.join(f'{100 * t:g}%' for t in targets)}. Curves: mean over seeds with a "
         "band of ± 1 sample std (ddof=1), seeds interpolated onto a common x grid.</p>",
     ]
-    parts.append("<h2>Methods</h2><table data-table=\"methods\"><thead><tr><th>method</th><th>runs</th><th>seeds</th>"
+    parts.append("<h2>Methods</h2><table class=\"left\" data-table=\"methods\"><thead><tr><th>method</th><th>runs</th><th>seeds</th>"
                  "</tr></thead><tbody>")  # fmt: skip
     for m in sel.methods:
         parts.append(

@@ -184,6 +184,13 @@ def _time_units(v: float) -> tuple[str, float]:
     return _time_unit(v)
 
 
+def _bytes_units(v: float) -> tuple[str, float]:
+    """GB / MB as the run plots, kB and B for small (synthetic, system-only) runs."""
+    if v >= 1e6:
+        return _bytes_unit(v)
+    return ("kB", 1e3) if v >= 1e3 else ("B", 1.0)
+
+
 def fig_accuracy_vs(methods: Sequence[Method], colors: dict, what: str) -> Figure | None:
     s = _acc_scale(methods)
     ylabel = "test accuracy, full model (%)" if s == 100 else "test accuracy, full model"
@@ -193,7 +200,7 @@ def fig_accuracy_vs(methods: Sequence[Method], colors: dict, what: str) -> Figur
     if what == "energy":
         return _curve_figure(methods, colors, "energy_j", "acc_full", _energy_unit, "cumulative fleet energy",
                              ylabel, "Accuracy vs fleet energy", s)  # fmt: skip
-    return _curve_figure(methods, colors, ("bytes_down", "bytes_up"), "acc_full", _bytes_unit,
+    return _curve_figure(methods, colors, ("bytes_down", "bytes_up"), "acc_full", _bytes_units,
                          "cumulative bytes, down + up", ylabel, "Accuracy vs bytes on the wire", s)  # fmt: skip
 
 
@@ -216,9 +223,7 @@ def fig_bytes_per_round(methods: Sequence[Method], colors: dict) -> Figure | Non
     ymax = max((float(np.max(y)) for cs in per.values() for _, y in cs if y.size), default=0.0)
     if not any(per.values()):
         return None
-    unit, div = _bytes_unit(ymax)
-    if ymax < 1e6:
-        unit, div = ("kB", 1e3)
+    unit, div = _bytes_units(ymax)
     fig, ax = _new()
     for m in methods:
         cs = per[m.label]
@@ -281,7 +286,9 @@ def _bars(
                 capsize=3,
             )
             if f.size < a.size:
-                ax.text(pos[j], f.mean() + err, f"{f.size}/{a.size} seeds", ha="center", va="bottom", fontsize=7)
+                ax.text(
+                    pos[j], f.mean() + err, f"{f.size}/{a.size} seeds", ha="center", va="bottom", fontsize=7
+                )
     ax.set_xticks(x, groups)
     ax.grid(False, axis="x")
     ax.set_axisbelow(True)

@@ -63,9 +63,16 @@ def test_accuracy_table_mean_and_sample_std(study: Path) -> None:
     assert acc.rows["fedavg"]["full"].std == pytest.approx(0.02)  # 0.82, 0.78, 0.80
     assert acc.rows["heterofl"]["full"].best and not acc.rows["fedavg"]["full"].best
     # per-level columns only where the method has levels
-    assert "a" in acc.columns and "a" not in acc.rows["fedavg"] and acc.rows["heterofl"]["b"].mean == pytest.approx(0.75)
+    assert (
+        "a" in acc.columns
+        and "a" not in acc.rows["fedavg"]
+        and acc.rows["heterofl"]["b"].mean == pytest.approx(0.75)
+    )
     md = acc.markdown()
-    assert "| heterofl | 3 | **85.00 ± 1.00** |" in md and "| fedavg | 3 | 80.00 ± 2.00 | 75.00 ± 2.00 | – | – |" in md
+    assert (
+        "| heterofl | 3 | **85.00 ± 1.00** |" in md
+        and "| fedavg | 3 | 80.00 ± 2.00 | 75.00 ± 2.00 | – | – |" in md
+    )
 
 
 def test_crossing_is_the_first_row_at_or_above_the_target(study: Path) -> None:
@@ -96,7 +103,9 @@ def test_time_bytes_energy_to_target_with_na_seeds(study: Path) -> None:
     assert tt.rows["fedavg"]["80%"].mean == pytest.approx((sim_time(5, 0) + sim_time(4, 2)) / 2)
     assert tt.cell_text(tt.rows["fedavg"]["80%"]).endswith("(2/3)")
     # nobody reaches 0.9: N/A
-    assert tt.cell_text(tt.rows["fedavg"]["90%"]) == "N/A" and tt.cell_text(tt.rows["heterofl"]["90%"]) == "N/A"
+    assert (
+        tt.cell_text(tt.rows["fedavg"]["90%"]) == "N/A" and tt.cell_text(tt.rows["heterofl"]["90%"]) == "N/A"
+    )
     # best (bold) = smallest mean among methods all of whose seeds reached it
     assert tt.rows["heterofl"]["60%"].best and not tt.rows["fedavg"]["60%"].best
     assert tt.rows["heterofl"]["80%"].best and not tt.rows["fedavg"]["80%"].best
@@ -109,10 +118,14 @@ def test_costs_waste_and_failures(study: Path) -> None:
     assert waste.mean == pytest.approx(20.0) and waste.std == pytest.approx(10.0)
     f = t["failures"]
     assert f.columns == ["depleted", "oom"]
-    assert f.rows["fedavg"]["oom"].mean == pytest.approx(6.0) and f.rows["fedavg"]["depleted"].std == pytest.approx(1.0)
+    assert f.rows["fedavg"]["oom"].mean == pytest.approx(6.0) and f.rows["fedavg"][
+        "depleted"
+    ].std == pytest.approx(1.0)
 
 
-def test_compare_cli_writes_markdown_and_csv(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_compare_cli_writes_markdown_and_csv(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out = tmp_path / "cmp"
     assert main(["compare", str(study), "--out", str(out), "--targets", "0.6", "80"]) == 0
     text = capsys.readouterr().out
@@ -142,7 +155,9 @@ def test_loose_runs_group_by_algorithm_and_name(tmp_path: Path) -> None:
 
 
 def test_align_onto_a_common_grid() -> None:
-    grid, vals = align([(np.array([0.0, 10.0]), np.array([0.0, 1.0])), (np.array([2.0, 8.0, 20.0]), np.array([0, 1, 1.0]))])
+    grid, vals = align(
+        [(np.array([0.0, 10.0]), np.array([0.0, 1.0])), (np.array([2.0, 8.0, 20.0]), np.array([0, 1, 1.0]))]
+    )
     assert grid[0] == 2.0 and grid[-1] == 10.0 and grid.size == 200  # the range every seed covers
     assert vals[0, 0] == pytest.approx(0.2) and vals[1, -1] == pytest.approx(1.0)
 
@@ -165,7 +180,16 @@ def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_
         assert texts[:2] == ["fedavg (n=3)", "heterofl (n=3)"]
         assert any("± 1 std" in x for x in texts), texts
         handles = legend.legend_handles[:2]
-        per_fig_colors.append(tuple(to_hex(h.get_facecolor() if hasattr(h, "get_facecolor") and not hasattr(h, "get_color") else h.get_color()) for h in handles))  # noqa: E501
+        per_fig_colors.append(
+            tuple(
+                to_hex(
+                    h.get_facecolor()
+                    if hasattr(h, "get_facecolor") and not hasattr(h, "get_color")
+                    else h.get_color()
+                )
+                for h in handles
+            )
+        )  # noqa: E501
     assert len(set(per_fig_colors)) == 1, per_fig_colors
     # the band: fill_between polygons on the curve figures
     assert len(figs["accuracy_vs_time"].axes[0].collections) == 2
@@ -178,9 +202,13 @@ def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_
     assert (tmp_path / "plots" / "accuracy_vs_time.svg").read_text().lstrip().startswith("<?xml")
 
 
-def test_plot_cli_dispatches_to_study_plots(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_plot_cli_dispatches_to_study_plots(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert main(["plot", str(study), "--out", str(tmp_path / "p")]) == 0
-    assert (tmp_path / "p" / "time_to_accuracy.svg").is_file() and (tmp_path / "p" / "accuracy_vs_bytes.png").is_file()
+    assert (tmp_path / "p" / "time_to_accuracy.svg").is_file() and (
+        tmp_path / "p" / "accuracy_vs_bytes.png"
+    ).is_file()
 
 
 def test_mixed_duration_timeline_gives_every_task_a_visible_bar(tmp_path: Path) -> None:
