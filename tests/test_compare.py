@@ -139,6 +139,10 @@ def test_compare_cli_writes_markdown_and_csv(
     assert math.isclose(float(fed["60% std"]), np.std([30.0, 21.0, 32.0], ddof=1), rel_tol=1e-5)
     assert (out / "excluded.csv").read_text().splitlines()[1].startswith("fedavg-s3,")
     assert main(["compare", str(study), "--targets", "0"]) == 2
+    # the README's example table is this study's
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for row in ("| fedavg | 3 | 27.7 ± 5.9 | 46.0 ± 5.7 (2/3) |", "| heterofl | 3 | **21.0 ± 1.0** | **44.3 ± 5.9** |"):
+        assert row in readme and row in md
 
 
 def test_loose_runs_group_by_algorithm_and_name(tmp_path: Path) -> None:
