@@ -1,4 +1,4 @@
-"""`iotfl-sim run | validate | plot | profiles | schema`."""
+"""`iotfl-sim run | validate | plot | compare | report | profiles | schema`."""
 
 from __future__ import annotations
 
@@ -84,13 +84,62 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from analysis.plots import PlotInputError, plot_runs
+    from analysis.study import is_study_dir, select
+    from analysis.study_plots import write_study_plots
 
     try:
-        written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
+        if any(is_study_dir(r) for r in args.runs):
+            out = Path(args.out) if args.out else Path(args.runs[0]) / "plots"
+            written = write_study_plots(select(args.runs), out)
+        else:
+            written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
     except PlotInputError as e:
         raise ScenarioError(str(e)) from None
     for p in written:
         print(p)
+    return 0
+
+
+def _targets(args: argparse.Namespace) -> list[float]:
+    bad = [t for t in args.targets if not 0 < t <= 100]
+    if bad:
+        raise ScenarioError(f"--targets: accuracies are fractions in (0, 1] (or percent), got {bad[0]}")
+    return [t / 100 if t > 1 else t for t in args.targets]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import build_tables, compare_markdown, write_tables
+    from analysis.rundir import PlotInputError
+    from analysis.study import is_study_dir, select
+
+    targets = _targets(args)
+    try:
+        sel = select(args.runs, args.by or None)
+        if not sel.methods:
+            raise PlotInputError(
+                "compare: no finished run to compare" + "".join(f"\n{x.id}: {x.reason}" for x in sel.excluded)
+            )
+        tables = build_tables(sel, targets)
+        first = Path(args.runs[0])
+        out = Path(args.out) if args.out else (first if is_study_dir(first) else first.parent) / "compare"
+        written = write_tables(sel, tables, out)
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    print(compare_markdown(sel, tables))
+    for p in written:
+        print(p, file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import write_report
+    from analysis.rundir import PlotInputError
+
+    try:
+        out = write_report(args.runs, Path(args.out) if args.out else None, _targets(args), args.by or None)
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    print(out)
     return 0
 
 
@@ -185,10 +234,40 @@ def build_parser() -> argparse.ArgumentParser:
     scenario_args(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("plot", help="write figures for one or more run folders (overlaid)")
-    p.add_argument("runs", nargs="+", help="run folders")
-    p.add_argument("--out", help="folder for the PNGs (default: <first run>/plots)")
+    p = sub.add_parser(
+        "plot", help="write figures for run folders (overlaid) or a study (mean ± std over seeds)"
+    )
+    p.add_argument("runs", nargs="+", help="run folders, or a study folder")
+    p.add_argument("--out", help="folder for the figures (default: <first run or study>/plots)")
     p.set_defaults(func=cmd_plot)
+
+    def study_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("runs", nargs="+", metavar="RUNS_OR_STUDY", help="study folders and/or run folders")
+        p.add_argument(
+            "--by",
+            nargs="+",
+            metavar="KEY",
+            help="group runs into methods by these scenario keys "
+            "(default: a study's overrides except seed; loose runs: algorithm name + scenario name)",
+        )
+        p.add_argument(
+            "--targets",
+            nargs="+",
+            type=float,
+            default=[0.6, 0.8],
+            metavar="ACC",
+            help="target accuracies (fractions; default 0.6 0.8)",
+        )
+
+    p = sub.add_parser("compare", help="tables over methods and seeds (Markdown and CSV)")
+    study_args(p)
+    p.add_argument("--out", help="folder for compare.md and the CSVs (default: <study>/compare)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="one self-contained HTML report of a study")
+    study_args(p)
+    p.add_argument("--out", help="the HTML file (default: <study>/report.html)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
     p.add_argument("action", choices=["list", "show", "measure"])
