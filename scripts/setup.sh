@@ -39,7 +39,7 @@ else
     fi
     site=--system-site-packages
     [[ "${IOTFL_ISOLATED_VENV:-}" == 1 ]] && site=
-    echo "setup: creating $ROOT/.venv ($("$BASE" -V 2>&1)${site:+, with the system's site-packages})"
+    echo "setup: creating $ROOT/.venv ($("$BASE" -V 2>&1)${site:+, seeing the system site-packages})"
     rm -rf "$ROOT/.venv"
     "$BASE" -m venv $site "$ROOT/.venv"
   fi
