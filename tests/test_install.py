@@ -135,3 +135,15 @@ def test_readme_setup_inside_an_active_venv(managed_python, tmp_path):
     # a developer inside the venv types the commands directly
     direct = _sh("iotfl-sim validate scenarios/quickstart.yaml && python3 -m pytest --version", clone, env)
     assert "ok" in direct.stdout
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Two commands.*?```bash\n(.*?)```", readme, flags=re.S)
+    assert block, "README lost its two commands"
+    lines = [ln.split("#")[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
+    assert len(lines) == 2 and "quickstart.yaml" in lines[0]
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert lines[1] in ci
