@@ -64,25 +64,29 @@ class Source:
     checksums: str  # where the checksums come from
 
 
-_MNIST = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-          "t10k-labels-idx1-ubyte.gz")
+_IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+              "t10k-labels-idx1-ubyte.gz")
+
+
+def _idx_source(base: str, md5s: tuple[str, str, str, str], folder: str, checksums: str) -> Source:
+    """MNIST-style: the four idx files, saved as they are into ``folder`` (MD5s in ``_IDX_FILES`` order)."""
+    return Source(base, tuple(map(RemoteFile, _IDX_FILES, md5s)), "files", folder, checksums)
+
 
 SOURCES: dict[str, Source] = {
-    "mnist": Source(
-        # yann.lecun.com often refuses downloads; PyTorch's mirror serves the same files (same MD5s).
+    # yann.lecun.com often refuses downloads; PyTorch's mirror serves the same files (same MD5s).
+    "mnist": _idx_source(
         "https://ossci-datasets.s3.amazonaws.com/mnist/",
-        tuple(RemoteFile(n, m) for n, m in zip(_MNIST, (
-            "f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
-            "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"), strict=True)),
-        "files", "mnist",
+        ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
+         "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"),
+        "mnist",
         "MD5s as listed by torchvision.datasets.MNIST.resources for the files of http://yann.lecun.com/exdb/mnist/",
     ),
-    "fashion_mnist": Source(
+    "fashion_mnist": _idx_source(
         "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-        tuple(RemoteFile(n, m) for n, m in zip(_MNIST, (
-            "8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
-            "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"), strict=True)),
-        "files", "fashion_mnist",
+        ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
+         "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"),
+        "fashion_mnist",
         "MD5s published in the README of https://github.com/zalandoresearch/fashion-mnist",
     ),
     "cifar10": Source(
