@@ -41,7 +41,11 @@ else
     [[ "${IOTFL_ISOLATED_VENV:-}" == 1 ]] && site=
     echo "setup: creating $ROOT/.venv ($("$BASE" -V 2>&1)${site:+, seeing the system site-packages})"
     rm -rf "$ROOT/.venv"
-    "$BASE" -m venv $site "$ROOT/.venv"
+    if ! "$BASE" -m venv $site "$ROOT/.venv"; then
+      rm -rf "$ROOT/.venv"
+      echo "setup: $BASE -m venv failed; on Debian/Ubuntu: sudo apt-get install python3-venv, then run this again" >&2
+      exit 1
+    fi
   fi
   PY="$ROOT/.venv/bin/python"
   echo "setup: installing into $ROOT/.venv"
