@@ -38,24 +38,27 @@ def _real_python() -> Path:
 
 @pytest.fixture(scope="module")
 def managed_python(tmp_path_factory) -> Path:
+    return _managed_prefix(tmp_path_factory.mktemp("managed-python"))
+
+
+def _managed_prefix(prefix: Path, without: tuple[str, ...] = ()) -> Path:
     """A throwaway Python prefix that PEP 668 marks as externally managed, like Debian 12's /usr.
 
     bin/python3.X is a copy of the base interpreter (so its prefix is this folder), lib/python3.X links to
     every stdlib entry plus an ``EXTERNALLY-MANAGED`` marker, and its site-packages holds only a ``.pth``
     naming the running interpreter's site-packages (torch and the rest become importable, as a distribution's
-    packages would be). Returns its bin folder.
+    packages would be). Stdlib entries named in ``without`` are left out. Returns its bin folder.
     """
-    prefix = tmp_path_factory.mktemp("managed-python")
     ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     stdlib = Path(sysconfig.get_paths(vars={"installed_base": sys.base_prefix, "base": sys.base_prefix})["stdlib"])
     bin_dir = prefix / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     shutil.copy2(_real_python(), bin_dir / ver)
     (bin_dir / "python3").symlink_to(ver)
     lib = prefix / "lib" / ver
     lib.mkdir(parents=True)
     for entry in stdlib.iterdir():
-        if entry.name not in ("site-packages", "dist-packages", "EXTERNALLY-MANAGED"):
+        if entry.name not in ("site-packages", "dist-packages", "EXTERNALLY-MANAGED", *without):
             (lib / entry.name).symlink_to(entry)
     (lib / "EXTERNALLY-MANAGED").write_text(
         "[externally-managed]\nError=This test Python is externally managed (PEP 668): use a venv.\n"
@@ -135,6 +138,15 @@ def test_readme_setup_inside_an_active_venv(managed_python, tmp_path):
     # a developer inside the venv types the commands directly
     direct = _sh("iotfl-sim validate scenarios/quickstart.yaml && python3 -m pytest --version", clone, env)
     assert "ok" in direct.stdout
+
+
+def test_setup_names_the_debian_package_when_venv_is_missing(tmp_path):
+    """Debian's python3 without python3-venv has no ensurepip: setup says what to install, leaves no .venv."""
+    bin_dir = _managed_prefix(tmp_path / "py", without=("ensurepip",))
+    clone = _clone(tmp_path)
+    done = subprocess.run(["bash", "scripts/setup.sh"], cwd=clone, env=_clean_env(bin_dir), capture_output=True, text=True)
+    assert done.returncode == 1 and "apt-get install python3-venv" in done.stderr, done.stderr
+    assert not (clone / ".venv").exists()
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
