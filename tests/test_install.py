@@ -136,8 +136,8 @@ def test_readme_setup_inside_an_active_venv(managed_python, tmp_path):
     _check_quickstart(clone, env, tmp_path)
     assert not (clone / ".venv").exists()  # installed into the active venv, not a new one
     # a developer inside the venv types the commands directly
-    direct = _sh("iotfl-sim validate scenarios/quickstart.yaml && python3 -m pytest --version", clone, env)
-    assert "ok" in direct.stdout
+    direct = _sh("iotfl-sim profiles list && python3 -m pytest --version", clone, env)
+    assert "raspberry_pi_4b" in direct.stdout
 
 
 def test_setup_names_the_debian_package_when_venv_is_missing(tmp_path):
