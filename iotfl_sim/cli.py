@@ -207,6 +207,17 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from iotfl_sim.fl.data import DatasetError
+    from iotfl_sim.fl.download import DownloadError, download
+
+    try:
+        download(args.name, args.root, mirror=args.mirror)
+    except (DownloadError, DatasetError) as e:
+        raise ScenarioError(f"data download: {e}") from None
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from iotfl_sim.scenario.model import Scenario
 
@@ -283,6 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-w", type=float, help="measure: idle power to record, W (not measured)")
     p.add_argument("--train-w", type=float, help="measure: training power to record, W (not measured)")
     p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("data", help="download a dataset's official files, checksum-verified, into a data root")
+    p.add_argument("action", choices=["download"])
+    p.add_argument("name", help="mnist | fashion_mnist | cifar10 | cifar100 | femnist | har")
+    p.add_argument("--root", help="the data root (default: $IOTFL_DATA); files go where the loaders look")
+    p.add_argument("--mirror", help="base URL serving <URL>/<name>/<file> instead of the official site "
+                   "(default: $IOTFL_DATA_MIRROR; femnist needs one)")
+    p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
     p.set_defaults(func=cmd_schema)
