@@ -95,11 +95,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from iotfl_sim.study import load_study, sweep
+    from iotfl_sim.study import read_study, sweep
 
     if args.workers is not None and args.workers < 1:
         raise ScenarioError(f"sweep --workers: must be >= 1 (got {args.workers}); e.g. --workers 2")
-    study = load_study(args.study)
+    study = read_study(args.study)
     res = sweep(study, args.out, workers=args.workers, progress=False if args.quiet else None)
     counts = ", ".join(f"{s} {res.count(s)}" for s in ("done", "failed", "interrupted", "pending") if res.count(s))
     print(f"study: {res.folder} ({len(res.records)} runs: {counts})")

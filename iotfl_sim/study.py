@@ -234,7 +234,7 @@ def load_point(base: dict[str, Any], sets: list[str], check: bool = False):
     return sc, groups
 
 
-def load_study(path: str | Path, check: bool = True) -> Study:
+def read_study(path: str | Path, check: bool = True) -> Study:
     """Read and validate a study file and every one of its points; ScenarioError names the point."""
     import contextlib
 

@@ -17,7 +17,7 @@ from conftest import base_scenario
 
 from iotfl_sim.cli import main
 from iotfl_sim.scenario.loader import ScenarioError
-from iotfl_sim.study import expand, load_study, run_id, sweep
+from iotfl_sim.study import expand, read_study, run_id, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def test_index_failures_and_rerun(tmp_path):
     base["data"] = {"dataset": "digits", "root": str(tmp_path / "bad_data")}
     p = write_study(tmp_path, {"name": "st", "base": "base.yaml", "grid": {"data.dataset": ["digits", "mnist"], "seed": [1, 2]},
                                "workers": 2}, base)  # fmt: skip
-    study = load_study(p)
+    study = read_study(p)
     res = sweep(study, tmp_path / "out", progress=False)
     folder = tmp_path / "out" / "st"
     assert res.folder == folder
@@ -123,14 +123,14 @@ def test_index_failures_and_rerun(tmp_path):
 
     done = [folder / r["run_dir"] / "summary.json" for r in recs if r["status"] == "done"]
     before = [(s.stat().st_ino, s.stat().st_mtime_ns) for s in done]
-    res2 = sweep(load_study(p), tmp_path / "out", progress=False)
+    res2 = sweep(read_study(p), tmp_path / "out", progress=False)
     assert [(s.stat().st_ino, s.stat().st_mtime_ns) for s in done] == before
     assert [r["status"] for r in res2.records] == ["done", "done", "failed", "failed"]
 
     changed = dict(base, rounds=2)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(changed))
     with pytest.raises(ScenarioError, match="base scenario differs"):
-        sweep(load_study(p), tmp_path / "out", progress=False)
+        sweep(read_study(p), tmp_path / "out", progress=False)
 
 
 def test_kill_half_way_then_rerun_completes_only_the_missing(tmp_path):
