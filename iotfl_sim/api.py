@@ -6,6 +6,7 @@
 {'acc_full': 0.62, 'acc_avg': 0.55, ...}
 >>> run = iotfl_sim.load_run(res.path)                                      # doctest: +SKIP
 >>> run.rounds[["round", "acc_full", "energy_j"]]      # a DataFrame when pandas is installed   # doctest: +SKIP
+>>> study = iotfl_sim.sweep("lr_vs_method.study.yaml", workers=4)            # doctest: +SKIP
 >>> study = iotfl_sim.load_study("studies/lr_vs_method")                    # doctest: +SKIP
 >>> study.table()                                      # one row per run: overrides + figures   # doctest: +SKIP
 
@@ -251,6 +252,32 @@ class StudyRuns:
             row["error"] = r["error"]
             rows.append(row)
         return _table(rows)
+
+
+def sweep(
+    study: Any, out: str | Path = "studies", workers: int | None = None, progress: bool = False
+) -> StudyRuns:
+    """Run a study, as ``iotfl-sim sweep`` does, and open its folder ``<out>/<name>/``.
+
+    ``study``: a study YAML file, or a dict of the same fields (a relative ``base`` path then resolves from
+    the current folder). Complete runs already in the folder are kept; bad input raises ``ScenarioError``;
+    failed runs are in the records with their ``error``.
+
+    >>> study = iotfl_sim.sweep({"name": "lr", "base": "scenarios/quickstart.yaml",
+    ...                          "grid": {"local.lr": [0.01, 0.05], "seed": [0, 1]}}, workers=2)  # doctest: +SKIP
+    >>> study.table()[["local.lr", "seed", "acc_full"]]                                        # doctest: +SKIP
+    """
+    import yaml
+
+    from iotfl_sim.study import read_study
+    from iotfl_sim.study import sweep as run_study
+
+    if isinstance(study, Mapping):
+        spec = read_study(Path.cwd() / "<study>", text=yaml.safe_dump(dict(study), sort_keys=False))
+    else:
+        spec = read_study(study)
+    res = run_study(spec, out, workers=workers, progress=progress)
+    return StudyRuns(res.folder)
 
 
 def load_study(path: str | Path) -> StudyRuns:

@@ -25,6 +25,7 @@ runs, resumes interrupted or killed ones (``sim.engine.resume_run``) and runs th
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -234,14 +235,22 @@ def load_point(base: dict[str, Any], sets: list[str], check: bool = False):
     return sc, groups
 
 
-def read_study(path: str | Path, check: bool = True) -> Study:
-    """Read and validate a study file and every one of its points; ScenarioError names the point."""
-    import contextlib
-
+def read_study(path: str | Path, check: bool = True, *, text: str | None = None) -> Study:
+    """Read and validate a study file and every one of its points; ScenarioError names the point.
+    ``text``: the study's YAML given directly (``path`` then only names it; a relative ``base`` resolves
+    from ``path``'s folder)."""
+    from iotfl_sim.scenario import safe_yaml
     from iotfl_sim.scenario.loader import resolved_dict
 
     path = Path(path)
-    doc = read_yaml(path, "study")
+    if text is None:
+        doc = read_yaml(path, "study")
+        text = path.read_text()
+    else:
+        try:
+            doc = safe_yaml.load(text, str(path))
+        except safe_yaml.YamlInputError as e:
+            raise ScenarioError(str(e)) from None
     if not isinstance(doc.data, dict):
         raise ScenarioError(f"{path}: a study is a YAML mapping (name:, base:, grid:, ...)")
     try:
@@ -258,7 +267,7 @@ def read_study(path: str | Path, check: bool = True) -> Study:
         base_dir = base_path.parent
     else:
         base_path, base_dir = None, path.resolve().parent
-    study = Study(path, path.read_text(), spec, base_path, base_dir, {})
+    study = Study(path, text, spec, base_path, base_dir, {})
     notes = io.StringIO()  # "algorithm changed ... dropped options": once per study, not once per point
     with contextlib.redirect_stderr(notes):
         sc, groups = load_point(study.task_base(), study.executor_sets)
@@ -352,7 +361,8 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
         else:
             if run_dir.exists():  # made but killed before its scenario was written: start it over
                 shutil.rmtree(run_dir)
-            sc, groups = load_point(task["base"], task["sets"])
+            with contextlib.redirect_stderr(io.StringIO()):  # the sweep printed load notes once already
+                sc, groups = load_point(task["base"], task["sets"])
             _, summary = run_scenario(
                 sc, groups, None, resolved_dict(sc, groups), progress=False,
                 base_dir=Path(task["base"]["base_dir"]), run_dir=run_dir,
@@ -372,6 +382,23 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- sweep
+
+
+class _NoMainReimport:
+    """Spawned workers re-run the parent's ``__main__`` script unless told not to; a notebook-style script
+    calling the sweep at top level would then start the sweep again in every worker. The workers need
+    nothing from ``__main__`` (the task is ``iotfl_sim.study._run_task``), so hide its file meanwhile."""
+
+    def __enter__(self) -> None:
+        self.main = sys.modules.get("__main__")
+        self.file = None
+        if self.main is not None and getattr(self.main, "__spec__", None) is None and hasattr(self.main, "__file__"):
+            self.file = self.main.__file__
+            del self.main.__file__
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.file is not None:
+            self.main.__file__ = self.file  # type: ignore[union-attr]
 
 
 @dataclass
@@ -466,7 +493,7 @@ def sweep(
             previous[sig] = signal.signal(sig, on_signal)
     try:
         if todo:
-            with cf.ProcessPoolExecutor(
+            with _NoMainReimport(), cf.ProcessPoolExecutor(
                 max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(events, stop_event),
                 max_tasks_per_child=study.spec.runs_per_worker,
             ) as pool:  # fmt: skip

@@ -90,3 +90,14 @@ def test_load_study_table(tmp_path, no_pandas):
     assert table[2]["energy_j"] is None and table[2]["error"] == "RuntimeError: boom"
     assert iotfl_sim.load_study(folder / "study.json").name == "st"
     assert yaml.safe_load((folder / "runs/seed=1/scenario.resolved.yaml").read_text())["seed"] == 1
+
+
+def test_sweep_from_dict(tmp_path, monkeypatch, no_pandas):
+    """iotfl_sim.sweep takes a study as a dict (inline base) and returns the opened study folder."""
+    monkeypatch.chdir(tmp_path)
+    study = iotfl_sim.sweep(
+        {"name": "d", "base": base_scenario(numerics="none"), "grid": {"seed": [1, 2]}, "workers": 1}, out="st"
+    )
+    assert study.path.resolve() == tmp_path / "st" / "d" and [r["status"] for r in study.records] == ["done", "done"]
+    assert [(row["seed"], row["status"]) for row in study.table()] == [(1, "done"), (2, "done")]
+    assert study.runs["seed=2"].scenario["seed"] == 2
