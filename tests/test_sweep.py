@@ -179,3 +179,20 @@ def test_kill_half_way_then_rerun_completes_only_the_missing(tmp_path):
     for r in final:
         rows = list(csv.DictReader((out / "k" / r["run_dir"] / "rounds.csv").open()))
         assert [int(x["round"]) for x in rows] == [1, 2, 3, 4]
+
+
+def test_readme_study_example_validates(tmp_path):
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "grid:" in b)
+    data = yaml.safe_load(block)
+    data["base"] = str(ROOT / data["base"])
+    study = read_study(write_study(tmp_path, data))
+    assert len(study.points) == 12
+    assert study.points[1].id == "algorithm.name=fedavg,seed=0,local.lr=0.05,local.epochs=2"
+    logging = next(b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "tensorboard: true" in b)
+    from iotfl_sim.scenario.model import Output
+
+    out = Output.model_validate(yaml.safe_load(logging)["output"])
+    assert out.tensorboard and out.wandb is not None and out.wandb.mode == "offline"
