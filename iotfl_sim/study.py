@@ -197,10 +197,6 @@ class Study:
     def executor_sets(self) -> list[str]:
         return [f"executor={json.dumps(self.spec.executor if self.spec.executor is not None else DEFAULT_EXECUTOR)}"]
 
-    def load_point(self, overrides: dict[str, Any]):
-        """(scenario, groups) of a point, validated like ``iotfl-sim run`` does before training."""
-        return load_point(self.task_base(), self.executor_sets + set_args(overrides))
-
     def task_base(self) -> dict[str, Any]:
         return {
             "path": str(self.base_path) if self.base_path is not None else None,
@@ -223,8 +219,10 @@ def load_point(base: dict[str, Any], sets: list[str], check: bool = False):
         source = base["path"] or f"{base['study']}: base"
         groups = resolve_groups(sc, base_dir / "device_profiles", source)
         if check:
+            from iotfl_sim.output.loggers import check_available
             from iotfl_sim.sim.preflight import check_data, check_system
 
+            check_available(sc.output, source)
             check_data(sc, sum(g.count for g in groups), source)
             check_system(sc, groups, base_dir, source)
     except ScenarioError as e:
