@@ -1,4 +1,4 @@
-"""`iotfl-sim run | validate | plot | compare | report | profiles | schema`."""
+"""`iotfl-sim run | validate | sweep | plot | compare | report | profiles | data | schema`."""
 
 from __future__ import annotations
 
@@ -143,6 +143,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from iotfl_sim.study import read_study, sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise ScenarioError(f"sweep --workers: must be >= 1 (got {args.workers}); e.g. --workers 2")
+    study = read_study(args.study)
+    res = sweep(study, args.out, workers=args.workers, progress=False if args.quiet else None)
+    counts = ", ".join(f"{s} {res.count(s)}" for s in ("done", "failed", "interrupted", "pending") if res.count(s))
+    print(f"study: {res.folder} ({len(res.records)} runs: {counts})")
+    for r in res.records:
+        if r["status"] == "failed":
+            print(f"failed {r['id']}: {r['error']}")
+    if res.stopped or any(r["status"] in ("interrupted", "pending") for r in res.records):
+        print(f"stopped; continue with: iotfl-sim sweep {args.study}" + (f" --out {args.out}" if args.out != "studies" else ""))
+        return EXIT_INTERRUPTED
+    return 1 if res.count("failed") else 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     if args.action == "list":
         rows = []
@@ -279,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     study_args(p)
     p.add_argument("--out", help="the HTML file (default: <study>/report.html)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="run every point of a study (a base scenario and a grid of overrides) in parallel")
+    p.add_argument("study", help="study YAML file (name:, base:, grid:, zip:)")
+    p.add_argument("--out", default="studies", help="parent of the study folder <out>/<name>/ (default: studies)")
+    p.add_argument("--workers", type=int, help="runs at a time (default: the study's workers, else one per core)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
     p.add_argument("action", choices=["list", "show", "measure"])

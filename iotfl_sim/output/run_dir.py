@@ -27,6 +27,7 @@ from iotfl_sim.fleet.fleet import FAILURE_REASONS
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.scenario.loader import ScenarioError
 
+_UNSET = object()
 ROUND_COLUMNS_HEAD = [
     "round", "sim_time_s", "round_time_s", "selected", "completed",
     *(f"failed_{r}" for r in FAILURE_REASONS), "alive",
@@ -122,6 +123,7 @@ class RunRecorder:
         self.events_written = 0  # lines, counted from the start of the run
         # a resumed run's replay retraces the event log (holds and all) without writing the lines already on disk
         self._skip = int(offsets.get("events_lines", 0)) if offsets is not None else 0
+        self._loggers: Any = _UNSET  # output.tensorboard / output.wandb, started at the first row
 
     def offsets(self) -> dict[str, int]:
         """Byte lengths of the appended files, everything written so far flushed."""
@@ -220,6 +222,12 @@ class RunRecorder:
         self._rounds_f.write(line)
         self._rounds_f.flush()
         faults.hit("row_written")
+        if self._loggers is _UNSET:
+            from iotfl_sim.output.loggers import RoundLoggers
+
+            self._loggers = RoundLoggers.for_run(self.path)
+        if self._loggers is not None:
+            self._loggers.round({k: row.get(k) for k in self.columns})
 
     def devices(self, columns: dict[str, Any]) -> None:
         """Write devices.csv from per-device columns (arrays of equal length)."""
@@ -234,6 +242,8 @@ class RunRecorder:
         write_atomic(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
+        if self._loggers not in (None, _UNSET):
+            self._loggers.close()
         self._rounds_f.close()
         if self._events_f is not None:
             self._holds.clear()

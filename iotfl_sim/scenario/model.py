@@ -295,11 +295,29 @@ class Checkpoint(Strict):
     keep: int = Field(2, ge=1, description="how many of the newest checkpoints to keep")
 
 
+class Wandb(Strict):
+    """A Weights & Biases run mirroring rounds.csv (``pip install 'iotfl-sim[wandb]'``)."""
+
+    project: str = Field(min_length=1, max_length=128, description="W&B project")
+    mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", description="offline: written under <run>/wandb/ (upload later with `wandb sync`); online: needs a login"
+    )
+    entity: str | None = Field(None, max_length=128, description="W&B entity (team or user); null: the default")
+
+
 class Output(Strict):
     dir: str = "runs"
     events: Literal["all", "failures", "none"] = "all"
     progress: bool | None = Field(None, description="progress bar; null: only when writing to a terminal")
     checkpoint: Checkpoint = Checkpoint()
+    tensorboard: bool = Field(
+        False,
+        description="also write each rounds.csv row as TensorBoard scalars under <run>/tensorboard/, and the resolved "
+        "scenario as text (pip install 'iotfl-sim[tensorboard]'); never changes results",
+    )
+    wandb: Wandb | None = Field(
+        None, description="also log each round to a W&B run, config = the resolved scenario (null: off); never changes results"
+    )
 
 
 class Executor(Strict):

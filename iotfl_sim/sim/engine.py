@@ -722,8 +722,10 @@ def run_scenario(
     resolved: dict,
     progress: bool | None = None,
     base_dir: Path | None = None,
+    run_dir: Path | None = None,
 ) -> tuple[Path | None, dict[str, Any]]:
-    """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing)."""
+    """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
+    ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``)."""
     from tqdm import tqdm
 
     bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
@@ -732,8 +734,12 @@ def run_scenario(
     lock = None
     try:
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)  # fails on bad input before any folder is made
-        if out_parent is not None:
+        if run_dir is not None:
+            path = Path(run_dir)
+            path.mkdir(parents=True)  # never into an existing folder
+        elif out_parent is not None:
             path = new_run_dir(out_parent, sc.name)
+        if path is not None:
             lock = RunLock(path)
             recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_energy_columns(sim))
             recorder.scenario(resolved)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from iotfl_sim.fl.data import NATURAL_GROUPS, DatasetError, check_files
 from iotfl_sim.fl.recipe import DATASET_SHAPES
+from iotfl_sim.output.loggers import check_available
 from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
@@ -41,6 +42,7 @@ def preflight(
     """Raise ScenarioError for anything that would stop ``run`` before its first round (``out``: the
     ``--out`` option, else ``output.dir``)."""
     check_output(out if out is not None else sc.output.dir, "--out" if out is not None else "output.dir", source)
+    check_available(sc.output, source)  # output.tensorboard / output.wandb: their optional packages
     check_data(sc, sum(g.count for g in groups), source)
     check_system(sc, groups, base_dir, source)
 
