@@ -48,6 +48,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from iotfl_sim.output.run_dir import write_atomic
 from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml
+from iotfl_sim.scenario.model import plain_name
 from iotfl_sim.scenario.profile import Strict
 
 STATUSES = ("pending", "running", "done", "failed", "interrupted")
@@ -81,12 +82,7 @@ class StudyFile(Strict):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", v):
-            raise ValueError(
-                f"{v!r} is not a plain name: it names the study folder <out>/<name>/, so use only letters, digits, "
-                "'_', '-' and '.' (no '/', spaces, or leading '.' or '-'); e.g. name: lr_sweep"
-            )
-        return v
+        return plain_name(v, "the study folder <out>/<name>/", "lr_sweep")
 
     @field_validator("grid", "zip_")
     @classmethod

@@ -359,6 +359,16 @@ class Executor(Strict):
         return self
 
 
+
+def plain_name(v: str, names: str, example: str) -> str:
+    """``v`` if it can name a folder inside another (``names`` says which), else a ValueError that says why."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", v):
+        raise ValueError(
+            f"{v!r} is not a plain name: it names {names}, so use only letters, digits, '_', '-' and '.' "
+            f"(no '/', '\\', spaces, or leading '.' or '-'); e.g. name: {example}"
+        )
+    return v
+
 class Scenario(Strict):
     name: str = Field(
         max_length=100, description="names the run folder, <output.dir>/<name>-<timestamp>: letters, digits, _ - ."
@@ -383,12 +393,7 @@ class Scenario(Strict):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", v):
-            raise ValueError(
-                f"{v!r} is not a plain name: it names the run folder <output.dir>/<name>-<timestamp>, so use only "
-                "letters, digits, '_', '-' and '.' (no '/', '\\', spaces, or leading '.' or '-'); e.g. name: my_study"
-            )
-        return v
+        return plain_name(v, "the run folder <output.dir>/<name>-<timestamp>", "my_study")
 
     @model_validator(mode="after")
     def _one_selection_size(self) -> Scenario:
