@@ -42,6 +42,9 @@ PNG_SOFTWARE = "iotfl-sim analysis.plots"
 DPI = 150
 FIGSIZE = (7.5, 4.6)
 MAX_TIMELINE_DEVICES = 20
+# every timeline bar is drawn at least this fraction of the time axis wide: a 2 s task next to hour-long
+# LoRaWAN uploads would otherwise be thinner than a pixel (phases after a widened bar shift right to follow it)
+MIN_BAR_FRACTION = 0.004
 
 PHASE_COLORS = {"download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A", "server": "#B276B2"}
 SERVER = -1  # the device id of the server's own events (server_work)
@@ -527,6 +530,30 @@ def _server_spans(
     return {"server": spans}, [], []
 
 
+_PHASE_ORDER = {"server": 0, "download": 1, "train": 2, "upload": 3}
+
+
+def widen_spans(
+    phases: dict[str, list[tuple[float, float]]], min_w: float
+) -> dict[str, list[tuple[float, float]]]:
+    """(start, width) spans of one timeline row, each at least ``min_w`` wide and not hiding another.
+
+    Spans are taken in time order (download, train, upload within a task); a span that a widened
+    earlier span would cover starts where that one ends instead, so every phase stays visible.
+    """
+    items = sorted(
+        (s, _PHASE_ORDER.get(p, 9), w, p) for p, spans in phases.items() for s, w in spans if np.isfinite(s)
+    )
+    out: dict[str, list[tuple[float, float]]] = {p: [] for p in phases}
+    cursor = -np.inf
+    for s, _, w, p in items:
+        start = max(s, cursor)
+        width = max(w, min_w)
+        out[p].append((start, width))
+        cursor = start + width
+    return out
+
+
 def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     """Gantt chart of up to 20 devices of the first run: download / train / upload bars, failures as red x."""
     run = runs[0]
@@ -557,12 +584,13 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     late_x: list[float] = []
     late_y: list[int] = []
     drawn: set[str] = set()
+    min_w = MIN_BAR_FRACTION * t_max / div
     for y, d in enumerate(rows):
         phases, fails, lates = data[d]
-        for phase, spans in phases.items():
-            if spans:
+        shown = widen_spans({p: [(s / div, w / div) for s, w in spans] for p, spans in phases.items()}, min_w)
+        for phase, segs in shown.items():
+            if segs:
                 drawn.add(phase)
-                segs = [(s / div, w / div) for s, w in spans]
                 ax.broken_barh(segs, (y - height / 2, height), facecolors=PHASE_COLORS[phase], linewidth=0)
         fail_x += [t / div for t in fails]
         fail_y += [y] * len(fails)

@@ -282,6 +282,11 @@ def load_run(path: str | Path, device_columns: Iterable[str] | None = None) -> R
     if not rounds_path.is_file():
         raise PlotInputError(f"{rounds_path}: missing; a run directory must contain {RUN_DIR_CONTENTS}")
     rounds = _read_csv_columns(rounds_path, None, numeric_only=True)
+    if "round" not in rounds:
+        raise PlotInputError(
+            f"{rounds_path}: no 'round' column in its header, so it is not the rounds.csv of a run; give the folder "
+            "that `iotfl-sim run` printed"
+        )
 
     devices: dict[str, np.ndarray] = {}
     devices_path = path / "devices.csv"

@@ -1,4 +1,4 @@
-"""`iotfl-sim run | validate | plot | profiles | schema`."""
+"""`iotfl-sim run | validate | sweep | plot | compare | report | profiles | data | schema`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.loader import (
     ScenarioError,
     available_profiles,
@@ -19,6 +20,7 @@ from iotfl_sim.scenario.loader import (
 )
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def _scenario_and_groups(args: argparse.Namespace):
@@ -27,14 +29,33 @@ def _scenario_and_groups(args: argparse.Namespace):
     return sc, resolve_groups(sc, base, str(args.scenario))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from iotfl_sim.sim.engine import run_scenario
-
+def _checked(args: argparse.Namespace):
+    """The scenario and its groups, after every check `run` makes before training (run and validate)."""
     sc, groups = _scenario_and_groups(args)
-    out = args.out if args.out is not None else sc.output.dir
-    progress = False if args.quiet else sc.output.progress
-    base = Path(args.scenario).resolve().parent
-    path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
+    from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
+
+    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
+    return sc, groups
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from iotfl_sim.sim.engine import resume_run, run_scenario
+
+    if args.resume is not None:
+        if args.scenario is not None or args.set or args.out is not None:
+            raise ScenarioError("run --resume RUN_DIR: give no scenario, --set or --out; the run continues as it started")
+        path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None)
+    else:
+        if args.scenario is None:
+            raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
+        sc, groups = _checked(args)
+        out = args.out if args.out is not None else sc.output.dir
+        progress = False if args.quiet else sc.output.progress
+        base = Path(args.scenario).resolve().parent
+        path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
+    if summary.get("status") == "interrupted":
+        print(f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}")
+        return EXIT_INTERRUPTED
     acc = summary["final_accuracy"]
     parts = [f"run: {path}"]
     if summary.get("data_notes"):
@@ -52,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    sc, groups = _scenario_and_groups(args)
+    sc, groups = _checked(args)
     sizes = ", ".join(f"{g.name} x{g.count}" for g in groups)
     if sc.fleet.cost_model == "roofline":
         for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
@@ -63,14 +84,81 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from analysis.plots import PlotInputError, plot_runs
+    from analysis.study import is_study_dir, select
+    from analysis.study_plots import write_study_plots
 
     try:
-        written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
+        if any(is_study_dir(r) for r in args.runs):
+            out = Path(args.out) if args.out else Path(args.runs[0]) / "plots"
+            written = write_study_plots(select(args.runs), out)
+        else:
+            written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
     except PlotInputError as e:
         raise ScenarioError(str(e)) from None
     for p in written:
         print(p)
     return 0
+
+
+def _targets(args: argparse.Namespace) -> list[float]:
+    bad = [t for t in args.targets if not 0 < t <= 100]
+    if bad:
+        raise ScenarioError(f"--targets: accuracies are fractions in (0, 1] (or percent), got {bad[0]}")
+    return [t / 100 if t > 1 else t for t in args.targets]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import build_tables, compare_markdown, write_tables
+    from analysis.rundir import PlotInputError
+    from analysis.study import is_study_dir, select
+
+    targets = _targets(args)
+    try:
+        sel = select(args.runs, args.by or None)
+        if not sel.methods:
+            raise PlotInputError(
+                "compare: no finished run to compare" + "".join(f"\n{x.id}: {x.reason}" for x in sel.excluded)
+            )
+        tables = build_tables(sel, targets)
+        first = Path(args.runs[0])
+        out = Path(args.out) if args.out else (first if is_study_dir(first) else first.parent) / "compare"
+        written = write_tables(sel, tables, out)
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    print(compare_markdown(sel, tables))
+    for p in written:
+        print(p, file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import write_report
+    from analysis.rundir import PlotInputError
+
+    try:
+        out = write_report(args.runs, Path(args.out) if args.out else None, _targets(args), args.by or None)
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    print(out)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from iotfl_sim.study import read_study, sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise ScenarioError(f"sweep --workers: must be >= 1 (got {args.workers}); e.g. --workers 2")
+    study = read_study(args.study)
+    res = sweep(study, args.out, workers=args.workers, progress=False if args.quiet else None)
+    counts = ", ".join(f"{s} {res.count(s)}" for s in ("done", "failed", "interrupted", "pending") if res.count(s))
+    print(f"study: {res.folder} ({len(res.records)} runs: {counts})")
+    for r in res.records:
+        if r["status"] == "failed":
+            print(f"failed {r['id']}: {r['error']}")
+    if res.stopped or any(r["status"] in ("interrupted", "pending") for r in res.records):
+        print(f"stopped; continue with: iotfl-sim sweep {args.study}" + (f" --out {args.out}" if args.out != "studies" else ""))
+        return EXIT_INTERRUPTED
+    return 1 if res.count("failed") else 0
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -121,7 +209,7 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
     text = yaml.safe_dump(data, sort_keys=False, width=200)
     try:  # what we write must load back as a profile
-        DeviceProfile.model_validate(yaml.safe_load(text))
+        DeviceProfile.model_validate(safe_yaml.load(text, "measured profile").data)
     except ValidationError as e:
         raise ScenarioError(f"profiles measure: the measured profile does not validate: {e.errors()[0]['msg']}") from None
     if out is None:
@@ -134,6 +222,17 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
             f"wrote {out}: {c['flops'] / 1e9:.1f} GFLOP/s, {c['mem_bw_gbs']:.1f} GB/s, "
             f"{c['op_overhead_us']:.1f} us/op"
         )
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from iotfl_sim.fl.data import DatasetError
+    from iotfl_sim.fl.download import DownloadError, download
+
+    try:
+        download(args.name, args.root, mirror=args.mirror)
+    except (DownloadError, DatasetError) as e:
+        raise ScenarioError(f"data download: {e}") from None
     return 0
 
 
@@ -152,8 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("scenario", help="scenario YAML file")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
 
-    p = sub.add_parser("run", help="run a scenario into a new run folder")
-    scenario_args(p)
+    p = sub.add_parser("run", help="run a scenario into a new run folder, or continue one (--resume)")
+    p.add_argument("scenario", nargs="?", help="scenario YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue this run folder from its last checkpoint")
     p.add_argument("--out", help="parent folder of the run folder (default: the scenario's output.dir)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
@@ -162,10 +263,47 @@ def build_parser() -> argparse.ArgumentParser:
     scenario_args(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("plot", help="write figures for one or more run folders (overlaid)")
-    p.add_argument("runs", nargs="+", help="run folders")
-    p.add_argument("--out", help="folder for the PNGs (default: <first run>/plots)")
+    p = sub.add_parser(
+        "plot", help="write figures for run folders (overlaid) or a study (mean ± std over seeds)"
+    )
+    p.add_argument("runs", nargs="+", help="run folders, or a study folder")
+    p.add_argument("--out", help="folder for the figures (default: <first run or study>/plots)")
     p.set_defaults(func=cmd_plot)
+
+    def study_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("runs", nargs="+", metavar="RUNS_OR_STUDY", help="study folders and/or run folders")
+        p.add_argument(
+            "--by",
+            nargs="+",
+            metavar="KEY",
+            help="group runs into methods by these scenario keys "
+            "(default: a study's overrides except seed; loose runs: algorithm name + scenario name)",
+        )
+        p.add_argument(
+            "--targets",
+            nargs="+",
+            type=float,
+            default=[0.6, 0.8],
+            metavar="ACC",
+            help="target accuracies (fractions; default 0.6 0.8)",
+        )
+
+    p = sub.add_parser("compare", help="tables over methods and seeds (Markdown and CSV)")
+    study_args(p)
+    p.add_argument("--out", help="folder for compare.md and the CSVs (default: <study>/compare)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="one self-contained HTML report of a study")
+    study_args(p)
+    p.add_argument("--out", help="the HTML file (default: <study>/report.html)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="run every point of a study (a base scenario and a grid of overrides) in parallel")
+    p.add_argument("study", help="study YAML file (name:, base:, grid:, zip:)")
+    p.add_argument("--out", default="studies", help="parent of the study folder <out>/<name>/ (default: studies)")
+    p.add_argument("--workers", type=int, help="runs at a time (default: the study's workers, else one per core)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
     p.add_argument("action", choices=["list", "show", "measure"])
@@ -182,6 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-w", type=float, help="measure: training power to record, W (not measured)")
     p.set_defaults(func=cmd_profiles)
 
+    p = sub.add_parser("data", help="download a dataset's official files, checksum-verified, into a data root")
+    p.add_argument("action", choices=["download"])
+    p.add_argument("name", help="mnist | fashion_mnist | cifar10 | cifar100 | femnist | har")
+    p.add_argument("--root", help="the data root (default: $IOTFL_DATA); files go where the loaders look")
+    p.add_argument("--mirror", help="base URL serving <URL>/<name>/<file> instead of the official site "
+                   "(default: $IOTFL_DATA_MIRROR; femnist needs one)")
+    p.set_defaults(func=cmd_data)
+
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
     p.set_defaults(func=cmd_schema)
     return ap
@@ -192,7 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ScenarioError as e:
-        print(f"error: {e}", file=sys.stderr)
+        sys.stdout.flush()
+        lines = [x for x in str(e).splitlines() if x.strip()] or ["bad input"]
+        sys.stderr.write("".join(f"error: {x}\n" for x in lines))  # every line ends with a newline
+        sys.stderr.flush()
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `iotfl-sim schema | head`
         import os
@@ -201,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

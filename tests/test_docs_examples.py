@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import assert_validates
 
-from iotfl_sim.cli import main
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -23,10 +23,10 @@ def tour_block() -> str:
     return blocks[0]
 
 
-def test_readme_tour_scenario_validates(tmp_path, capsys):
+def test_readme_tour_scenario_validates(tmp_path, capsys, data_root):
     path = tmp_path / "tour.yaml"
     path.write_text(tour_block())
-    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+    assert_validates(path, capsys, data_root)
 
 
 def test_override_in_other_unit_replaces_the_profiles_battery(tmp_path):

@@ -26,8 +26,8 @@ class FakeTrueState:
     def __init__(self, alive: np.ndarray) -> None:
         self.alive = alive
 
-    def alive_mask(self, t: float) -> np.ndarray:
-        return self.alive.copy()
+    def alive_mask(self, t: float, devices: np.ndarray | None = None) -> np.ndarray:
+        return self.alive.copy() if devices is None else self.alive[devices]
 
 
 class FakeView:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import assert_validates
 
 from iotfl_sim.cli import main
 
@@ -14,8 +15,8 @@ SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "benchmar
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_shipped_scenario_validates_and_runs_a_round_of_its_protocol(path, tmp_path, capsys):
-    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+def test_shipped_scenario_validates_and_runs_a_round_of_its_protocol(path, tmp_path, capsys, data_root):
+    assert_validates(path, capsys, data_root)
     out = tmp_path / "runs"
     args = ["run", str(path), "--set", "rounds=1", "--set", "numerics=none", "--out", str(out), "--quiet"]
     assert main(args) == 0, capsys.readouterr().err

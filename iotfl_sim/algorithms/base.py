@@ -8,6 +8,7 @@ run summary then reports that the method used oracle knowledge.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -160,3 +161,27 @@ def random_selection(candidates: np.ndarray, k: int, rng: np.random.Generator) -
     if len(candidates) <= k:
         return np.sort(candidates)
     return np.sort(candidates[rng.choice(len(candidates), size=k, replace=False)])
+
+
+Eligible = np.ndarray | Callable[[np.ndarray], np.ndarray] | None
+
+
+def select_uniform(fleet: FleetView, k: int, rng: np.random.Generator, eligible: Eligible = None) -> np.ndarray:
+    """k distinct devices (sorted) uniformly at random among the selectable devices that are ``eligible``;
+    all of them when there are k or fewer. ``eligible``: a bool array over devices, or a function mapping
+    an id array to a bool mask (evaluated only on the ids it is asked about), or None (every device).
+
+    The one selection of every method that picks uniformly among selectable (and eligible) devices. A
+    view that offers ``sample_selectable`` (the engine's, for fleets of 100,000 devices or more) samples
+    without building the fleet-wide mask; otherwise, or when sampling finds too few, the mask of
+    selectable and eligible devices goes to ``random_selection`` (the draws small runs have always had).
+    """
+    sample = getattr(fleet, "sample_selectable", None)
+    if sample is not None:
+        chosen = sample(k, rng, eligible)
+        if chosen is not None:
+            return chosen
+    mask = fleet.selectable_mask()
+    if eligible is not None:
+        mask = mask & (eligible if isinstance(eligible, np.ndarray) else eligible(np.arange(mask.shape[0])))
+    return random_selection(np.flatnonzero(mask), k, rng)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, random_selection
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, select_uniform
 from iotfl_sim.algorithms.common import StrategyBase
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -41,8 +41,7 @@ class Decoupled(StrategyBase):
         return [(self.recipes[x], self.specs[x]) for x in self.levels]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
-        chosen = random_selection(pool, self.c.clients_per_round, rng)
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
         out = []
         for d in chosen:
             x = self.levels[self.level_of[d]]

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, random_selection
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, select_uniform
 from iotfl_sim.algorithms.common import StrategyBase, WireMixin, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -44,8 +44,7 @@ class FedAvg(WireMixin, StrategyBase):
         return [(self.recipe, self.spec)]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
-        chosen = random_selection(pool, self.c.clients_per_round, rng)
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
         return [Assignment(int(d), self.spec, level="full", bits=self.upload_bits) for d in chosen]
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:

@@ -48,7 +48,7 @@ from iotfl_sim.algorithms.base import (
     Outcome,
     State,
     Update,
-    random_selection,
+    select_uniform,
 )
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.algorithms.wire import QuantizedWire
@@ -130,8 +130,7 @@ class FedX(StrategyBase):
         return [(self.recipe, self.specs[x]) for x in self.levels]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
-        chosen = random_selection(pool, self.c.clients_per_round, rng)
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
         out = []
         for d in chosen:
             x = self.levels[int(self.level_of[d])]

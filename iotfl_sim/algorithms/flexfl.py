@@ -72,7 +72,7 @@ from iotfl_sim.algorithms.base import (
     FleetView,
     LocalObjective,
     Update,
-    random_selection,
+    select_uniform,
 )
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl import apoz as ap
@@ -194,15 +194,19 @@ class FlexFL(StrategyBase):
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         declared = np.asarray(fleet.declared_free_memory(), dtype=np.float64)
-        level = np.full(len(declared), -1, dtype=np.int64)  # largest level model the declared resource holds
-        for i, p in enumerate(self.levels):
-            level[self.fits(self.recipe, p.spec, declared)] = i
-        chosen = random_selection(
-            np.flatnonzero(fleet.selectable_mask() & (level >= 0)), self.c.clients_per_round, rng
-        )
+
+        def level_of(ids: np.ndarray) -> np.ndarray:
+            """Largest level model the declared resource of each of ``ids`` holds (-1: none)."""
+            free = declared[ids]
+            level = np.full(len(free), -1, dtype=np.int64)
+            for i, p in enumerate(self.levels):
+                level[self.fits(self.recipe, p.spec, free)] = i
+            return level
+
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, lambda ids: level_of(ids) >= 0)
         out = []
-        for d in chosen:
-            p = self.levels[int(level[d])]
+        for d, lv in zip(chosen, level_of(chosen), strict=True):
+            p = self.levels[int(lv)]
             out.append(Assignment(int(d), p.spec, level=p.name, extras={"dispatched": p.name}))
         return out
 

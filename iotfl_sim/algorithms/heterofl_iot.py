@@ -49,11 +49,9 @@ What the paper specifies, and how it maps here:
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, FleetView, Outcome
+from iotfl_sim.algorithms.base import Assignment, Eligible, FleetView, Outcome, select_uniform
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.scenario.algorithms import HeteroFLIoTConfig
 
@@ -105,25 +103,6 @@ def fill_quotas(quota: np.ndarray, avail: np.ndarray, shares: np.ndarray, fill: 
     return take
 
 
-class _PoolView:
-    """A FleetView narrowed to a given pool of devices (lets HeteroFL's own selection run over the
-    nodes that still have energy); everything else is the wrapped view's."""
-
-    def __init__(self, view: FleetView, pool: np.ndarray) -> None:
-        self._view = view
-        self._mask = np.zeros(view.num_devices, dtype=bool)
-        self._mask[pool] = True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._view, name)
-
-    def selectable_mask(self) -> np.ndarray:
-        return self._mask.copy()
-
-    def selectable(self) -> np.ndarray:
-        return np.flatnonzero(self._mask)
-
-
 class HeteroFLIoT(HeteroFL):
     name = "heterofl_iot"
 
@@ -138,6 +117,13 @@ class HeteroFLIoT(HeteroFL):
         t = getattr(fleet, "now", None)
         return float(t) if t is not None else self.clock
 
+    def selection_filter(self, fleet: FleetView) -> Eligible:
+        """Eligible and (oracle) with energy left, evaluated on the ids asked about."""
+        if self.cfg.energy_info != "oracle":
+            return self.eligible
+        true, now, eligible = fleet.true_state(self.name), self.now(fleet), self.eligible
+        return lambda ids: eligible[ids] & true.alive_mask(now, ids)
+
     def live_pool(self, fleet: FleetView) -> np.ndarray:
         """Devices this method may select: not busy, not known gone, eligible, and (oracle) with energy left."""
         mask = fleet.selectable_mask() & self.eligible
@@ -148,12 +134,11 @@ class HeteroFLIoT(HeteroFL):
     # -- selection
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = self.live_pool(fleet)
         if self.cfg.selection == "random":
-            return super().select(rnd, _PoolView(fleet, pool), rng)
+            return super().select(rnd, fleet, rng)  # HeteroFL's draw, through selection_filter
         if self.cfg.mode == "fix":
-            return self._proportional_fix(pool, rng)
-        return self._proportional_dynamic(pool, rng)
+            return self._proportional_fix(self.live_pool(fleet), rng)
+        return self._proportional_dynamic(fleet, rng)
 
     def _proportional_fix(self, pool: np.ndarray, rng: np.random.Generator) -> list[Assignment]:
         k = self.c.clients_per_round
@@ -174,13 +159,13 @@ class HeteroFLIoT(HeteroFL):
         out.sort(key=lambda a: a.device)
         return out
 
-    def _proportional_dynamic(self, pool: np.ndarray, rng: np.random.Generator) -> list[Assignment]:
+    def _proportional_dynamic(self, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         # dynamic mode with by_id: any node can take any level, so pick the round's nodes uniformly and
         # hand out exactly the quota of each level among them (instead of HeteroFL's multinomial draw)
-        k = min(self.c.clients_per_round, len(pool))
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.selection_filter(fleet))
+        k = len(chosen)
         if k == 0:
             return []
-        chosen = pool if len(pool) <= k else np.sort(pool[rng.choice(len(pool), size=k, replace=False)])
         quota = level_quotas(self.props, k)
         levels = rng.permutation(np.repeat(np.arange(len(self.levels)), quota))
         return [

@@ -53,7 +53,7 @@ from iotfl_sim.algorithms.base import (
     FleetView,
     LocalObjective,
     Update,
-    random_selection,
+    select_uniform,
 )
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
@@ -144,8 +144,7 @@ class ScaleFL(StrategyBase):
         return [(self.recipe, s) for s in self.specs]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        pool = np.flatnonzero(fleet.selectable_mask() & self.eligible)
-        chosen = random_selection(pool, self.c.clients_per_round, rng)
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
         out = []
         for d in chosen:
             spec = self.specs[int(self.fixed[d])]

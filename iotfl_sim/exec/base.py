@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from iotfl_sim import faults
 from iotfl_sim.fl.evaluate import (
     batch_scores_group,
     bn_statistics,
@@ -85,12 +86,14 @@ class Worker:
         return model
 
     def train(self, job: TrainJob) -> TrainResult:
+        faults.hit("train")
         d = self.data
         return train_local(self.skeleton(job.recipe, job.spec), job, d.x_train, d.y_train, self.skeleton)
 
     def calibrate(self, jobs: list[EvalJob]) -> list[State]:
         """Static-BN statistics of each job's model (empty for a model without BatchNorm); ``jobs`` is one
         ``sharing_groups`` group, evaluated together."""
+        faults.hit("eval")
         models = [prepared(j.recipe, j.spec, j.state) for j in jobs]
         calibrate_bn_group(models, [j.state for j in jobs], self.data.calib_x, jobs[0].batch_size)
         return [bn_statistics(m) for m in models]

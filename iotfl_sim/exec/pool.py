@@ -22,9 +22,13 @@ _WORKER: Worker | None = None
 
 
 def _init(data: NumericData, threads: int) -> None:
+    import signal
+
     import torch
 
     global _WORKER
+    # a terminal's Ctrl-C reaches the whole process group: the run itself decides when to stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     _WORKER = Worker(data, threads)
 

@@ -25,7 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from iotfl_sim import safe_pickle
+
 DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
+# Datasets whose samples carry a natural owner (``groups_train``): FEMNIST writers, UCI HAR subjects.
+NATURAL_GROUPS: tuple[str, ...] = ("femnist", "har")
 ENV_VAR = "IOTFL_DATA"
 
 _ALIASES = {
@@ -109,13 +113,41 @@ def load_dataset(
     ``test_fraction`` and ``seed`` only matter for ``digits``, which has no official test split.
     Raises :class:`DatasetError` with a one-line fix when files are missing or corrupt.
     """
-    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
-    if key not in DATASETS:
-        raise DatasetError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
+    key = _canonical(name)
     if key == "digits":
         if not 0.0 < test_fraction < 1.0:
             raise DatasetError(f"digits: test_fraction must be in (0, 1), got {test_fraction}")
         return _load_cached(key, None, float(test_fraction), int(seed))
+    # Official splits ignore test_fraction/seed: one cache entry per (name, root).
+    return _load_cached(key, _existing_root(key, root), 0.0, 0)
+
+
+def check_files(name: str, root: str | Path | None = None) -> None:
+    """Raise the DatasetError that :func:`load_dataset` would raise for a missing data root or missing
+    files, without reading any file (a cheap check before a run)."""
+    key = _canonical(name)
+    if key == "digits":
+        return
+    resolved = _existing_root(key, root)
+    locate = {
+        "mnist": _mnist_files,
+        "fashion_mnist": _mnist_files,
+        "cifar10": _cifar10_files,
+        "cifar100": _cifar100_files,
+        "femnist": _femnist_files,
+        "har": _har_source,
+    }[key]
+    locate(key, resolved)
+
+
+def _canonical(name: str) -> str:
+    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in DATASETS:
+        raise DatasetError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
+    return key
+
+
+def _existing_root(key: str, root: str | Path | None) -> Path:
     resolved = resolve_root(root)
     if resolved is None:
         raise DatasetError(
@@ -127,8 +159,7 @@ def load_dataset(
             f"{key}: data root {resolved} is not a folder; set data.root in the scenario or {ENV_VAR} "
             f"to the folder holding {_hint(key)}"
         )
-    # Official splits ignore test_fraction/seed: one cache entry per (name, root).
-    return _load_cached(key, resolved, 0.0, 0)
+    return resolved
 
 
 def clear_dataset_cache() -> None:
@@ -294,7 +325,8 @@ def _find_idx(folder: Path, stem: str) -> Path | None:
     return None
 
 
-def _load_mnist_like(name: str, root: Path) -> Dataset:
+def _mnist_files(name: str, root: Path) -> tuple[Path, dict[str, Path]]:
+    """The folder and the four idx files of MNIST or Fashion-MNIST (DatasetError if one is missing)."""
     stems = {
         "x_train": "train-images-idx3-ubyte",
         "y_train": "train-labels-idx1-ubyte",
@@ -308,12 +340,18 @@ def _load_mnist_like(name: str, root: Path) -> Dataset:
         raise DatasetError(
             f"{name}: {root / name / (stems['x_train'] + '.gz')} not found; {_fix(name, root)}"
         )
-    arrays: dict[str, np.ndarray] = {}
+    paths: dict[str, Path] = {}
     for key, stem in stems.items():
         path = _find_idx(folder, stem)
         if path is None:
             raise DatasetError(f"{name}: {folder / (stem + '.gz')} not found; {_fix(name, root)}")
-        arrays[key] = read_idx(path)
+        paths[key] = path
+    return folder, paths
+
+
+def _load_mnist_like(name: str, root: Path) -> Dataset:
+    folder, paths = _mnist_files(name, root)
+    arrays = {key: read_idx(path) for key, path in paths.items()}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
@@ -343,12 +381,17 @@ def _cifar_folder(name: str, root: Path, marker: str) -> Path:
     raise DatasetError(f"{name}: {root / _SUBDIRS[name][0] / marker} not found; {_fix(name, root)}")
 
 
-def _read_cifar_batch(name: str, path: Path, root: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _need(name: str, path: Path, root: Path) -> Path:
     if not path.is_file():
         raise DatasetError(f"{name}: {path} not found; {_fix(name, root)}")
+    return path
+
+
+def _read_cifar_batch(name: str, path: Path, root: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    _need(name, path, root)
     try:
         with path.open("rb") as f:
-            batch = pickle.load(f, encoding="bytes")
+            batch = safe_pickle.load(f, encoding="bytes")
         data = np.asarray(batch[b"data"], dtype=np.uint8)
         labels = np.asarray(batch[label_key], dtype=np.int64)
     except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -367,14 +410,14 @@ def _read_cifar_batch(name: str, path: Path, root: Path, label_key: bytes) -> tu
 def _load_cifar(
     name: str,
     root: Path,
-    folder: Path,
-    train_files: Sequence[str],
-    test_file: str,
+    train_files: Sequence[Path],
+    test_file: Path,
     label_key: bytes,
     classes: int,
 ) -> Dataset:
-    parts = [_read_cifar_batch(name, folder / f, root, label_key) for f in train_files]
-    x_te, y_te = _read_cifar_batch(name, folder / test_file, root, label_key)
+    folder = test_file.parent
+    parts = [_read_cifar_batch(name, f, root, label_key) for f in train_files]
+    x_te, y_te = _read_cifar_batch(name, test_file, root, label_key)
     x_tr = np.concatenate([p[0] for p in parts])
     y_tr = np.concatenate([p[1] for p in parts])
     _check_labels(name, folder, y_tr, classes)
@@ -392,7 +435,7 @@ def _cifar10_batches(folder: Path) -> list[str]:
     return [file for _, file in sorted(found)]
 
 
-def _load_cifar10(name: str, root: Path) -> Dataset:
+def _cifar10_files(name: str, root: Path) -> tuple[list[Path], Path]:
     # Any non-empty subset of the train batches loads (the shared offline copy keeps only two), and
     # ``notes`` says how many were read, so a reduced train set never goes unnoticed.
     folder = next((root / sub for sub in _SUBDIRS[name] if _cifar10_batches(root / sub)), None)
@@ -401,28 +444,42 @@ def _load_cifar10(name: str, root: Path) -> Dataset:
             f"{name}: no data_batch_* file in {root / _SUBDIRS[name][0]}; copy at least one of the official "
             f"CIFAR-10 python batches there, or {_fix(name, root)}"
         )
-    files = _cifar10_batches(folder)
-    ds = _load_cifar(name, root, folder, files, "test_batch", b"labels", 10)
+    return [folder / f for f in _cifar10_batches(folder)], _need(name, folder / "test_batch", root)
+
+
+def _load_cifar10(name: str, root: Path) -> Dataset:
+    files, test = _cifar10_files(name, root)
+    ds = _load_cifar(name, root, files, test, b"labels", 10)
     notes = (
-        f"{name}: {len(files)} of the {CIFAR10_TRAIN_BATCHES} official train batches ({', '.join(files)}) "
-        f"in {folder}, {len(ds.y_train):,} train images"
+        f"{name}: {len(files)} of the {CIFAR10_TRAIN_BATCHES} official train batches "
+        f"({', '.join(f.name for f in files)}) in {test.parent}, {len(ds.y_train):,} train images"
     )
     return dataclasses.replace(ds, notes=notes)
 
 
-def _load_cifar100(name: str, root: Path) -> Dataset:
+def _cifar100_files(name: str, root: Path) -> tuple[list[Path], Path]:
     folder = _cifar_folder(name, root, "train")
-    return _load_cifar(name, root, folder, ["train"], "test", b"fine_labels", 100)
+    return [folder / "train"], _need(name, folder / "test", root)
+
+
+def _load_cifar100(name: str, root: Path) -> Dataset:
+    train, test = _cifar100_files(name, root)
+    return _load_cifar(name, root, train, test, b"fine_labels", 100)
 
 
 # ---------------------------------------------------------------------------------------------
 # FEMNIST (LEAF json)
 
 
-def _read_leaf_split(name: str, folder: Path, root: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def _leaf_files(name: str, folder: Path, root: Path) -> list[Path]:
     files = sorted(folder.glob("*.json"))
     if not files:
         raise DatasetError(f"{name}: no LEAF json files in {folder}; {_fix(name, root)}")
+    return files
+
+
+def _read_leaf_split(name: str, folder: Path, root: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    files = _leaf_files(name, folder, root)
     out = []
     for path in files:
         try:
@@ -443,12 +500,20 @@ def _read_leaf_split(name: str, folder: Path, root: Path) -> list[tuple[str, np.
     return out
 
 
-def _load_femnist(name: str, root: Path) -> Dataset:
+def _femnist_files(name: str, root: Path) -> Path:
+    """The folder holding FEMNIST's train/ and test/ LEAF json files."""
     base = next((root / s for s in _SUBDIRS[name] if (root / s / "train").is_dir()), None)
     if base is None:
         raise DatasetError(f"{name}: {root / 'femnist' / 'train'} not found; {_fix(name, root)}")
     if not (base / "test").is_dir():
         raise DatasetError(f"{name}: {base / 'test'} not found; {_fix(name, root)}")
+    for split in ("train", "test"):
+        _leaf_files(name, base / split, root)
+    return base
+
+
+def _load_femnist(name: str, root: Path) -> Dataset:
+    base = _femnist_files(name, root)
     writer_index: dict[str, int] = {}
 
     def stack(records: list[tuple[str, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
@@ -471,14 +536,20 @@ def _load_femnist(name: str, root: Path) -> Dataset:
 # UCI HAR (9 raw inertial signals, 128 steps per window)
 
 
-def _load_har(name: str, root: Path) -> Dataset:
+def _har_source(name: str, root: Path) -> tuple[str, Path]:
+    """("npz", the archive) or ("text", the official folder, every file present)."""
     for sub in _SUBDIRS[name]:
         if (root / sub / _HAR_NPZ).is_file():
-            return _load_har_npz(name, root / sub / _HAR_NPZ)
+            return "npz", root / sub / _HAR_NPZ
     official = [root / sub for sub in ("uci_har/UCI HAR Dataset", "UCI HAR Dataset", ".")]
     for base in official:
         if (base / "train" / "Inertial Signals").is_dir():
-            return _load_har_text(name, base, root)
+            for split in ("train", "test"):
+                for s in _HAR_SIGNALS:
+                    _need(name, base / split / "Inertial Signals" / f"{s}_{split}.txt", root)
+                for what in ("y", "subject"):
+                    _need(name, base / split / f"{what}_{split}.txt", root)
+            return "text", base
     signals = (
         next((b for b in official if (b / "train").is_dir()), official[0]) / "train" / "Inertial Signals"
     )
@@ -487,6 +558,11 @@ def _load_har(name: str, root: Path) -> Dataset:
         f"{signals}/body_acc_x_train.txt ... (and test/) found; set data.root in the scenario or {ENV_VAR} "
         f"to the folder holding uci_har/ with one of them (now {root})"
     )
+
+
+def _load_har(name: str, root: Path) -> Dataset:
+    kind, path = _har_source(name, root)
+    return _load_har_npz(name, path) if kind == "npz" else _load_har_text(name, path, root)
 
 
 def _load_har_npz(name: str, path: Path) -> Dataset:
@@ -511,8 +587,7 @@ def _load_har_npz(name: str, path: Path) -> Dataset:
 
 
 def _read_txt_matrix(name: str, path: Path, root: Path) -> np.ndarray:
-    if not path.is_file():
-        raise DatasetError(f"{name}: {path} not found; {_fix(name, root)}")
+    _need(name, path, root)
     try:
         return np.loadtxt(path, dtype=np.float32, ndmin=2)
     except ValueError as exc:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -51,6 +50,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from pydantic import BaseModel
 
+from iotfl_sim import safe_pickle
+from iotfl_sim.fleet.fleet import small_pages
 from iotfl_sim.scenario.availability import (
     AlwaysAvailability,
     AvailabilityConfig,
@@ -120,6 +121,27 @@ def _device_keys(key: int, devices: np.ndarray) -> np.ndarray:
     z = devices.astype(np.uint64) * np.uint64(_GAMMA)
     z += np.uint64(key & _M64)
     return _mix_np(z)
+
+
+class _LazyKeys:
+    """The device keys ``_device_keys(key, members)`` of a group, computed when indexed (int, slice or
+    index array) instead of stored: a Markov group of millions asks about a few devices a round."""
+
+    def __init__(self, key: int, lo: int, n: int, members: np.ndarray | None = None) -> None:
+        self.key, self.lo, self.n, self.members = key, lo, n, members
+        self.shape = (n,)
+
+    def _ids(self, li: Any) -> np.ndarray:
+        if isinstance(li, slice):
+            li = np.arange(*li.indices(self.n), dtype=np.int64)
+        li = np.asarray(li, dtype=np.int64)
+        return self.members[li] if self.members is not None else li + self.lo
+
+    def __getitem__(self, li: Any) -> Any:
+        if isinstance(li, int | np.integer):
+            d = int(self.members[li]) if self.members is not None else self.lo + int(li)
+            return _mix(self.key + d * _GAMMA)  # == _device_keys(key, [d])[0]
+        return _device_keys(self.key, self._ids(li))
 
 
 def _draw(kd: int, counter: int) -> int:
@@ -247,28 +269,53 @@ class _Markov(_Part):
     _SCALAR_FLIPS = 64
     _MAX_BLOCK_CELLS = 4_000_000
 
-    def __init__(self, kd: np.ndarray, cfg: MarkovAvailability) -> None:
+    def __init__(self, kd: np.ndarray | _LazyKeys, cfg: MarkovAvailability) -> None:
         self.kd = kd
         self.on = float(cfg.mean_on_s)
         self.off = float(cfg.mean_off_s)
         self.half = 0.5 * (self.on + self.off)
         n = kd.shape[0]
-        if cfg.start_online is None:
-            pi = self.on / (self.on + self.off)
-            self.s0 = _draw_np(kd, 0) < np.uint64(_threshold(pi))
-        else:
-            self.s0 = np.full(n, bool(cfg.start_online))
+        self.start_online = cfg.start_online
+        self.s0_thr = _threshold(self.on / (self.on + self.off))
+        # A chain is set up (initial state, first flip) when first asked about: ``ready``. Until then
+        # its entries are the zeros numpy allocates lazily, so an idle device costs no work and no page.
+        self.ready = np.zeros(n, dtype=bool)
+        self.s0 = np.zeros(n, dtype=bool)
         self.k = np.zeros(n, dtype=np.int64)
         self.tp = np.zeros(n)
-        self.tn = self._first_flip(kd, self.s0)
+        self.tn = np.zeros(n)
 
     def _first_flip(self, kd: np.ndarray, s0: np.ndarray) -> np.ndarray:
         return np.where(s0, self.on, self.off) * _neglog1m_np(_draw_np(kd, 1))
+
+    def _set_up(self, li: np.ndarray) -> None:
+        """Draw the initial state and first flip of the chains ``li`` not set up yet (vector path)."""
+        new = li[~self.ready[li]]
+        if not new.size:
+            return
+        kd = self.kd[new]
+        if self.start_online is None:
+            s0 = _draw_np(kd, 0) < np.uint64(self.s0_thr)
+        else:
+            s0 = np.full(new.size, bool(self.start_online))
+        self.s0[new] = s0
+        self.tn[new] = self._first_flip(kd, s0)
+        self.ready[new] = True
+
+    def _set_up_one(self, li: int) -> None:
+        """``_set_up`` for one chain, with the scalar draws (bit-identical to the vector ones)."""
+        kd = int(self.kd[li])
+        s0 = _draw(kd, 0) < self.s0_thr if self.start_online is None else bool(self.start_online)
+        self.s0[li] = s0
+        self.tn[li] = (self.on if s0 else self.off) * _neglog1m(_draw(kd, 1))
+        self.ready[li] = True
 
     # -- scalar path
 
     def _state(self, li: int, t: float) -> tuple[bool, float]:
         """(online at t, time of the next flip after t)."""
+        if not self.ready[li]:
+            self._set_up_one(li)
         s0 = bool(self.s0[li])
         tp = float(self.tp[li])
         if t >= tp:
@@ -352,6 +399,7 @@ class _Markov(_Part):
             todo = todo[c > block]
 
     def _states(self, t: float, li: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._set_up(li)
         back = t < self.tp[li]
         stale = self.tn[li] <= t
         stale &= ~back
@@ -650,26 +698,6 @@ class FleetAvailability:
 # ---------------------------------------------------------------- trace files
 
 
-class _SafeUnpickler(pickle.Unpickler):
-    """Only plain containers and numbers: a trace pickle must not run code when loaded."""
-
-    _ALLOWED = {
-        ("collections", "OrderedDict"),
-        ("collections", "defaultdict"),
-        ("numpy", "dtype"),
-        ("numpy", "ndarray"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"it contains an object of type {module}.{name}")
-
-
 def _fail(path: Path | str, what: str, fix: str) -> TraceError:
     return TraceError(f"{path}: {what}; {fix}")
 
@@ -771,7 +799,7 @@ def _read_fedscale(path: str | Path) -> _Flat:
     p = _open_trace(path)
     try:
         with p.open("rb") as fh:
-            data = _SafeUnpickler(fh).load()
+            data = safe_pickle.load(fh)
     except Exception as e:  # any unpickling failure means "not a usable trace pickle"
         raise _fail(
             p, f"not a readable pickle ({type(e).__name__}: {e})".replace("\n", " "), _FEDSCALE_HOW
@@ -952,6 +980,16 @@ def build_availability(
     Relative trace paths are resolved against ``base_dir`` (the scenario file's folder), else the
     working directory. A trace file used by several groups is read once.
     """
+    with small_pages():  # per-device arrays, touched a few devices at a time (see fleet.small_pages)
+        return _build_availability(configs, group_of, seed, base_dir)
+
+
+def _build_availability(
+    configs: Sequence[AvailabilityConfig | Mapping[str, Any]],
+    group_of: np.ndarray,
+    seed: int,
+    base_dir: Path | None,
+) -> FleetAvailability:
     cfgs = [c if isinstance(c, BaseModel) else parse_availability(c) for c in configs]
     group_of = np.asarray(group_of).reshape(-1)
     n = group_of.shape[0]
@@ -967,16 +1005,23 @@ def build_availability(
     tables: dict[tuple[str, Path], _TraceTable] = {}
     parts: list[_Part] = []
     for g, cfg in enumerate(cfgs):
+        if isinstance(cfg, AlwaysAvailability):
+            parts.append(_Always())
+            continue
+        if isinstance(cfg, MarkovAvailability):  # keys on demand: nothing of size n is computed here
+            if bounds is not None:
+                lo, hi = int(bounds[g]), int(bounds[g + 1])
+                parts.append(_Markov(_LazyKeys(key, lo, hi - lo), cfg))
+            else:
+                members = np.flatnonzero(group_of == g).astype(np.int64)
+                parts.append(_Markov(_LazyKeys(key, 0, members.size, members), cfg))
+            continue
         if bounds is not None:
             members = np.arange(bounds[g], bounds[g + 1], dtype=np.int64)
         else:
             members = np.flatnonzero(group_of == g).astype(np.int64)
-        if isinstance(cfg, AlwaysAvailability):
-            parts.append(_Always())
-        elif isinstance(cfg, BernoulliAvailability):
+        if isinstance(cfg, BernoulliAvailability):
             parts.append(_Bernoulli(_device_keys(key, members), float(cfg.p)))
-        elif isinstance(cfg, MarkovAvailability):
-            parts.append(_Markov(_device_keys(key, members), cfg))
         elif isinstance(cfg, DiurnalAvailability):
             parts.append(_Diurnal(_device_keys(key, members), cfg))
         elif isinstance(cfg, TraceAvailability):

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES, MAX_STEPS
 from iotfl_sim.scenario.profile import Strict
 
 # HeteroFL's complexity levels: the width rate of each letter.
@@ -80,7 +81,7 @@ class _Wire(Strict):
     download_bits: int = Field(
         32, ge=1, le=32, description="bits q of the QSGD-quantized downloads (2^q intervals); 32: float32"
     )
-    qsgd_bucket: int = Field(512, ge=1, description="QSGD bucket size: values sharing one norm")
+    qsgd_bucket: int = Field(512, ge=1, le=MAX_BUCKET, description="QSGD bucket size: values sharing one norm")
 
 
 class FedAvgConfig(_Wire):
@@ -164,7 +165,7 @@ class AdaptiveFLConfig(Strict):
         default_factory=lambda: [0.4, 0.66, 1.0],
         description="r_w of the size levels, ascending, the last 1.0 (small, medium, large)",
     )
-    start_layers: list[int] | None = Field(
+    start_layers: list[Annotated[int, Field(le=MAX_INDEX)]] | None = Field(
         None,
         description="start pruning layers I (0-based prunable group index; groups below I keep all channels); "
         "default per family: vgg16 [4, 6, 8], resnet18 [1, 2, 3], conv [0, 1, 2], mobilenetv2 [3, 4, 5], "
@@ -207,7 +208,7 @@ class ScaleFLLevel(Strict):
     """One ScaleFL complexity level: a width rate and the number of stages/exits kept."""
 
     width: float = Field(gt=0, le=1, description="width rate of every prunable layer (channels kept: floor)")
-    depth: int = Field(ge=1, description="stages kept, one exit after each (the deepest is the level's prediction)")
+    depth: int = Field(ge=1, le=MAX_INDEX, description="stages kept, one exit after each (the deepest is the level's prediction)")
 
 
 class ScaleFLConfig(Strict):
@@ -292,10 +293,10 @@ class FlexFLConfig(Strict):
     code_tolerance: float = Field(0.05, gt=0, lt=1, description="code search: the window target +- tolerance")
     proxy_fraction: float = Field(0.01, ge=0, lt=1, description="share of the train set held out as the proxy set")
     proxy_train_share: float = Field(0.8, gt=0, lt=1, description="part of the proxy set used for pretraining")
-    pretrain_epochs: int = Field(100, ge=0, description="server pretraining epochs on the proxy train part (code: 100)")
+    pretrain_epochs: int = Field(100, ge=0, le=MAX_EPOCHS, description="server pretraining epochs on the proxy train part (code: 100)")
     pretrain_optimizer: Literal["adam", "sgd"] = Field("adam", description="pretraining optimizer (code: Adam)")
     pretrain_lr: float = Field(1e-3, gt=0, description="pretraining learning rate (code: Adam 1e-3)")
-    pretrain_batch_size: int = Field(50, ge=1, description="pretraining batch size (code: local_bs = 50)")
+    pretrain_batch_size: int = Field(50, ge=1, le=MAX_BATCH, description="pretraining batch size (code: local_bs = 50)")
     apoz_mode: Literal["eval", "train"] = Field("eval", description="module mode of the APoZ forward pass (code: eval)")
     self_kd: bool = Field(True, description="ablation 'w/o self-KD' when false (plain CE)")
     kd_lambda: float = Field(10.0, ge=0, description="lambda of eq. 4")
@@ -345,12 +346,12 @@ class AdapterFLConfig(_Prototypes):
     extractor: Literal["S", "M", "L"] = Field(
         "L", description="whose feature-extraction block the group shares (the paper prefers the large prototype)"
     )
-    cuts: list[int] | None = Field(
+    cuts: list[Annotated[int, Field(le=MAX_INDEX)]] | None = Field(
         None,
         description="stages in each prototype's feature-extraction block (S, M, L); null: chosen by the CKA "
         "criterion (eq. 3). Table II's sizes match cnn2 1, mobilenetv2 4, resnet18 3",
     )
-    probe_samples: int = Field(256, ge=4, description="probe batch for CKA (from the proxy set, else the train set)")
+    probe_samples: int = Field(256, ge=4, le=MAX_SAMPLES, description="probe batch for CKA (from the proxy set, else the train set)")
     proxy_fraction: float = Field(0.0, ge=0, lt=1, description="share of the train set held out on the server")
 
     @model_validator(mode="after")
@@ -376,8 +377,8 @@ class FedDFConfig(_Prototypes):
     name: Literal["feddf"]
     weighting: Literal["data", "count"] = Field("data", description="FedAvg weights before distillation")
     proxy_fraction: float = Field(0.01, gt=0, lt=1, description="share of the train set held out as the proxy set (1%)")
-    distill_steps: int = Field(100, ge=0, description="server distillation steps per prototype per round")
-    distill_batch_size: int = Field(64, ge=1)
+    distill_steps: int = Field(100, ge=0, le=MAX_STEPS, description="server distillation steps per prototype per round")
+    distill_batch_size: int = Field(64, ge=1, le=MAX_BATCH)
     distill_lr: float = Field(1e-3, gt=0, description="Adam learning rate (FedDF: 1e-3)")
     temperature: float = Field(1.0, gt=0, description="distillation temperature (FedDF: 1)")
     cosine: bool = Field(True, description="cosine-anneal the distillation learning rate over the steps")
@@ -404,28 +405,29 @@ class FedXConfig(Strict):
     )
     fine_tune: bool = Field(True, description="server fine-tuning after aggregation (eq. 5); false: FedX without FT")
     gamma: float = Field(1e-4, ge=0, description="regularisation rate gamma of eq. 5 (paper: 1e-4)")
-    finetune_epochs: int = Field(1, ge=0, description="epochs over the server's data per fine-tuning")
+    finetune_epochs: int = Field(1, ge=0, le=MAX_EPOCHS, description="epochs over the server's data per fine-tuning")
     finetune_lr: float = Field(0.01, gt=0, description="server learning rate lambda (paper: SGD 0.01)")
     finetune_samples: int | None = Field(
         750,
         ge=2,
+        le=MAX_SAMPLES,
         description="server samples per fine-tuning, a fresh seeded draw each round (FedX Table IV times fine-tuning "
         "on a fixed sample size); null: all the server's data",
     )
-    pretrain_epochs: int = Field(5, ge=0, description="one-time server pretraining epochs on its data")
+    pretrain_epochs: int = Field(5, ge=0, le=MAX_EPOCHS, description="one-time server pretraining epochs on its data")
     pretrain_lr: float = Field(0.01, gt=0, description="pretraining SGD learning rate")
-    server_batch_size: int = Field(32, ge=2, description="batch size of server pretraining and fine-tuning (paper: 32)")
+    server_batch_size: int = Field(32, ge=2, le=MAX_BATCH, description="batch size of server pretraining and fine-tuning (paper: 32)")
     proxy_fraction: float = Field(
         0.1, ge=0, lt=1, description="share of the train set the server holds (all classes) when proxy_classes is null"
     )
-    proxy_classes: list[int] | None = Field(
+    proxy_classes: list[Annotated[int, Field(ge=0, le=MAX_INDEX)]] | None = Field(
         None,
         description="classes held by the server only (the paper's disjoint split, e.g. CIFAR-10 [8, 9]); every "
         "train sample of these classes goes to the server and none to the devices",
     )
-    qsgd_bucket: int = Field(512, ge=1, description="QSGD bucket size: values sharing one norm")
+    qsgd_bucket: int = Field(512, ge=1, le=MAX_BUCKET, description="QSGD bucket size: values sharing one norm")
     system_only_server_samples: int = Field(
-        750, ge=0, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
+        750, ge=0, le=MAX_SAMPLES, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
     )
 
     @field_validator("mix")

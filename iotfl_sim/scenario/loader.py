@@ -5,16 +5,18 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.algorithms import ALGORITHM_CONFIGS, ALGORITHM_NAMES
+from iotfl_sim.scenario.availability import AVAILABILITY_KINDS
 from iotfl_sim.scenario.model import Group, Scenario
 from iotfl_sim.scenario.profile import DeviceProfile
 
@@ -48,38 +50,27 @@ def load_profile(name: str, extra: Path | None = None, where: str = "profile") -
         hint = difflib.get_close_matches(name, known, n=1)
         fix = f"did you mean {hint[0]!r}?" if hint else "see `iotfl-sim profiles list`"
         raise ScenarioError(f"{where}: unknown device profile {name!r} ({fix})")
-    raw = yaml.safe_load(known[name].read_text())
+    path = known[name]
+    doc = read_yaml(path, "device profile")
+    if not isinstance(doc.data, dict):
+        raise ScenarioError(
+            f"{path}: a device profile is a YAML mapping (name:, device_class:, compute:, memory:, ...)"
+        )
     try:
-        return DeviceProfile.model_validate(raw)
+        return DeviceProfile.model_validate(doc.data)
     except ValidationError as e:
-        raise ScenarioError(_format_errors(e, DeviceProfile, {}, str(known[name]), "")) from None
+        raise ScenarioError(_format_errors(e, DeviceProfile, doc.data, str(path), doc.lines)) from None
 
 
-# ---------------------------------------------------------------- YAML with line numbers
-
-
-def _line_map(text: str) -> dict[tuple, int]:
-    """Map each YAML path (tuple of keys / indexes) to its 1-based line."""
-    lines: dict[tuple, int] = {}
+def read_yaml(path: str | Path, what: str = "scenario") -> safe_yaml.YamlDoc:
+    """A YAML file the user gave, read under the limits of ``safe_yaml``; problems are ScenarioErrors."""
     try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
+        return safe_yaml.load(safe_yaml.read_text(path, what), str(path))
+    except safe_yaml.YamlInputError as e:
+        raise ScenarioError(str(e)) from None
 
-    def walk(node: yaml.Node, path: tuple) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                p = (*path, k.value)
-                lines[p] = k.start_mark.line + 1
-                walk(v, p)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                lines[(*path, i)] = v.start_mark.line + 1
-                walk(v, (*path, i))
 
-    if root is not None:
-        walk(root, ())
-    return lines
+# ---------------------------------------------------------------- messages
 
 
 def _fmt_path(loc: tuple) -> str:
@@ -113,45 +104,176 @@ def _pick_model(annotation: Any, data: Any) -> Any:
         a = _pick_model(a, data)
         if isinstance(a, type) and issubclass(a, BaseModel):
             models.append(a)
-    for m in models:  # discriminated union: match on the `name` literal
-        name_field = m.model_fields.get("name")
-        if name_field is not None and isinstance(data, dict) and data.get("name") in typing.get_args(name_field.annotation):
-            return m
+    for m in models:  # discriminated union: match on the `name` (algorithm) or `kind` (availability) literal
+        for tag in ("name", "kind"):
+            tag_field = m.model_fields.get(tag)
+            if tag_field is not None and isinstance(data, dict) and data.get(tag) in typing.get_args(tag_field.annotation):
+                return m
     return models[0] if len(models) == 1 else None
 
 
+# pydantic puts the member of a union that it tried into the error location (sigma2.list[float].0,
+# algorithm.heterofl.mode, availability.markov.p): drop it, the user wrote none of these.
+_UNION_MEMBER = re.compile(
+    r"(int|float|str|bool|none|(list|dict|tuple|set|literal|function-\w+|lax-or-strict|json-or-python)\[.*\]"
+    r"|constrained-\w+)"
+)
+_TAGGED = {"algorithm": ALGORITHM_NAMES, "availability": AVAILABILITY_KINDS}
+# errors that say the value has the wrong shape; in a union, the member whose shape matched says more
+_SHAPE_ERRORS = {
+    "string_type", "int_type", "float_type", "bool_type", "int_parsing", "float_parsing", "bool_parsing",
+    "literal_error", "list_type", "dict_type", "model_type", "model_attributes_type", "tuple_type",
+    "none_required", "int_from_float", "is_instance_of",
+}  # fmt: skip
+_EXPECTED = {
+    "string_type": "a text", "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "list_type": "a list", "tuple_type": "a list", "dict_type": "a mapping",
+    "model_type": "a mapping", "model_attributes_type": "a mapping", "none_required": "null",
+}  # fmt: skip
+
+
+def _expected(e: dict) -> str:
+    if e["type"] == "literal_error":
+        return str((e.get("ctx") or {}).get("expected", e["msg"]))
+    return _EXPECTED.get(e["type"], e["msg"])
+
+
 def _strip_tags(loc: tuple) -> tuple:
-    # pydantic puts a union's tag into the location (algorithm.heterofl.mode): drop it.
-    if len(loc) >= 2 and loc[0] == "algorithm" and loc[1] in ALGORITHM_NAMES:
-        return (loc[0], *loc[2:])
-    return loc
+    out: list = []
+    for part in loc:
+        if isinstance(part, str) and (_UNION_MEMBER.fullmatch(part) or part == "[key]"):
+            continue
+        if out and isinstance(part, str) and part in _TAGGED.get(str(out[-1]), ()):
+            continue
+        out.append(part)
+    return tuple(out)
 
 
-def _format_errors(err: ValidationError, model: type[BaseModel], data: Any, source: str, text: str) -> str:
-    lines_of = _line_map(text) if text else {}
-    out = []
-    for e in err.errors():
-        loc = _strip_tags(tuple(e["loc"]))
-        path = _fmt_path(loc)
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _known(got: Any, names: typing.Iterable[str]) -> str:
+    names = [str(n) for n in names]
+    hint = difflib.get_close_matches(str(got), names, n=1)
+    return (f"did you mean {hint[0]!r}? " if hint else "") + "known: " + ", ".join(names)
+
+
+def _upper_bound(model: type[BaseModel], loc: tuple, data: Any) -> Any:
+    parent = _model_at(model, loc[:-1], data) if loc else None
+    info = parent.model_fields.get(str(loc[-1])) if parent is not None else None
+    for meta in info.metadata if info is not None else ():
+        if getattr(meta, "le", None) is not None:
+            return meta.le
+    return None
+
+
+def _typo_explains(errors: list[tuple[tuple, dict]], model: type[BaseModel], data: Any) -> set[tuple]:
+    """Locations of "missing" errors that an unknown key next to them explains (``free:`` for ``free_mb:``)."""
+    missing = {loc for loc, e in errors if e["type"] == "missing"}
+    explained = set()
+    for loc, e in errors:
+        if e["type"] == "extra_forbidden" and loc:
             parent = _model_at(model, loc[:-1], data)
-            fields = list(parent.model_fields) if parent else []
-            hint = difflib.get_close_matches(str(loc[-1]), fields, n=1)
-            msg = f"unknown key (did you mean {hint[0]!r}?)" if hint else f"unknown key (allowed: {', '.join(fields)})"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        elif e["type"] == "union_tag_invalid":
-            tag = e.get("ctx", {}).get("tag")
-            hint = difflib.get_close_matches(str(tag), ALGORITHM_NAMES, n=1)
-            msg = f"unknown algorithm {tag!r} (" + (f"did you mean {hint[0]!r}?" if hint else "known: " + ", ".join(ALGORITHM_NAMES)) + ")"
-            path = _fmt_path((*loc, "name")) if loc and loc[-1] != "name" else path
-        elif e["type"] in {"string_type", "int_type", "float_type", "bool_type", "int_parsing", "float_parsing",
-                           "bool_parsing", "literal_error", "list_type", "dict_type", "model_type"}:
-            msg = f"{msg} (got {e.get('input')!r})"
-        line = lines_of.get(loc) or _nearest_line(lines_of, loc)
-        out.append(f"{source}:{line}: {path}: {msg}" if line else f"{source}: {path}: {msg}")
-    return "\n".join(out)
+            hint = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields) if parent else [], n=1)
+            if hint and (*loc[:-1], hint[0]) in missing:
+                explained.add((*loc[:-1], hint[0]))
+    return explained
+
+
+def _message(e: dict, loc: tuple, model: type[BaseModel], data: Any) -> tuple[tuple, str]:
+    """(location, text) of one pydantic error, in the user's words."""
+    kind = e["type"]
+    msg = e["msg"].removeprefix("Value error, ")
+    ctx = e.get("ctx") or {}
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1], data)
+        fields = list(parent.model_fields) if parent else []
+        hint = difflib.get_close_matches(str(loc[-1]), fields, n=1)
+        msg = f"unknown key (did you mean {hint[0]!r}?)" if hint else f"unknown key (allowed: {', '.join(fields)})"
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+        field = str(ctx.get("discriminator", "")).strip("'\"") or "name"
+        names = _TAGGED.get(str(loc[-1]) if loc else "") or re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        parent = str(loc[-1]) if loc else ""
+        loc = (*loc, field)
+        if kind == "union_tag_invalid":
+            what = parent if field == "name" else f"{parent} {field}".strip()  # "algorithm", "availability kind"
+            msg = f"unknown {what} {ctx.get('tag')!r} ({_known(ctx.get('tag'), names)})"
+        else:
+            msg = f"required field is missing (one of {', '.join(names)})"
+    elif kind == "literal_error":
+        names = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        msg = f"unknown value {_show(e.get('input'))} ({_known(e.get('input'), names)})" if names else msg
+    elif kind == "value_error" and (m := re.match(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*): (.*)", msg)):
+        # a cross-field check naming the field it is about ("algorithm.proxy_fraction: ..."): put it there
+        parent = _model_at(model, loc, data)
+        if parent is not None and m.group(1).split(".")[0] in parent.model_fields:
+            loc, msg = (*loc, *m.group(1).split(".")), m.group(2)
+    elif kind == "int_parsing_size":  # an integer too large to hold: say the field's bound where it has one
+        bound = _upper_bound(model, loc, data)
+        msg = f"Input should be less than or equal to {bound}" if bound is not None else "too large a number"
+        msg += f" (got {_show(e.get('input'))})"
+    elif kind == "finite_number":
+        msg = f"must be a finite number, not {_show(e.get('input'))} (NaN and infinity are not allowed)"
+    elif kind in _SHAPE_ERRORS or kind.startswith(("greater", "less", "too_", "string_")):
+        msg = f"{msg} (got {_show(e.get('input'))})"
+    return loc, msg
+
+
+def _format_errors(
+    err: ValidationError,
+    model: type[BaseModel],
+    data: Any,
+    source: str,
+    lines_of: dict[tuple, int] | None = None,
+    *,
+    prefix: tuple = (),
+    sets: dict[tuple, str] | None = None,
+) -> str:
+    """One line per problem: ``source:line: yaml.path: what is wrong (and how to fix it)``.
+
+    ``prefix`` is prepended to every location (a profile validated inside a scenario); a location under
+    a ``sets`` path (from ``--set``) is reported as coming from that option rather than from a line.
+    """
+    lines_of = lines_of or {}
+    errors = [(_strip_tags(tuple(e["loc"])), e) for e in err.errors()]
+    # A union (``float | list[float]``) reports every member that failed: when one member's shape fit the
+    # value, its error says more than the others' "should be a valid list"; when none fit, list them all.
+    by_loc: dict[tuple, list[dict]] = {}
+    explained = _typo_explains(errors, model, data)
+    for loc, e in errors:
+        if loc in explained and e["type"] == "missing":
+            continue
+        if e["type"] in _SHAPE_ERRORS and any(
+            (other[: len(loc)] == loc and len(other) > len(loc)) or (other == loc and o["type"] not in _SHAPE_ERRORS)
+            for other, o in errors
+        ):
+            continue
+        by_loc.setdefault(loc, []).append(e)
+    out = []
+    for loc, errs in by_loc.items():
+        if len(errs) > 1 and all(x["type"] in _SHAPE_ERRORS for x in errs):
+            expected = " or ".join(dict.fromkeys(_expected(x) for x in errs))
+            where, msgs = loc, [f"expected {expected} (got {_show(errs[0].get('input'))})"]
+        else:
+            where, msgs = loc, []
+            for x in errs:
+                where, msg = _message(x, loc, model, data)
+                msgs.append(msg)
+        full = (*prefix, *where)
+        path = _fmt_path(full)
+        set_key = next((k for p, k in (sets or {}).items() if full[: len(p)] == p), None)
+        line = lines_of.get(full) or _nearest_line(lines_of, full)
+        for msg in msgs:
+            if set_key is not None:
+                out.append(f"--set {set_key}: {path}: {msg}")
+            else:
+                out.append(f"{source}:{line}: {path}: {msg}" if line else f"{source}: {path}: {msg}")
+    return "\n".join(dict.fromkeys(out))
 
 
 def _nearest_line(lines_of: dict[tuple, int], loc: tuple) -> int | None:
@@ -164,37 +286,48 @@ def _nearest_line(lines_of: dict[tuple, int], loc: tuple) -> int | None:
 # ---------------------------------------------------------------- overrides
 
 
-def apply_set(raw: dict, assignment: str) -> None:
-    """Apply one ``--set a.b.c=value`` (value parsed as YAML; list items addressed by index)."""
+def _set_parts(assignment: str) -> tuple[str, list[Any], str]:
+    """``a.b.0.c=value`` -> ("a.b.0.c", ["a", "b", 0, "c"], "value")."""
     if "=" not in assignment:
         raise ScenarioError(f"--set {assignment!r}: write it as key.path=value, e.g. --set rounds=20")
     key, value_text = assignment.split("=", 1)
-    parts: list[Any] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
+    key = key.strip()
+    parts: list[Any] = [int(p) if p.isdigit() else p for p in key.split(".")]
     if any(p == "" for p in parts):  # list index 0 is a valid key part
-        raise ScenarioError(f"--set {assignment!r}: empty key in {key!r}")
-    value = yaml.safe_load(value_text) if value_text.strip() else None
+        raise ScenarioError(f"--set {assignment!r}: empty key in {key!r}; write it as key.path=value, e.g. rounds=20")
+    return key, parts, value_text
+
+
+def apply_set(raw: dict, assignment: str) -> None:
+    """Apply one ``--set a.b.c=value`` (value parsed as YAML; list items addressed by index)."""
+    key, parts, value_text = _set_parts(assignment)
+    try:
+        value = safe_yaml.load(value_text, f"--set {key}").data if value_text.strip() else None
+    except safe_yaml.YamlInputError as e:
+        raise ScenarioError(str(e)) from None
     cur: Any = raw
-    for i, part in enumerate(parts[:-1]):
-        nxt = parts[i + 1]
+    for i, part in enumerate(parts):
+        here = _fmt_path(tuple(parts[:i]))
+        last = i == len(parts) - 1
         if isinstance(cur, list):
             if not isinstance(part, int) or part >= len(cur):
-                raise ScenarioError(f"--set {key}: index {part} is out of range at {_fmt_path(tuple(parts[:i]))}")
+                what = f"index {part} is out of range" if isinstance(part, int) else f"{part!r} is not an index"
+                raise ScenarioError(
+                    f"--set {key}: {what}: {here} is a list of {len(cur)} item(s); use an index 0..{len(cur) - 1}"
+                    if cur
+                    else f"--set {key}: {what}: {here} is an empty list"
+                )
+        elif isinstance(cur, dict):
+            if not last and cur.get(part) is None:
+                cur[part] = [] if isinstance(parts[i + 1], int) else {}
+        else:
+            raise ScenarioError(
+                f"--set {key}: {here} is {_show(cur)}, not a mapping or a list, so it has no {part!r} inside"
+            )
+        if last:
+            cur[part] = value
+        else:
             cur = cur[part]
-            continue
-        if not isinstance(cur, dict):
-            raise ScenarioError(f"--set {key}: {_fmt_path(tuple(parts[:i]))} is not a mapping")
-        if cur.get(part) is None:
-            cur[part] = [] if isinstance(nxt, int) else {}
-        cur = cur[part]
-    last = parts[-1]
-    if isinstance(cur, list):
-        if not isinstance(last, int) or last >= len(cur):
-            raise ScenarioError(f"--set {key}: index {last} is out of range")
-        cur[last] = value
-    elif isinstance(cur, dict):
-        cur[last] = value
-    else:
-        raise ScenarioError(f"--set {key}: {_fmt_path(tuple(parts[:-1]))} is not a mapping")
 
 
 # ---------------------------------------------------------------- resolution
@@ -232,8 +365,11 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def resolve_groups(sc: Scenario, base_dir: Path | None = None, source: str = "scenario") -> list[ResolvedGroup]:
-    """Profiles of every fleet group, overrides applied, with counts; errors name the group."""
+def resolve_groups(
+    sc: Scenario, base_dir: Path | None = None, source: str = "scenario", lines: dict[tuple, int] | None = None
+) -> list[ResolvedGroup]:
+    """Profiles of every fleet group, overrides applied, with counts; errors name the group (and its line,
+    given the scenario's ``lines``)."""
     groups = []
     names_seen: set[str] = set()
     for i, (g, count) in enumerate(zip(sc.fleet.groups, sc.fleet.counts(), strict=True)):
@@ -246,10 +382,9 @@ def resolve_groups(sc: Scenario, base_dir: Path | None = None, source: str = "sc
         try:
             prof = DeviceProfile.model_validate(merged)
         except ValidationError as e:
-            first = e.errors()[0]
             part = "overrides" if g.overrides else "profile"
             raise ScenarioError(
-                f"{where}.{part}.{_fmt_path(tuple(first['loc']))}: {first['msg'].removeprefix('Value error, ')}"
+                _format_errors(e, DeviceProfile, merged, source, lines, prefix=("fleet", "groups", i, part))
             ) from None
         if g.power_mode is not None:
             try:
@@ -275,22 +410,22 @@ def load_scenario(
     if text is None:
         if path is None:
             raise ScenarioError("no scenario given")
-        p = Path(path)
-        if not p.is_file():
-            raise ScenarioError(f"{source}: no such scenario file")
-        text = p.read_text()
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise ScenarioError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        doc = read_yaml(path, "scenario")
+    else:
+        try:
+            doc = safe_yaml.load(text, source)
+        except safe_yaml.YamlInputError as e:
+            raise ScenarioError(str(e)) from None
+    raw = doc.data
     if not isinstance(raw, dict):
         raise ScenarioError(f"{source}: a scenario is a YAML mapping (name:, rounds:, fleet:, ...)")
     algo_before = raw.get("algorithm")
     name_before = algo_before.get("name") if isinstance(algo_before, dict) else algo_before
+    set_paths: dict[tuple, str] = {}
     for s in sets or []:
         apply_set(raw, s)
+        key, parts, _ = _set_parts(s)
+        set_paths[tuple(parts)] = key
     algo = raw.get("algorithm")
     if isinstance(algo, str):  # shorthand `algorithm: fedavg`
         raw["algorithm"] = algo = {"name": algo}
@@ -301,9 +436,9 @@ def load_scenario(
     try:
         sc = Scenario.model_validate(raw)
     except ValidationError as e:
-        raise ScenarioError(_format_errors(e, Scenario, raw, source, text)) from None
+        raise ScenarioError(_format_errors(e, Scenario, raw, source, doc.lines, sets=set_paths)) from None
     base_dir = Path(path).resolve().parent / "device_profiles" if path is not None else None
-    resolve_groups(sc, base_dir, source)  # fail early on profile problems
+    resolve_groups(sc, base_dir, source, doc.lines)  # fail early on profile problems
     return sc
 
 

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim.scenario.algorithms import AlgorithmConfig
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
+from iotfl_sim.scenario.limits import (
+    MAX_BATCH,
+    MAX_BYTES,
+    MAX_DEVICES,
+    MAX_EPOCHS,
+    MAX_INDEX,
+    MAX_ROUNDS,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_WORKERS,
+)
 from iotfl_sim.scenario.profile import Strict
 
 DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
@@ -75,6 +87,7 @@ class Gateway(Strict):
     devices_per_gateway: int | None = Field(
         None,
         ge=1,
+        le=MAX_DEVICES,
         description="replicate this gateway: every block of this many consecutive device indices (groups are laid "
         "out in order) that names it shares its own copy (null: one gateway for every device that names it)",
     )
@@ -83,7 +96,7 @@ class Gateway(Strict):
 class Group(Strict):
     name: str | None = Field(None, description="label of the group in reports; defaults to the profile name")
     profile: Any = Field(description="a profile name from device_profiles/, or a whole profile written inline")
-    count: int | None = Field(None, ge=0)
+    count: int | None = Field(None, ge=0, le=MAX_DEVICES)
     fraction: float | None = Field(None, ge=0, le=1)
     power_mode: str | None = Field(None, description="one of the profile's power_modes")
     memory: MemoryConfig = MemoryConfig()
@@ -111,7 +124,7 @@ class Group(Strict):
 
 
 class Fleet(Strict):
-    num_devices: int | None = Field(None, gt=0, description="total devices; needed when groups give fractions")
+    num_devices: int | None = Field(None, gt=0, le=MAX_DEVICES, description="total devices; needed when groups give fractions")
     memory_units: Literal["mb", "relative"] = Field(
         "mb",
         description="mb: memory in MB, needs measured from the real submodel; relative: FlexFL's units, percent of "
@@ -152,6 +165,11 @@ class Fleet(Strict):
             raise ValueError(
                 f"num_devices is {self.num_devices} but group counts add up to {sum(g.count or 0 for g in self.groups)}"
             )
+        total = sum(self.counts())
+        if total == 0:
+            raise ValueError("every group has count 0, so the fleet has no devices; give a group a count of 1 or more")
+        if total > MAX_DEVICES:
+            raise ValueError(f"the groups add up to {total:,} devices, more than the limit of {MAX_DEVICES:,}")
         return self
 
     def counts(self) -> list[int]:
@@ -170,7 +188,7 @@ class Fleet(Strict):
 class Partition(Strict):
     method: Literal["iid", "dirichlet", "shards", "natural"] = "iid"
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (dirichlet only)")
-    classes_per_client: int = Field(2, ge=1, description="label shards per client (shards only)")
+    classes_per_client: int = Field(2, ge=1, le=MAX_INDEX, description="label shards per client (shards only)")
 
 
 class Data(Strict):
@@ -179,10 +197,10 @@ class Data(Strict):
     partition: Partition = Partition()
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share for datasets without a test split")
     train_samples: int | None = Field(
-        None, ge=1, description="keep a seeded random subset of this many train samples (null: all; for quick runs)"
+        None, ge=1, le=MAX_SAMPLES, description="keep a seeded random subset of this many train samples (null: all; for quick runs)"
     )
     test_samples: int | None = Field(
-        None, ge=1, description="keep a seeded random subset of this many test samples (null: all; for quick runs)"
+        None, ge=1, le=MAX_SAMPLES, description="keep a seeded random subset of this many test samples (null: all; for quick runs)"
     )
 
 
@@ -202,7 +220,7 @@ class Model(Strict):
 
 class LRSchedule(Strict):
     kind: Literal["constant", "multistep", "exponential"] = "constant"
-    milestones: list[int] = Field(default_factory=list, description="rounds at which lr is multiplied by gamma")
+    milestones: list[Annotated[int, Field(ge=0, le=MAX_ROUNDS)]] = Field(default_factory=list, description="rounds at which lr is multiplied by gamma")
     gamma: float = Field(0.1, gt=0)
 
     def lr_at(self, base: float, rnd: int) -> float:
@@ -214,8 +232,8 @@ class LRSchedule(Strict):
 
 
 class Local(Strict):
-    epochs: int = Field(1, ge=1)
-    batch_size: int = Field(10, ge=1)
+    epochs: int = Field(1, ge=1, le=MAX_EPOCHS)
+    batch_size: int = Field(10, ge=1, le=MAX_BATCH)
     optimizer: Literal["sgd"] = "sgd"
     lr: float = Field(0.01, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1)
@@ -239,36 +257,67 @@ class Server(Strict):
         1.0, ge=1.0, description="select ceil(k * this) devices and keep the first k updates to arrive (FedScale's over-commitment)"
     )
     min_participants: int = Field(
-        1, ge=1, description="wait (retry_s at a time) until this many devices can be selected; aggregate only if this many updates arrive"
+        1, ge=1, le=MAX_DEVICES, description="wait (retry_s at a time) until this many devices can be selected; aggregate only if this many updates arrive"
     )
     retry_s: float = Field(60.0, gt=0, description="how long the server waits before retrying when too few devices are online")
-    eval_every: int = Field(1, ge=1)
+    eval_every: int = Field(1, ge=1, le=MAX_ROUNDS)
     eval_batch_size: int = Field(
         100,
         ge=1,
+        le=MAX_BATCH,
         description="batch size of evaluation and static-BN calibration (on CPU about 100 is fastest: activations "
         "stay in cache; measured 1.4-2.4x faster than 1,000)",
     )
     eval_subset: int | None = Field(
-        None, ge=1, description="score every evaluation on this many test samples, a fixed seeded subset (null: all)"
+        None, ge=1, le=MAX_SAMPLES, description="score every evaluation on this many test samples, a fixed seeded subset (null: all)"
     )
-    bn_calibration_samples: Annotated[int, Field(ge=1)] | Literal["all"] = Field(
+    bn_calibration_samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | Literal["all"] = Field(
         2000,
         description="training samples (a fixed seeded draw) that recompute static BN statistics before each evaluation; "
         "'all' is HeteroFL's full pass. 2,000 kept every level within 0.07 points of the full pass on MNIST "
         "(benchmarks/bn_calibration_cap.md) from a 30th of the samples",
     )
     target_accuracies: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95])
-    header_bytes: int = Field(1024, ge=0, description="fixed per-message overhead on the wire")
+    header_bytes: int = Field(1024, ge=0, le=MAX_BYTES, description="fixed per-message overhead on the wire")
     compute: ServerCompute = Field(
         default_factory=ServerCompute, description="the server's compute; its work runs on the simulated clock"
     )
+
+
+class Checkpoint(Strict):
+    """When the run writes a checkpoint (``iotfl-sim run --resume RUN_DIR`` continues from the last one).
+    A checkpoint is written when either interval has passed since the last; both null: never."""
+
+    every_rounds: int | None = Field(None, ge=1, description="after this many rounds (null: by host time only)")
+    every_s: float | None = Field(
+        300.0, gt=0, description="after this many host seconds of running (null: by rounds only); checkpoints never change results"
+    )
+    keep: int = Field(2, ge=1, description="how many of the newest checkpoints to keep")
+
+
+class Wandb(Strict):
+    """A Weights & Biases run mirroring rounds.csv (``pip install 'iotfl-sim[wandb]'``)."""
+
+    project: str = Field(min_length=1, max_length=128, description="W&B project")
+    mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", description="offline: written under <run>/wandb/ (upload later with `wandb sync`); online: needs a login"
+    )
+    entity: str | None = Field(None, max_length=128, description="W&B entity (team or user); null: the default")
 
 
 class Output(Strict):
     dir: str = "runs"
     events: Literal["all", "failures", "none"] = "all"
     progress: bool | None = Field(None, description="progress bar; null: only when writing to a terminal")
+    checkpoint: Checkpoint = Checkpoint()
+    tensorboard: bool = Field(
+        False,
+        description="also write each rounds.csv row as TensorBoard scalars under <run>/tensorboard/, and the resolved "
+        "scenario as text (pip install 'iotfl-sim[tensorboard]'); never changes results",
+    )
+    wandb: Wandb | None = Field(
+        None, description="also log each round to a W&B run, config = the resolved scenario (null: off); never changes results"
+    )
 
 
 class Executor(Strict):
@@ -282,12 +331,13 @@ class Executor(Strict):
         "to inline within float tolerance, not bitwise)",
     )
     workers: int | None = Field(
-        None, ge=1, description="pool, ray: worker processes / actors (null: one per available core or cluster CPU)"
+        None, ge=1, le=MAX_WORKERS, description="pool, ray: worker processes / actors (null: one per available core or cluster CPU)"
     )
     address: str | None = Field(None, description="ray: address of an existing cluster (null: start a local Ray)")
     threads: int = Field(
         1,
         ge=1,
+        le=MAX_WORKERS,
         description="torch threads per training or evaluation job, in every executor (results depend on it in the "
         "last bits, so it is pinned: the same seed then gives the same bits whichever executor runs)",
     )
@@ -309,12 +359,24 @@ class Executor(Strict):
         return self
 
 
+
+def plain_name(v: str, names: str, example: str) -> str:
+    """``v`` if it can name a folder inside another (``names`` says which), else a ValueError that says why."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", v):
+        raise ValueError(
+            f"{v!r} is not a plain name: it names {names}, so use only letters, digits, '_', '-' and '.' "
+            f"(no '/', '\\', spaces, or leading '.' or '-'); e.g. name: {example}"
+        )
+    return v
+
 class Scenario(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(
+        max_length=100, description="names the run folder, <output.dir>/<name>-<timestamp>: letters, digits, _ - ."
+    )
     description: str = ""
-    seed: int = 0
-    rounds: int = Field(ge=1)
-    clients_per_round: int | None = Field(None, ge=1)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    rounds: int = Field(ge=1, le=MAX_ROUNDS)
+    clients_per_round: int | None = Field(None, ge=1, le=MAX_DEVICES)
     clients_fraction: float | None = Field(None, gt=0, le=1)
     numerics: Literal["torch", "none"] = Field(
         "torch", description="torch: real training; none: costs and protocol only (system-only mode)"
@@ -328,10 +390,34 @@ class Scenario(Strict):
     output: Output = Output()
     executor: Executor = Executor()
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return plain_name(v, "the run folder <output.dir>/<name>-<timestamp>", "my_study")
+
     @model_validator(mode="after")
     def _one_selection_size(self) -> Scenario:
         if self.clients_per_round is not None and self.clients_fraction is not None:
             raise ValueError("give clients_per_round or clients_fraction, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _enough_devices(self) -> Scenario:
+        if self.server.min_participants > self.num_devices():
+            raise ValueError(
+                f"server.min_participants: {self.server.min_participants} is more than the fleet's "
+                f"{self.num_devices()} devices, so no round could ever start; lower it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _proxy_for_apoz(self) -> Scenario:
+        a = self.algorithm
+        if self.numerics == "torch" and a.name == "flexfl" and a.apoz and a.proxy_fraction == 0:  # type: ignore[union-attr]
+            raise ValueError(
+                "algorithm.proxy_fraction: flexfl's APoZ pretrains on a proxy set, and proxy_fraction 0 holds none; "
+                "set proxy_fraction > 0 (e.g. 0.01) or apoz: false"
+            )
         return self
 
     def num_devices(self) -> int:

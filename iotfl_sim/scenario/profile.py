@@ -12,9 +12,10 @@ RADIOS = ("wifi", "lte", "nbiot", "lorawan", "ble", "ethernet")
 
 
 class Strict(BaseModel):
-    """Base for every config model: unknown keys are errors, fields are validated on assignment."""
+    """Base for every config model: unknown keys are errors, fields are validated on assignment, and no
+    number anywhere (list and mapping items included) may be NaN or infinite."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Jitter(Strict):

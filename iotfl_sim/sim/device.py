@@ -174,7 +174,7 @@ class DeviceTasks:
             free = f.sample_free_memory(d, self.env.now, rnd)
             sim.event(rnd, d, "arrive", free=round(free / sim.memory_scale, 4))
             f.settle(d, self.env.now)
-            b = sim.strategy.adapt(a, DeviceState(d, free, float(f.capacity_j[d] - f.used(d))))
+            b = sim.adapt(a, DeviceState(d, free, float(f.capacity_j[d] - f.used(d))))
             if b is None:
                 self.fail(task, "refused")
                 return

@@ -8,6 +8,7 @@ numerics depend on which device trains which submodel from which weights, never 
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import simpy
 import torch
 
+from iotfl_sim import faults
 from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import Assignment, Outcome, ServerWork, StrategyContext, Update
 from iotfl_sim.exec.base import EvalJob
@@ -27,13 +29,18 @@ from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, MB, Fleet
 from iotfl_sim.fleet.network import SharedMedium
-from iotfl_sim.output.run_dir import RunRecorder
+from iotfl_sim.fleet.selection import SAMPLED_SELECTION_MIN_DEVICES, SampleStats, sample_uniform
+from iotfl_sim.output import codec
+from iotfl_sim.output.checkpoint import CheckpointStore
+from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.output.run_dir import RunLock, RunRecorder, new_run_dir
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
 from iotfl_sim.sim.device import DeviceTasks, Task
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
+from iotfl_sim.sim.tape import Tape
 
 
 class InfeasibleFleetError(ScenarioError):
@@ -49,6 +56,13 @@ class _View:
     are busy with an earlier task, and the history of outcomes (a device whose task failed with
     `depleted` is known to be gone). Not known: true current free memory, battery level, compute
     jitter; a method that uses them must call ``true_state``, which the run summary reports.
+
+    Selection at scale: fleets of at least ``sample_min_devices`` devices (default
+    ``SAMPLED_SELECTION_MIN_DEVICES`` = 100,000) answer ``sample_selectable`` (the uniform selection of
+    ``algorithms.base.select_uniform``) and ``has_selectable`` (the ``min_participants`` check) by lazy
+    rejection sampling (``fleet.selection.sample_uniform``): only drawn ids are checked (known gone,
+    busy, eligible, then availability on the survivors), so a round costs O(clients), not O(devices).
+    Smaller fleets build the full mask, with the draws every recorded run and test was made with.
     """
 
     fleet: Fleet
@@ -58,6 +72,9 @@ class _View:
     now: float = 0.0
     rnd: int = 0
     oracle_users: set[str] = field(default_factory=set)
+    sample_min_devices: int = SAMPLED_SELECTION_MIN_DEVICES
+    _stats: SampleStats = field(default_factory=SampleStats)  # sizes the sampler's checks only
+    _warm: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # last ids found selectable
 
     @property
     def num_devices(self) -> int:
@@ -68,6 +85,42 @@ class _View:
         candidates = np.flatnonzero(mask)
         mask[candidates[~self.availability.online_mask(self.now, self.rnd, candidates)]] = False
         return mask
+
+    def _admits(self, eligible: Any = None):
+        """``accept`` for ``sample_uniform``: which of the (distinct) ``ids`` are selectable and eligible."""
+
+        def accept(ids: np.ndarray) -> np.ndarray:
+            ok = ~(self.known_gone[ids] | self.fleet.busy[ids])
+            if eligible is not None:
+                ok &= eligible[ids] if isinstance(eligible, np.ndarray) else eligible(ids)
+            idx = np.flatnonzero(ok)
+            ok[idx] = self.availability.online_mask(self.now, self.rnd, ids[idx])
+            self._warm = ids[ok]  # witnesses for the next has_selectable (eligible or not, selectable)
+            return ok
+
+        return accept
+
+    def sample_selectable(self, k: int, rng: np.random.Generator, eligible: Any = None) -> np.ndarray | None:
+        """``k`` devices (sorted) uniformly among the selectable ones that are ``eligible`` (a bool array
+        over devices, or a function of an id array), by sampling; None when the fleet is below
+        ``sample_min_devices`` (then ``rng`` is untouched) or too few were found (use the mask)."""
+        if self.fleet.n < self.sample_min_devices:
+            return None
+        return sample_uniform(self.fleet.n, k, rng, self._admits(eligible), stats=self._stats)
+
+    def has_selectable(self, need: int) -> bool:
+        """At least ``need`` devices are selectable now: at scale, shown by ``need`` witnesses (first the
+        devices found selectable last time, whose availability is cheap to bring up to date, then a
+        sample), else counted on the mask. Any witnesses give the same answer."""
+        if need <= 0:
+            return True
+        if self.fleet.n >= self.sample_min_devices:
+            if self._warm.size >= need and int(self._admits()(self._warm).sum()) >= need:
+                return True
+            rng = stream(self.fleet.seed, "participants", self.rnd)
+            if sample_uniform(self.fleet.n, need, rng, self._admits()) is not None:
+                return True
+        return int(self.selectable_mask().sum()) >= need
 
     def selectable(self) -> np.ndarray:
         return np.flatnonzero(self.selectable_mask())
@@ -147,7 +200,16 @@ class Simulation:
         self.server_time = 0.0  # simulated seconds the server spent computing, all rounds
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
-        self.host = {"train": 0.0, "eval": 0.0, "setup": time.perf_counter() - self._t_created}
+        self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self._t_created}
+        self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
+        self.checkpoints: CheckpointStore | None = None
+        self.resume_round = 0  # rounds before this one are replayed from the tape (``resume``)
+        self._resume: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._last_checkpoint = (0, time.perf_counter())  # (round, host instant)
+        self._tape_from = 0  # round the current tape chunk starts at
+        self._tape_files: list[dict[str, Any]] = []  # tape chunks written so far (listed in each checkpoint)
+        self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
+        self.interrupted = False
 
     def medium(self, d: int, up: bool) -> SharedMedium | None:
         """The shared gateway direction device ``d``'s transfers cross (None: its own link only)."""
@@ -188,11 +250,19 @@ class Simulation:
     def wire_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
         """Bytes of a task's download (``up`` False) or upload: the strategy's encoded size when it quantizes
         its messages (``algorithms.wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
-        priced = getattr(self.strategy, "wire_bytes", None)
-        nbytes = priced(a, up) if priced is not None else None
+        if getattr(self.strategy, "wire_bytes", None) is None:
+            return self.message_bytes(recipe, a.spec, a.bits if up else 32)
+        return self.tape.answer("wire", lambda: self._priced_bytes(a, recipe, up))
+
+    def _priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
+        nbytes = self.strategy.wire_bytes(a, up)
         if nbytes is None:
             return self.message_bytes(recipe, a.spec, a.bits if up else 32)
         return nbytes + self.sc.server.header_bytes
+
+    def adapt(self, a: Assignment, state: Any) -> Assignment | None:
+        """The strategy's device-side hook (recorded: a resumed run replays it)."""
+        return self.tape.answer("adapt", lambda: self.strategy.adapt(a, state))
 
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":
@@ -242,7 +312,7 @@ class Simulation:
         """Run the strategy's pending server work on the simulated clock; returns the seconds spent."""
         spent = 0.0
         rate = self.sc.server.compute.flops
-        for what, flops in self.server_work.drain():
+        for what, flops in self.tape.answer("serve", self.server_work.drain):
             duration = flops / rate
             self.event(rnd, -1, "server_work", what=what, flops=flops, duration=round(duration, 6))
             if duration > 0:
@@ -257,6 +327,7 @@ class Simulation:
         sc = self.sc
         k = sc.selection_size()
         for rnd in range(sc.rounds):
+            replay = rnd < self.resume_round
             round_start = self.env.now
             e_before = self._fleet_energy(round_start)
             down0, up0 = self.bytes_down, self.bytes_up
@@ -265,10 +336,7 @@ class Simulation:
                 self.stalled = rnd
                 return
             self.view.now, self.view.rnd = self.env.now, rnd
-            assignments = self.strategy.select(rnd, self.view, stream(sc.seed, "select", rnd))
-            dispatch = getattr(self.strategy, "dispatch", None)
-            if dispatch is not None:  # e.g. quantize each device's download (server work, charged below)
-                dispatch(rnd, assignments)
+            assignments = self.tape.answer("select", lambda r=rnd: self._select(r))
             server_s = yield from self._serve(rnd)  # set-up work (first round) and selection work
             self._wanted, self._arrived, self._enough = k, 0, self.env.event()
             tasks = []
@@ -283,20 +351,33 @@ class Simulation:
                 waiting.append(self.env.timeout(sc.server.deadline_s))
             yield simpy.AnyOf(self.env, waiting)
             outcomes = self._close_round(tasks, rnd)
-            updates = self._train(rnd, outcomes)
-            if len(updates) >= sc.server.min_participants:
-                self.strategy.aggregate(rnd, updates)
-            self.strategy.observe(rnd, outcomes)
+            if replay:  # numerics are not redone: only their effect on the byte count
+                updates = []
+                self.bytes_up += sum(real - priced for real, priced in self.tape.answer("receive", list))
+            else:
+                updates = self._train(rnd, outcomes)
+                if len(updates) >= sc.server.min_participants:
+                    t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
+                    self.strategy.aggregate(rnd, updates)
+                    self.host["aggregate"] += time.perf_counter() - t0
+                self.strategy.observe(rnd, outcomes)
             server_s += yield from self._serve(rnd)  # aggregation-side work
             round_end = self.env.now
             row = self._row(rnd, round_start, round_end, outcomes, updates, e_before, down0, up0)
             row.update(self._comm_waste(tasks, outcomes))
             row["server_time_s"] = server_s
             row["server_energy_j"] = self.server_time * sc.server.compute.power_w
+            if replay:
+                if self.progress is not None:
+                    self.progress.update(1)
+                if rnd + 1 == self.resume_round:
+                    self._end_replay()
+                continue
             if sc.numerics == "torch" and ((rnd + 1) % sc.server.eval_every == 0 or rnd + 1 == sc.rounds):
                 row.update(self._evaluate())
             row["host_train_s"] = self.host["train"]
             row["host_eval_s"] = self.host["eval"]
+            row["host_aggregate_s"] = self.host["aggregate"]
             row["host_other_s"] = time.perf_counter() - self._t_created - sum(self.host.values())
             if self.recorder is not None:
                 self.recorder.round_row(row)
@@ -308,6 +389,18 @@ class Simulation:
                 if acc is not None:
                     post["acc"] = f"{acc:.3f}"
                 self.progress.set_postfix(post, refresh=False)
+            if rnd + 1 < sc.rounds and (self.stop_requested or self._checkpoint_due(rnd + 1)):
+                self.checkpoint(rnd + 1)
+                if self.stop_requested:
+                    self.interrupted = True
+                    return
+
+    def _select(self, rnd: int) -> list[Assignment]:
+        assignments = self.strategy.select(rnd, self.view, stream(self.sc.seed, "select", rnd))
+        dispatch = getattr(self.strategy, "dispatch", None)
+        if dispatch is not None:  # e.g. quantize each device's download (server work, charged after selection)
+            dispatch(rnd, assignments)
+        return assignments
 
     def _comm_waste(self, tasks: list[Task], outcomes: list[Outcome]) -> dict[str, float | None]:
         """AdaptiveFL's communication waste rate, 1 - sum size(returned) / sum size(sent), in parameters.
@@ -336,7 +429,7 @@ class Simulation:
         need = self.sc.server.min_participants
         for _ in range(100_000):
             self.view.now, self.view.rnd = self.env.now, rnd
-            if int(self.view.selectable_mask().sum()) >= need:
+            if self.view.has_selectable(need):
                 return True
             if self.view.known_gone.all():
                 return False
@@ -367,6 +460,7 @@ class Simulation:
     def _train(self, rnd: int, outcomes: list[Outcome]) -> list[Update]:
         accepted = [o for o in outcomes if o.status == "completed"]
         if self.sc.numerics == "none" or not accepted:
+            self.tape.answer("receive", list)
             return []
         t0 = time.perf_counter()
         loc = self.sc.local
@@ -394,21 +488,25 @@ class Simulation:
                     objective=self.strategy.local_objective(b),
                 )
             )
+        faults.hit("round_train")
         results = self.executor.run(jobs)
         updates = [
             Update(o.trained or o.assignment, r.state, r.num_samples, self.numerics.labels_per_device[o.assignment.device], r.loss)
             for o, r in zip(accepted, results, strict=True)
         ]
         receive = getattr(self.strategy, "receive", None)
+        receipts = []  # (real, priced) byte counts, replayed on resume
         if receive is not None:
             # quantized uploads: their real encoded size replaces the size priced at dispatch in the byte count
             for u in updates:
                 real = receive(rnd, u)
                 if real is not None:
-                    priced = self.wire_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
+                    priced = self._priced_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
                     real += self.sc.server.header_bytes
                     self.bytes_up += real - priced
+                    receipts.append((real, priced))
                     self.event(rnd, u.assignment.device, "upload_encoded", bytes=real, priced=priced)
+        self.tape.answer("receive", lambda: receipts)
         self.host["train"] += time.perf_counter() - t0
         return updates
 
@@ -468,6 +566,93 @@ class Simulation:
             "bytes_up_round": self.bytes_up - up0,
         }
 
+    # ------------------------------------------------------------ checkpoints and resume
+
+    def _checkpoint_due(self, done: int) -> bool:
+        if self.checkpoints is None:
+            return False
+        cfg = self.sc.output.checkpoint
+        last_round, last_t = self._last_checkpoint
+        if cfg.every_rounds is not None and done - last_round >= cfg.every_rounds:
+            return True
+        return cfg.every_s is not None and time.perf_counter() - last_t >= cfg.every_s
+
+    def digest(self) -> list[float]:
+        """Figures of the fleet and the engine that a faithful replay reproduces exactly (a resume checks them)."""
+        f = self.fleet
+        ledger = [float(x) for k in sorted(f._used) for x in f._used[k]]
+        counts = [float(a.sum()) for a in (f.busy, f.tasks, f.completed, *f.failures.values(), self.view.known_gone)]
+        return [self.env.now, self.bytes_down, self.bytes_up, self.server_time, self.params_sent, self.params_back,
+                *ledger, *map(float, f._idle_settled), *map(float, f._alive), *counts]  # fmt: skip
+
+    def checkpoint(self, done: int) -> None:
+        """Write a checkpoint after ``done`` rounds (see ``output.checkpoint`` and ``sim.tape``)."""
+        if self.checkpoints is None or self.recorder is None:
+            return
+        state = {
+            "strategy": codec.capture(self.strategy),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": codec.encode(np.random.get_state()),
+                "python": codec.encode(random.getstate()),
+            },
+        }
+        host_total = time.perf_counter() - self._t_created
+        meta = {
+            "rows": self.rows,
+            "host": {**self.host, "total": host_total},
+            "oracle_users": sorted(self.view.oracle_users),
+            "offsets": self.recorder.offsets(),
+            "digest": self.digest(),
+            "tape_counts": self.tape.counts(),
+            "scenario_sha256": self.recorder.scenario_sha256(),
+        }
+        self._tape_files = self.checkpoints.write(
+            done, state, meta, self._tape_files, codec.encode(self.tape.new_chunk()), self._tape_from
+        )
+        self._tape_from = done
+        self._last_checkpoint = (done, time.perf_counter())
+
+    def resume_from(self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder) -> None:
+        """Set up a resumed run: replay the checkpoint's rounds from its tape, then load its state. The recorder
+        follows the replay (it skips the event lines already on disk; rows are not replayed)."""
+        self.tape.load([codec.decode(chunk) for chunk in tape])
+        if self.tape.counts() != meta.get("tape_counts"):
+            raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
+        self.resume_round = int(meta["round"])
+        self._resume = (meta, state)
+        self._tape_files = meta["tape"]
+        self._tape_from = self.resume_round
+        self.recorder = recorder
+
+    def _end_replay(self) -> None:
+        assert self._resume is not None
+        meta, state = self._resume
+        left = self.tape.unconsumed()
+        if self.recorder is not None and self.recorder.replay_pending:
+            left["event lines"] = self.recorder.replay_pending
+        if left or self.digest() != meta["digest"]:
+            raise CheckpointError(
+                f"checkpoint of round {self.resume_round}: replaying the run does not reproduce it "
+                f"({'unused answers: ' + str(left) if left else 'the fleet state differs'}); the code or the data "
+                "changed since the run started: start a new run"
+            )
+        codec.restore(self.strategy, state["strategy"])
+        self.server_work.drain()  # set-up work was charged in round 1 already
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(codec.decode(rng["numpy"]))
+        random.setstate(codec.decode(rng["python"]))
+        self.rows = [dict(r) for r in meta["rows"]]
+        self.view.oracle_users = set(meta["oracle_users"])
+        saved = meta["host"]
+        elapsed = time.perf_counter() - self._t_created  # set-up and replay of this process
+        self.host = {**saved, "setup": saved["setup"] + elapsed}
+        del self.host["total"]
+        self._t_created -= saved["total"]
+        self._resume = None
+        self._last_checkpoint = (self.resume_round, time.perf_counter())
+
     # ------------------------------------------------------------ run
 
     def run(self) -> dict[str, Any]:
@@ -478,8 +663,11 @@ class Simulation:
             torch.set_num_threads(self.sc.executor.threads)
         proc = self.env.process(self.server())
         self.env.run(until=proc)
+        if not self.interrupted:
+            faults.hit("summary")
         host_total = time.perf_counter() - self._t_created  # set-up counts as bookkeeping
         summary = summarize(self, host_total)
+        summary["status"] = "interrupted" if self.interrupted else "complete"
         if self.recorder is not None:
             self.recorder.devices(device_columns(self))
             self.recorder.summary(summary)
@@ -489,6 +677,44 @@ class Simulation:
         return summary
 
 
+def _json_meta(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads(path.read_text())
+
+
+class _StopOnSignal:
+    """First SIGINT / SIGTERM: finish the round, checkpoint, write the summary; a second: stop at once."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.before: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import sys
+
+        if self.sim.stop_requested:
+            raise KeyboardInterrupt
+        self.sim.stop_requested = True
+        print("\nstopping at the end of this round (a checkpoint and the summary are written); "
+              "press Ctrl-C again to stop at once", file=sys.stderr)  # fmt: skip
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for sig, handler in self.before.items():
+            signal.signal(sig, handler)
+
+
 def run_scenario(
     sc: Scenario,
     groups: list[ResolvedGroup],
@@ -496,27 +722,110 @@ def run_scenario(
     resolved: dict,
     progress: bool | None = None,
     base_dir: Path | None = None,
+    run_dir: Path | None = None,
 ) -> tuple[Path | None, dict[str, Any]]:
-    """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing)."""
+    """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
+    ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``)."""
     from tqdm import tqdm
-
-    from iotfl_sim.output.run_dir import new_run_dir
 
     bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
     recorder = None
     path = None
+    lock = None
     try:
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)  # fails on bad input before any folder is made
-        if out_parent is not None:
+        if run_dir is not None:
+            path = Path(run_dir)
+            path.mkdir(parents=True)  # never into an existing folder
+        elif out_parent is not None:
             path = new_run_dir(out_parent, sc.name)
-            labels = [t.label for t in sim.strategy.eval_targets()] if sc.numerics == "torch" else []
-            energy_cols = [f"energy_{c}_j" for c in sim.fleet.class_names]
-            recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy_cols)
+        if path is not None:
+            lock = RunLock(path)
+            recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_energy_columns(sim))
             recorder.scenario(resolved)
+            recorder.origin(base_dir)
             sim.recorder = recorder
-        summary = sim.run()
+            sim.checkpoints = _store(sc, path)
+        sim.tape.recording = sim.checkpoints is not None
+        return path, _run_interruptible(sim, path)
     finally:
         bar.close()
         if recorder is not None:
             recorder.close()
-    return path, summary
+        if lock is not None:
+            lock.release()
+
+
+def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str, Any]]:
+    """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none)."""
+    from tqdm import tqdm
+
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+
+    path = Path(path)
+    if not (path / "scenario.resolved.yaml").is_file():
+        raise ScenarioError(f"--resume {path}: not a run folder (no scenario.resolved.yaml); give a folder that `iotfl-sim run` made")
+    lock = RunLock(path)
+    recorder = None
+    bar = None
+    try:
+        summary_path = path / "summary.json"
+        if summary_path.is_file() and _json_meta(summary_path).get("status", "complete") == "complete":
+            raise ScenarioError(f"--resume {path}: this run is already complete (summary.json); nothing to resume")
+        sc = load_scenario(path / "scenario.resolved.yaml")
+        groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))
+        base_dir = RunRecorder.read_origin(path)
+        store = CheckpointStore(path, sc.output.checkpoint.keep)
+        store.clean_partial()
+        loaded = store.load_latest()
+        bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
+        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
+        labels, energy = _labels(sim), _energy_columns(sim)
+        if loaded is None:  # killed before its first checkpoint: start again in the same folder
+            recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy)
+            sim.recorder = recorder
+        else:
+            meta, state, tape = loaded
+            recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy, offsets=meta["offsets"])
+            if meta.get("scenario_sha256") != recorder.scenario_sha256():
+                raise CheckpointError(f"{path / 'scenario.resolved.yaml'}: changed since the checkpoint was written; "
+                                      "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
+            sim.resume_from(meta, state, tape, recorder)
+        sim.checkpoints = store if _store(sc, path) is not None else None
+        sim.tape.recording = sim.checkpoints is not None or loaded is not None
+        return path, _run_interruptible(sim, path)
+    finally:
+        if bar is not None:
+            bar.close()
+        if recorder is not None:
+            recorder.close()
+        lock.release()
+
+
+def _run_interruptible(sim: Simulation, path: Path | None) -> dict[str, Any]:
+    import sys
+
+    try:
+        with _StopOnSignal(sim):
+            return sim.run()
+    except KeyboardInterrupt:
+        if path is not None and sim.checkpoints is not None:
+            done = sim.checkpoints.rounds()
+            where = f"the last checkpoint is after round {done[-1]}" if done else "no checkpoint yet: it will start over"
+            print(f"stopped at once; {where}; continue with: iotfl-sim run --resume {path}", file=sys.stderr)
+        raise
+
+
+def _store(sc: Scenario, path: Path) -> CheckpointStore | None:
+    cfg = sc.output.checkpoint
+    if cfg.every_rounds is None and cfg.every_s is None:
+        return None
+    return CheckpointStore(path, cfg.keep)
+
+
+def _labels(sim: Simulation) -> list[str]:
+    return [t.label for t in sim.strategy.eval_targets()] if sim.sc.numerics == "torch" else []
+
+
+def _energy_columns(sim: Simulation) -> list[str]:
+    return [f"energy_{c}_j" for c in sim.fleet.class_names]

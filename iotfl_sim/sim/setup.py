@@ -89,20 +89,20 @@ def subset_dataset(ds: Dataset, train: int | None, test: int | None, seed: int) 
     return replace(ds, **changes) if changes else ds
 
 
-def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
-    channels, height, width, classes, nominal = DATASET_SHAPES[sc.data.dataset]
-    if sc.numerics == "none":
-        # Costs only: clients are sized as an IID split of the nominal train set, no file is read.
-        sizes = np.full(num_devices, nominal // num_devices, dtype=np.int64)
-        sizes[: nominal % num_devices] += 1
-        sizes = np.maximum(sizes, 1)
-        all_labels = np.arange(classes)
-        return NumericsSetup(classes, channels, (height, width), sizes, [all_labels] * num_devices)
+def load_data(sc: Scenario) -> Dataset:
+    """The scenario's dataset, cut to its train/test subsets; a missing or broken file is a ScenarioError."""
     try:
         ds = load_dataset(sc.data.dataset, sc.data.root, test_fraction=sc.data.test_fraction, seed=sc.seed)
     except DatasetError as e:
         raise ScenarioError(f"data.dataset: {e}") from None
-    ds = subset_dataset(ds, sc.data.train_samples, sc.data.test_samples, sc.seed)
+    return subset_dataset(ds, sc.data.train_samples, sc.data.test_samples, sc.seed)
+
+
+def split_clients(
+    sc: Scenario, ds: Dataset, num_devices: int
+) -> tuple[np.ndarray, np.ndarray | None, list[np.ndarray]]:
+    """(train labels, the server's proxy indices or None, one index array per client); an impossible split
+    is a ScenarioError naming the setting."""
     p = sc.data.partition
     labels = ds.y_train.numpy()
     server_classes = getattr(sc.algorithm, "proxy_classes", None)
@@ -127,6 +127,20 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         raise ScenarioError(f"data.partition: {e}") from None
     if proxy is not None:
         parts = [clients[x] for x in parts]
+    return labels, proxy, parts
+
+
+def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
+    channels, height, width, classes, nominal = DATASET_SHAPES[sc.data.dataset]
+    if sc.numerics == "none":
+        # Costs only: clients are sized as an IID split of the nominal train set, no file is read.
+        sizes = np.full(num_devices, nominal // num_devices, dtype=np.int64)
+        sizes[: nominal % num_devices] += 1
+        sizes = np.maximum(sizes, 1)
+        all_labels = np.arange(classes)
+        return NumericsSetup(classes, channels, (height, width), sizes, [all_labels] * num_devices)
+    ds = load_data(sc)
+    labels, proxy, parts = split_clients(sc, ds, num_devices)
     cap = sc.server.bn_calibration_samples
     if cap != "all" and cap < len(ds.x_train):
         pick = np.sort(stream(sc.seed, "bn_calibration").choice(len(ds.x_train), size=cap, replace=False))

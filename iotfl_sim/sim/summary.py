@@ -39,7 +39,8 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             for t in targets
         }
     host_train, host_eval, host_setup = sim.host["train"], sim.host["eval"], sim.host["setup"]
-    other = max(host_total - host_train - host_eval - host_setup, 0.0)
+    host_aggregate = sim.host["aggregate"]
+    other = max(host_total - host_train - host_eval - host_aggregate - host_setup, 0.0)
     failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
     return {
         "name": sc.name,
@@ -70,6 +71,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             "setup": host_setup,
             "train": host_train,
             "eval": host_eval,
+            "aggregate": host_aggregate,
             "other": other,
             "total": host_total,
         },

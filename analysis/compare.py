@@ -1,0 +1,466 @@
+"""Comparison tables over methods and seeds, the way the papers report them (``iotfl-sim compare``).
+
+Conventions (also in the README):
+
+* every number is **mean ± sample std over seeds** (``ddof=1``; one seed: no ± part);
+* final accuracy is the last evaluated row of rounds.csv (``acc_full``, ``acc_avg`` and each
+  ``acc_<level>``), in percent; the best mean of each column is in bold;
+* to reach a target accuracy a run's crossing row is the **first rounds.csv row whose accuracy column
+  (``acc_full`` unless ``column=``) is >= the target**; no interpolation between rows. Time is that row's
+  ``sim_time_s``, bytes its cumulative ``bytes_down`` and ``bytes_up``, energy its ``energy_j``;
+* **seeds that never reach a target**: the cell is the mean ± std over the seeds that reached it,
+  followed by ``(k/n)`` when only k of the n seeds did; ``N/A`` when none did. A method counts for
+  "best" (bold, the smallest cost) only when all its seeds reached the target;
+* communication waste is summary.json's ``comm_waste`` (else the last ``comm_waste_cum``), failures
+  per reason summary.json's ``failures`` (else the sums of rounds.csv's ``failed_<reason>``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.rundir import Run
+from analysis.study import Selection
+
+__all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing"]
+
+DEFAULT_TARGETS = (0.6, 0.8)
+NON_LEVEL = {"acc_full", "acc_avg"}
+
+
+@dataclass
+class Cell:
+    """Values of one method over its seeds (nan = the seed has no value: did not reach, no column)."""
+
+    values: list[float]
+    best: bool = False
+
+    @property
+    def finite(self) -> np.ndarray:
+        a = np.asarray(self.values, dtype=float)
+        return a[np.isfinite(a)]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def k(self) -> int:
+        return int(self.finite.size)
+
+    @property
+    def mean(self) -> float:
+        f = self.finite
+        return float(f.mean()) if f.size else math.nan
+
+    @property
+    def std(self) -> float:
+        f = self.finite
+        return float(f.std(ddof=1)) if f.size > 1 else math.nan
+
+
+@dataclass
+class Table:
+    """Rows are methods; ``fmt(value) -> str`` formats a mean or std for Markdown."""
+
+    name: str
+    title: str
+    columns: list[str]
+    rows: dict[str, dict[str, Cell]]
+    fmt: Any
+    better: str = "max"  # which mean is bold: max | min | none
+    note: str = ""
+    count_reached: bool = False  # write (k/n) after cells some seeds did not reach
+    header_notes: dict[str, str] = field(default_factory=dict)
+
+    def mark_best(self) -> None:
+        if self.better == "none":
+            return
+        for col in self.columns:
+            cands = [
+                (c.mean, m)
+                for m, r in self.rows.items()
+                if (c := r.get(col)) is not None and c.k > 0 and (not self.count_reached or c.k == c.n)
+            ]
+            if not cands or len(self.rows) < 2:
+                continue
+            if len(cands) > 1 and len({v for v, _ in cands}) == 1:
+                continue  # every method equal: nothing to point out
+            target = max(v for v, _ in cands) if self.better == "max" else min(v for v, _ in cands)
+            for v, m in cands:
+                if v == target:
+                    self.rows[m][col].best = True
+
+    def cell_text(self, c: Cell | None) -> str:
+        if c is None or c.n == 0 or (c.k == 0 and not self.count_reached):
+            return "–"
+        if c.k == 0:
+            return "N/A"
+        s = self.fmt(c.mean)
+        if c.k > 1:
+            s += f" ± {self.fmt(c.std, c.mean)}"
+        if c.best:
+            s = f"**{s}**"
+        if self.count_reached and c.k < c.n:
+            s += f" ({c.k}/{c.n})"
+        return s
+
+    def markdown(self) -> str:
+        head = ["method", "seeds", *self.columns]
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+        for m, r in self.rows.items():
+            n = max((c.n for c in r.values()), default=0)
+            lines.append(
+                "| " + " | ".join([m, str(n), *(self.cell_text(r.get(col)) for col in self.columns)]) + " |"
+            )
+        return "\n".join(lines) + "\n"
+
+    def csv_rows(self) -> tuple[list[str], list[list[Any]]]:
+        head = ["method", "seeds"]
+        for col in self.columns:
+            head += [f"{col} mean", f"{col} std", f"{col} n"]
+        out = []
+        for m, r in self.rows.items():
+            n = max((c.n for c in r.values()), default=0)
+            row: list[Any] = [m, n]
+            for col in self.columns:
+                c = r.get(col)
+                if c is None or c.k == 0:
+                    row += ["", "", 0 if c is not None else ""]
+                else:
+                    row += [_g(c.mean), _g(c.std), c.k]
+            out.append(row)
+        return head, out
+
+
+def _g(v: float) -> str:
+    return "" if not math.isfinite(v) else f"{v:.6g}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# per-run numbers
+
+
+@dataclass
+class RunMetrics:
+    final_acc: dict[str, float]  # column -> fraction
+    to_target: dict[float, dict[str, float]]  # target -> {round, sim_time_s, bytes_down, bytes_up, energy_j}
+    energy_j: float
+    bytes_down: float
+    bytes_up: float
+    sim_time_s: float
+    comm_waste: float
+    failures: dict[str, float]
+
+
+def _last_finite(a: np.ndarray | None) -> float:
+    if a is None:
+        return math.nan
+    f = a[np.isfinite(a)]
+    return float(f[-1]) if f.size else math.nan
+
+
+def crossing(run: Run, target: float, column: str = "acc_full") -> dict[str, float] | None:
+    """The first rounds.csv row whose ``column`` >= ``target``: its round, sim_time_s, bytes and energy_j."""
+    acc = run.column(column)
+    if acc is None:
+        return None
+    hit = np.flatnonzero(np.nan_to_num(acc, nan=-np.inf) >= target)
+    if not hit.size:
+        return None
+    i = int(hit[0])
+    out = {}
+    for c in ("round", "sim_time_s", "bytes_down", "bytes_up", "energy_j"):
+        col = run.rounds.get(c)
+        out[c] = float(col[i]) if col is not None else math.nan
+    return out
+
+
+def run_metrics(run: Run, targets: Sequence[float], column: str = "acc_full") -> RunMetrics:
+    accs = {c: _last_finite(run.column(c)) for c in run.rounds if c.startswith("acc_")}
+    accs = {c: v for c, v in accs.items() if math.isfinite(v)}
+    s = run.summary
+    waste = s.get("comm_waste")
+    if not isinstance(waste, int | float):
+        waste = _last_finite(run.column("comm_waste_cum"))
+    fails = s.get("failures")
+    if isinstance(fails, dict):
+        failures = {str(k): float(v) for k, v in fails.items() if isinstance(v, int | float)}
+    else:
+        failures = {
+            c[len("failed_") :]: float(np.nansum(v)) for c, v in run.rounds.items() if c.startswith("failed_")
+        }
+    to = {t: cr for t in targets if (cr := crossing(run, t, column)) is not None}
+    return RunMetrics(
+        final_acc=accs,
+        to_target=to,
+        energy_j=_last_finite(run.column("energy_j")),
+        bytes_down=_last_finite(run.column("bytes_down")),
+        bytes_up=_last_finite(run.column("bytes_up")),
+        sim_time_s=_last_finite(run.column("sim_time_s")),
+        comm_waste=float(waste),
+        failures=failures,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tables
+
+
+def _pct(v: float, ref: float | None = None) -> str:
+    return f"{100 * v:.2f}"
+
+
+def _num(v: float, ref: float | None = None) -> str:
+    """A number with decimals chosen from the magnitude of ``ref`` (the mean, for its std) or of ``v``."""
+    if not math.isfinite(v):
+        return "–"
+    a = abs(v if ref is None else ref)
+    if a >= 1e6:
+        return f"{v:.3g}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1 or a == 0:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _scaled(div: float):
+    return lambda v, ref=None: _num(v / div, None if ref is None else ref / div)
+
+
+def _unit(max_v: float, units: Sequence[tuple[str, float]]) -> tuple[str, float]:
+    for name, div in units:
+        if max_v >= 10 * div:
+            return name, div
+    return units[-1]
+
+
+TIME_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0))
+ENERGY_UNITS = (("MJ", 1e6), ("kJ", 1e3), ("J", 1.0))
+BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
+
+
+def _target_label(t: float) -> str:
+    return f"{100 * t:g}%"
+
+
+def build_tables(
+    sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, column: str = "acc_full"
+) -> list[Table]:
+    """Accuracy, time / bytes / energy to each target, and costs (waste, energy, failures) per method."""
+    targets = list(targets)
+    metrics: dict[str, list[RunMetrics]] = {
+        m.label: [run_metrics(r, targets, column) for r in m.runs] for m in sel.methods
+    }
+    tables: list[Table] = []
+
+    # --- final accuracy
+    acc_cols = ["acc_full", "acc_avg"]
+    levels = sorted({c for ms in metrics.values() for rm in ms for c in rm.final_acc} - NON_LEVEL)
+    acc_cols = [
+        c for c in acc_cols if any(c in rm.final_acc for ms in metrics.values() for rm in ms)
+    ] + levels
+    acc = Table(
+        "accuracy",
+        "Final test accuracy (%)",
+        [c[4:] for c in acc_cols],
+        {
+            m: {c[4:]: Cell([rm.final_acc.get(c, math.nan) for rm in ms]) for c in acc_cols}
+            for m, ms in metrics.items()
+        },
+        _pct,
+        better="max",
+        note="Last evaluated round; mean ± sample std (ddof=1) over seeds; best mean in bold. "
+        "`full`: the full / global model, `avg`: mean over the method's submodel levels, then each level.",
+    )
+    for row in acc.rows.values():  # a level a method does not have: "–", not a 0-of-n cell
+        for c in list(row):
+            if row[c].k == 0:
+                del row[c]
+    tables.append(acc)
+
+    # --- to target accuracy
+    def reach(ms: list[RunMetrics], t: float, what: str) -> Cell:
+        return Cell([rm.to_target[t][what] if t in rm.to_target else math.nan for rm in ms])
+
+    cols = [_target_label(t) for t in targets]
+    na_note = (
+        f"First rounds.csv row with `{column}` >= target (no interpolation). Mean ± sample std over the seeds "
+        "that reached the target; `(k/n)`: only k of n seeds reached it; `N/A`: none did. "
+        "Bold: the smallest mean among methods all of whose seeds reached it."
+    )
+
+    def max_over(what: str) -> float:
+        vals = [rm.to_target[t][what] for ms in metrics.values() for rm in ms for t in rm.to_target]
+        vals = [v for v in vals if math.isfinite(v)]
+        return max(vals, default=0.0)
+
+    specs = [
+        ("time_to_accuracy", "Simulated time to reach the target accuracy ({col})", "sim_time_s", TIME_UNITS),
+        ("rounds_to_accuracy", "Rounds to reach the target accuracy ({col})", "round", None),
+        ("energy_to_accuracy", "Fleet energy to reach the target accuracy ({col})", "energy_j", ENERGY_UNITS),
+        (
+            "download_to_accuracy",
+            "Bytes downloaded (server → devices) to reach the target accuracy ({col})",
+            "bytes_down",
+            BYTE_UNITS,
+        ),
+        (
+            "upload_to_accuracy",
+            "Bytes uploaded (devices → server) to reach the target accuracy ({col})",
+            "bytes_up",
+            BYTE_UNITS,
+        ),
+    ]
+    for name, title, what, units in specs:
+        if units is None:
+            unit, div, fmt = "", 1.0, (lambda v, ref=None: f"{v:.1f}")
+        else:
+            unit, div = _unit(max_over(what), units)
+            fmt = _scaled(div)
+        t = Table(
+            name,
+            title.format(col=column) + (f" ({unit})" if unit else ""),
+            cols,
+            {
+                m: {c: reach(ms, tg, what) for c, tg in zip(cols, targets, strict=True)}
+                for m, ms in metrics.items()
+            },
+            fmt,
+            better="min",
+            note=na_note if not tables[1:] else "",
+            count_reached=True,
+        )
+        tables.append(t)
+
+    # --- whole-run costs
+    def over(ms: list[RunMetrics], attr: str) -> Cell:
+        return Cell([getattr(rm, attr) for rm in ms])
+
+    e_unit, e_div = _unit(
+        max((rm.energy_j for ms in metrics.values() for rm in ms if math.isfinite(rm.energy_j)), default=0),
+        ENERGY_UNITS,
+    )
+    b_unit, b_div = _unit(
+        max(
+            (
+                max(rm.bytes_down, rm.bytes_up)
+                for ms in metrics.values()
+                for rm in ms
+                if math.isfinite(rm.bytes_down)
+            ),
+            default=0,
+        ),
+        BYTE_UNITS,
+    )
+    t_unit, t_div = _unit(
+        max(
+            (rm.sim_time_s for ms in metrics.values() for rm in ms if math.isfinite(rm.sim_time_s)), default=0
+        ),
+        TIME_UNITS,
+    )
+    cost_cols = [
+        (f"sim time ({t_unit})", "sim_time_s", t_div),
+        (f"energy ({e_unit})", "energy_j", e_div),
+        (f"down ({b_unit})", "bytes_down", b_div),
+        (f"up ({b_unit})", "bytes_up", b_div),
+        ("comm waste (%)", "comm_waste", 0.01),
+    ]
+    rows = {}
+    for m, ms in metrics.items():
+        rows[m] = {label: Cell([getattr(rm, attr) / div for rm in ms]) for label, attr, div in cost_cols}
+    tables.append(
+        Table(
+            "costs",
+            "Whole-run costs",
+            [c[0] for c in cost_cols],
+            rows,
+            _num,
+            better="min",
+            note="At the end of each run; communication waste = 1 − Σ size(returned) / Σ size(sent) over the run.",
+        )
+    )
+
+    # --- failures by reason
+    reasons = sorted({k for ms in metrics.values() for rm in ms for k in rm.failures})
+    if reasons:
+        tables.append(
+            Table(
+                "failures",
+                "Failed tasks by reason (count per run)",
+                reasons,
+                {
+                    m: {r: Cell([rm.failures.get(r, 0.0) for rm in ms]) for r in reasons}
+                    for m, ms in metrics.items()
+                },
+                _num,
+                better="none",
+            )
+        )
+    for t in tables:
+        t.mark_best()
+    return tables
+
+
+def methods_markdown(sel: Selection) -> str:
+    lines = ["| method | runs | seeds |", "|---|---|---|"]
+    for m in sel.methods:
+        lines.append(f"| {m.label} | {', '.join(m.run_ids)} | {', '.join(str(s) for s in m.seeds)} |")
+    return "\n".join(lines) + "\n"
+
+
+def excluded_markdown(sel: Selection) -> str:
+    if not sel.excluded:
+        return ""
+    lines = [f"**Excluded runs ({len(sel.excluded)}):** not counted in any table.", ""]
+    lines += [f"- `{e.id}`: {e.reason}" for e in sel.excluded]
+    return "\n".join(lines) + "\n"
+
+
+def compare_markdown(sel: Selection, tables: Sequence[Table]) -> str:
+    parts = ["# Comparison", "", "## Methods", "", methods_markdown(sel)]
+    ex = excluded_markdown(sel)
+    if ex:
+        parts += [ex]
+    parts += ["## Tables", ""]
+    parts += [t.markdown() for t in tables]
+    return "\n".join(parts)
+
+
+def write_tables(sel: Selection, tables: Sequence[Table], out: Path) -> list[Path]:
+    """``compare.md`` plus one ``<table>.csv`` per table (and ``excluded.csv`` when runs were left out)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    md = out / "compare.md"
+    md.write_text(compare_markdown(sel, tables))
+    written.append(md)
+    for t in tables:
+        head, rows = t.csv_rows()
+        p = out / f"{t.name}.csv"
+        with open(p, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(head)
+            w.writerows(rows)
+        written.append(p)
+    if sel.excluded:
+        p = out / "excluded.csv"
+        with open(p, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "run_dir", "reason"])
+            w.writerows([[e.id, str(e.path), e.reason] for e in sel.excluded])
+        written.append(p)
+    return written

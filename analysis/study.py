@@ -1,0 +1,297 @@
+"""Studies and groups of runs: read a study folder (study.json / index.csv) or loose run folders, and
+group the runs into *methods* whose seeds are compared.
+
+Reads only the documented study and run-folder formats (never the simulator itself):
+
+    <study>/study.json   {"name", "base", "grid", "zip", "runs": [{"id", "overrides", "status", "run_dir",
+                          "error", "host_s"}]}
+    <study>/index.csv    the same records (read when study.json is absent)
+    <study>/runs/<id>/   a normal run folder
+
+A run counts when its study record says ``done`` (a loose run folder: when its summary.json says
+``complete``); every other run is kept aside as *excluded* with the reason, and the tables list it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.rundir import PlotInputError, Run, load_run
+
+__all__ = [
+    "Excluded",
+    "Method",
+    "Study",
+    "StudyRun",
+    "Selection",
+    "is_study_dir",
+    "load_study",
+    "select",
+]
+
+SEED_KEY = "seed"
+
+
+@dataclass
+class StudyRun:
+    """One record of a study's index."""
+
+    id: str
+    overrides: dict[str, Any]
+    status: str
+    run_dir: Path  # absolute
+    error: str | None = None
+    host_s: float | None = None
+
+
+@dataclass
+class Study:
+    path: Path
+    name: str
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    zip: dict[str, list[Any]]
+    runs: list[StudyRun]
+
+    @property
+    def host_s_total(self) -> float:
+        return float(sum(r.host_s for r in self.runs if r.host_s is not None))
+
+
+@dataclass
+class Excluded:
+    """A run left out of the comparison, and why."""
+
+    id: str
+    path: Path
+    reason: str
+
+
+@dataclass
+class Method:
+    """The runs of one method (its seeds), with the key that defines it."""
+
+    label: str
+    key: tuple[tuple[str, Any], ...]
+    runs: list[Run] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    seeds: list[Any] = field(default_factory=list)
+    host_s: list[float | None] = field(default_factory=list)
+    loose: bool = False  # loose run folders grouped by algorithm + scenario name
+
+
+@dataclass
+class Selection:
+    """What ``select`` found: methods in a stable order, excluded runs, and the studies read."""
+
+    methods: list[Method]
+    excluded: list[Excluded]
+    studies: list[Study]
+
+
+def is_study_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return (
+        p.is_dir()
+        and ((p / "study.json").is_file() or (p / "index.csv").is_file())
+        and not (p / "rounds.csv").is_file()
+    )
+
+
+def _parse_cell(text: str) -> Any:
+    """index.csv cells: JSON when they parse as JSON, else the text (empty -> None)."""
+    if text == "":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def load_study(path: str | Path) -> Study:
+    """Read ``<path>/study.json`` (or ``index.csv`` when there is no study.json)."""
+    path = Path(path)
+    sj = path / "study.json"
+    if sj.is_file():
+        try:
+            data = json.loads(sj.read_text())
+        except (OSError, ValueError) as e:
+            raise PlotInputError(f"{sj}: not readable JSON ({e})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+            raise PlotInputError(f"{sj}: expected an object with a 'runs' list")
+        records = data["runs"]
+    elif (path / "index.csv").is_file():
+        data = {"name": path.name}
+        with open(path / "index.csv", newline="") as f:
+            records = [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    else:
+        raise PlotInputError(f"{path}: not a study folder (no study.json or index.csv)")
+    runs = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            raise PlotInputError(f"{path}: run record {i} is not an object")
+        rid = str(rec.get("id") or f"run{i}")
+        overrides = rec.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            overrides = {}
+        rd = rec.get("run_dir") or f"runs/{rid}"
+        host = rec.get("host_s")
+        runs.append(
+            StudyRun(
+                id=rid,
+                overrides=dict(overrides),
+                status=str(rec.get("status") or "pending"),
+                run_dir=(path / str(rd)).resolve() if not Path(str(rd)).is_absolute() else Path(str(rd)),
+                error=rec.get("error") or None,
+                host_s=float(host) if isinstance(host, int | float) else None,
+            )
+        )
+    return Study(
+        path=path,
+        name=str(data.get("name") or path.name),
+        base=data.get("base") or {},
+        grid=data.get("grid") or {},
+        zip=data.get("zip") or {},
+        runs=runs,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# configuration values of a run (for --by and seeds)
+
+
+def _lookup(d: Any, dotted: str) -> Any:
+    cur = d
+    for part in dotted.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return None
+    return cur
+
+
+def _resolved(run_dir: Path) -> dict[str, Any]:
+    p = run_dir / "scenario.resolved.yaml"
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _value(key: str, overrides: dict[str, Any], resolved: dict[str, Any], base: dict[str, Any]) -> Any:
+    if key in overrides:
+        return overrides[key]
+    v = _lookup(resolved, key)
+    return v if v is not None else _lookup(base, key)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True)
+
+
+def _label(key: tuple[tuple[str, Any], ...], keys_shown: Sequence[str]) -> str:
+    if len(keys_shown) == 1:
+        return next((_fmt(v) for k, v in key if k in keys_shown), "all runs")
+    parts = [f"{k}={_fmt(v)}" for k, v in key if k in keys_shown]
+    return ", ".join(parts) if parts else "all runs"
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def select(paths: Iterable[str | Path], by: Sequence[str] | None = None) -> Selection:
+    """Load every study folder and run folder in ``paths`` and group their usable runs into methods.
+
+    Grouping: ``by`` (dotted scenario keys, e.g. ``algorithm.name``) when given; otherwise a study's runs
+    by every override except ``seed``, and loose run folders by algorithm name + scenario name.
+    Methods keep the order in which they are first met.
+    """
+    studies: list[Study] = []
+    excluded: list[Excluded] = []
+    entries: list[tuple[str, Path, dict[str, Any], dict[str, Any], float | None, bool]] = []
+    for p in paths:
+        p = Path(p)
+        if is_study_dir(p):
+            st = load_study(p)
+            studies.append(st)
+            for r in st.runs:
+                if r.status != "done":
+                    why = f"status {r.status}" + (f": {r.error}" if r.error else "")
+                    excluded.append(Excluded(r.id, r.run_dir, why))
+                    continue
+                entries.append((r.id, r.run_dir, r.overrides, st.base, r.host_s, True))
+        else:
+            entries.append((p.name, p, {}, {}, None, False))
+
+    methods: dict[tuple, Method] = {}
+    varying: set[str] = set()
+    for rid, run_dir, overrides, base, host_s, in_study in entries:
+        try:
+            run = load_run(run_dir)
+        except PlotInputError as e:
+            excluded.append(Excluded(rid, run_dir, f"unreadable: {e}"))
+            continue
+        if not in_study:
+            status = run.summary.get("status")
+            if status != "complete":
+                why = "no summary.json (still running?)" if not run.summary else f"status {status}"
+                excluded.append(Excluded(rid, run_dir, why))
+                continue
+        resolved = _resolved(run_dir)
+        if by:
+            key = tuple((k, _value(k, overrides, resolved, base)) for k in by)
+            varying.update(by)
+        elif in_study:
+            key = tuple(sorted(((k, v) for k, v in overrides.items() if k != SEED_KEY), key=lambda kv: kv[0]))
+            varying.update(k for k, _ in key)
+        else:
+            key = (
+                ("algorithm.name", run.algorithm or _lookup(resolved, "algorithm.name")),
+                ("name", run.name),
+            )
+            varying.update(("algorithm.name", "name"))
+        hkey = tuple((k, _fmt(v)) for k, v in key)
+        m = methods.get(hkey)
+        if m is None:
+            m = methods[hkey] = Method(label="", key=key, loose=not by and not in_study)
+        m.runs.append(run)
+        m.run_ids.append(rid)
+        m.seeds.append(_value(SEED_KEY, overrides, resolved, base))
+        m.host_s.append(host_s)
+    out = list(methods.values())
+    # show only the keys that tell methods apart (all of them when every method shares a value)
+    keys = [k for k, _ in out[0].key] if out else []
+    shown = [k for k in keys if len({_fmt(dict(m.key).get(k)) for m in out}) > 1] or keys
+    for m in out:
+        m.label = _loose_label(m) if m.loose else _label(m.key, shown)
+    _unique_labels(out)
+    return Selection(methods=out, excluded=excluded, studies=studies)
+
+
+def _loose_label(m: Method) -> str:
+    d = dict(m.key)
+    algo, name = d.get("algorithm.name"), d.get("name")
+    if algo and name and str(algo).lower() not in str(name).lower():
+        return f"{name} ({algo})"
+    return str(name or algo or "runs")
+
+
+def _unique_labels(methods: list[Method]) -> None:
+    seen: dict[str, int] = {}
+    for m in methods:
+        n = seen.get(m.label, 0)
+        seen[m.label] = n + 1
+        if n:
+            m.label = f"{m.label} #{n + 1}"

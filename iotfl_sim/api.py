@@ -1,0 +1,290 @@
+"""The Python API: run a scenario, and read run folders and study folders, from a script or a notebook.
+
+>>> import iotfl_sim
+>>> res = iotfl_sim.run("scenarios/quickstart.yaml", sets=["rounds=3"])      # doctest: +SKIP
+>>> res.summary["final_accuracy"]                                           # doctest: +SKIP
+{'acc_full': 0.62, 'acc_avg': 0.55, ...}
+>>> run = iotfl_sim.load_run(res.path)                                      # doctest: +SKIP
+>>> run.rounds[["round", "acc_full", "energy_j"]]      # a DataFrame when pandas is installed   # doctest: +SKIP
+>>> study = iotfl_sim.sweep("lr_vs_method.study.yaml", workers=4)            # doctest: +SKIP
+>>> study = iotfl_sim.load_study("studies/lr_vs_method")                    # doctest: +SKIP
+>>> study.table()                                      # one row per run: overrides + figures   # doctest: +SKIP
+
+Everything here only reads what ``iotfl-sim run`` / ``iotfl-sim sweep`` write (see the README's "Outputs"
+and "Studies"); nothing is computed that the files do not hold. Without pandas, tables are lists of dicts
+with numbers parsed (empty cells are None).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# summary.json figures that study tables show, in this order (final_accuracy's acc_* keys come first)
+TABLE_FIGURES = (
+    "best_acc_full", "sim_time_s", "energy_j", "bytes_down", "bytes_up", "completed", "tasks", "comm_waste",
+    "rounds",
+)  # fmt: skip
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        return None
+    return pandas
+
+
+def _number(text: str) -> Any:
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_table(path: str | Path) -> Any:
+    """A CSV file as a pandas DataFrame, or (without pandas) a list of dicts with numbers parsed."""
+    pd = _pandas()
+    if pd is not None:
+        return pd.read_csv(path)
+    with open(path, newline="") as f:
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _table(rows: list[dict[str, Any]]) -> Any:
+    pd = _pandas()
+    return pd.DataFrame(rows) if pd is not None else rows
+
+
+class Run:
+    """A run folder, read lazily: ``rounds`` and ``devices`` (tables), ``summary`` and ``scenario`` (dicts),
+    ``events()`` (an iterator over events.jsonl).
+
+    >>> run = load_run("runs/quickstart-20250101-120000")     # doctest: +SKIP
+    >>> run.summary["status"], run.scenario["algorithm"]["name"]   # doctest: +SKIP
+    ('complete', 'heterofl')
+    >>> sum(1 for e in run.events() if e["event"] == "oom")    # doctest: +SKIP
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not (self.path / "scenario.resolved.yaml").is_file():
+            raise FileNotFoundError(f"{self.path}: not a run folder (no scenario.resolved.yaml)")
+        self._cache: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    def _once(self, key: str, make: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    @property
+    def rounds(self) -> Any:
+        """rounds.csv: one row per round (README "Outputs" lists the columns)."""
+        return self._once("rounds", lambda: read_table(self.path / "rounds.csv"))
+
+    @property
+    def devices(self) -> Any:
+        """devices.csv: one row per device (written at the end of a run, or when it is interrupted)."""
+        return self._once("devices", lambda: read_table(self.path / "devices.csv"))
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """summary.json ({} while the run has not written one: still running, or killed)."""
+
+        def read() -> dict[str, Any]:
+            p = self.path / "summary.json"
+            return json.loads(p.read_text()) if p.is_file() else {}
+
+        return self._once("summary", read)
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        """scenario.resolved.yaml: every default filled in, profiles inlined."""
+        import yaml
+
+        return self._once("scenario", lambda: yaml.safe_load((self.path / "scenario.resolved.yaml").read_text()))
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The event log, one dict at a time (read as you iterate; a torn last line is skipped)."""
+        p = self.path / "events.jsonl"
+        if not p.is_file():
+            return
+        with open(p) as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+
+
+def load_run(path: str | Path) -> Run:
+    """Open a run folder (``iotfl-sim run``'s, or a study's ``runs/<run_id>``).
+
+    >>> run = iotfl_sim.load_run("runs/quickstart-20250101-120000")   # doctest: +SKIP
+    >>> run.rounds["acc_full"].max()                                  # doctest: +SKIP
+    """
+    return Run(path)
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` returns: the run folder, its summary and its rounds table."""
+
+    path: Path
+    summary: dict[str, Any]
+    rounds: Any = field(repr=False)
+
+    def load(self) -> Run:
+        return Run(self.path)
+
+
+def run(
+    scenario: Any, out: str | Path | None = None, sets: list[str] | None = None, progress: bool = False
+) -> RunResult:
+    """Run a scenario into a new run folder, as ``iotfl-sim run`` does, and return the result.
+
+    ``scenario``: a YAML file path, a dict (the YAML as Python data) or a ``Scenario`` model;
+    ``out``: the parent of the run folder (default: the scenario's ``output.dir``); ``sets``: ``--set``
+    overrides (``["rounds=5", "local.lr=0.05"]``). Bad input raises ``ScenarioError`` (one line per problem);
+    relative paths in a dict or model resolve from the current folder.
+
+    >>> import iotfl_sim
+    >>> res = iotfl_sim.run("scenarios/quickstart.yaml", out="runs", sets=["rounds=3"])   # doctest: +SKIP
+    >>> res.path, res.summary["status"], res.rounds["acc_full"].iloc[-1]                    # doctest: +SKIP
+    >>> sc = {"name": "mini", "rounds": 2, "numerics": "none", "algorithm": "fedavg",
+    ...       "fleet": {"groups": [{"profile": "raspberry_pi_4b", "count": 10}]}}
+    >>> iotfl_sim.run(sc, out="runs").summary["energy_j"]                                  # doctest: +SKIP
+    """
+    import yaml
+
+    from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups, resolved_dict
+    from iotfl_sim.scenario.model import Scenario
+    from iotfl_sim.sim.engine import run_scenario
+    from iotfl_sim.sim.preflight import preflight
+
+    if isinstance(scenario, Scenario):
+        scenario = scenario.model_dump(mode="json", by_alias=True)
+    if isinstance(scenario, Mapping):
+        base_dir = Path.cwd()
+        source = "<scenario>"
+        sc = load_scenario(text=yaml.safe_dump(dict(scenario), sort_keys=False), sets=sets)
+    elif isinstance(scenario, (str, Path)):
+        base_dir = Path(scenario).resolve().parent
+        source = str(scenario)
+        sc = load_scenario(scenario, sets=sets)
+    else:
+        raise ScenarioError(f"run: give a scenario path, a dict or a Scenario, not {type(scenario).__name__}")
+    groups = resolve_groups(sc, base_dir / "device_profiles", source)
+    preflight(sc, groups, base_dir, source, None if out is None else str(out))
+    path, summary = run_scenario(
+        sc, groups, out if out is not None else sc.output.dir, resolved_dict(sc, groups), progress=progress, base_dir=base_dir
+    )  # fmt: skip
+    assert path is not None
+    return RunResult(path, summary, read_table(path / "rounds.csv"))
+
+
+class _LazyRuns(Mapping):
+    """run id -> Run, each opened on first access."""
+
+    def __init__(self, folder: Path, records: list[dict[str, Any]]) -> None:
+        self._folder = folder
+        self._dirs = {r["id"]: r["run_dir"] for r in records}
+        self._open: dict[str, Run] = {}
+
+    def __getitem__(self, rid: str) -> Run:
+        if rid not in self._open:
+            self._open[rid] = Run(self._folder / self._dirs[rid])
+        return self._open[rid]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dirs)
+
+    def __len__(self) -> int:
+        return len(self._dirs)
+
+
+class StudyRuns:
+    """A study folder (``iotfl-sim sweep``): ``records`` (study.json's, one per run), ``runs`` (run id ->
+    :class:`Run`, opened lazily) and :meth:`table`."""
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        self.path = p.parent if p.name == "study.json" else p
+        index = json.loads((self.path / "study.json").read_text())
+        self.name: str = index["name"]
+        self.records: list[dict[str, Any]] = index["runs"]
+        self.runs = _LazyRuns(self.path, self.records)
+
+    def __repr__(self) -> str:
+        counts: dict[str, int] = {}
+        for r in self.records:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return f"StudyRuns({str(self.path)!r}, {counts})"
+
+    def table(self) -> Any:
+        """One row per run: ``id``, ``status``, one column per override key, then the summary's figures
+        (``acc_*`` final accuracies, ``best_acc_full``, ``sim_time_s``, ``energy_j`` ...) and ``host_s``;
+        a run without a summary has empty figures.
+
+        >>> iotfl_sim.load_study("studies/lr").table().groupby("algorithm.name")["acc_full"].mean()  # doctest: +SKIP
+        """
+        rows = []
+        for r in self.records:
+            row: dict[str, Any] = {"id": r["id"], "status": r["status"], **r["overrides"]}
+            summary = self.runs[r["id"]].summary if (self.path / r["run_dir"] / "summary.json").is_file() else {}
+            row.update(summary.get("final_accuracy") or {})
+            for k in TABLE_FIGURES:
+                row[k] = summary.get(k)
+            row["host_s"] = r["host_s"]
+            row["error"] = r["error"]
+            rows.append(row)
+        return _table(rows)
+
+
+def sweep(
+    study: Any, out: str | Path = "studies", workers: int | None = None, progress: bool = False
+) -> StudyRuns:
+    """Run a study, as ``iotfl-sim sweep`` does, and open its folder ``<out>/<name>/``.
+
+    ``study``: a study YAML file, or a dict of the same fields (a relative ``base`` path then resolves from
+    the current folder). Complete runs already in the folder are kept; bad input raises ``ScenarioError``;
+    failed runs are in the records with their ``error``.
+
+    >>> study = iotfl_sim.sweep({"name": "lr", "base": "scenarios/quickstart.yaml",
+    ...                          "grid": {"local.lr": [0.01, 0.05], "seed": [0, 1]}}, workers=2)  # doctest: +SKIP
+    >>> study.table()[["local.lr", "seed", "acc_full"]]                                        # doctest: +SKIP
+    """
+    import yaml
+
+    from iotfl_sim.study import read_study
+    from iotfl_sim.study import sweep as run_study
+
+    if isinstance(study, Mapping):
+        spec = read_study(Path.cwd() / "<study>", text=yaml.safe_dump(dict(study), sort_keys=False))
+    else:
+        spec = read_study(study)
+    res = run_study(spec, out, workers=workers, progress=progress)
+    return StudyRuns(res.folder)
+
+
+def load_study(path: str | Path) -> StudyRuns:
+    """Open a study folder (``<out>/<name>/``, or its ``study.json``).
+
+    >>> study = iotfl_sim.load_study("studies/lr_vs_method")        # doctest: +SKIP
+    >>> [r["status"] for r in study.records]                         # doctest: +SKIP
+    >>> study.runs["seed=1"].rounds                                  # doctest: +SKIP
+    """
+    return StudyRuns(path)

@@ -1,0 +1,175 @@
+"""Checkpoints in a run folder: written atomically at round boundaries, loaded without arbitrary pickle.
+
+::
+
+    checkpoints/
+      tape-000000-000010.pt     the strategy's answers recorded in rounds 1-10 (sim/tape.py); never rewritten
+      round-000010/
+        state.pt                the strategy's state, RNG states (``output.codec``; torch.load weights_only)
+        meta.json               round, metric rows so far, file offsets, digests, SHA-256 of every file above
+
+A checkpoint folder is written under a temporary name and renamed when whole, so a crash leaves either
+the previous checkpoint or the new one. Loading checks every SHA-256 before it reads a file: a truncated
+or edited checkpoint is refused with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from iotfl_sim import faults
+from iotfl_sim.output.codec import CheckpointError
+
+FORMAT = 1
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_bytes(path: Path, data: bytes, fault_point: str | None = None) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        if fault_point is not None:
+            if faults.armed(fault_point):
+                f.write(data[: len(data) // 2])
+                f.flush()
+            faults.hit(fault_point)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _tensor_bytes(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _load_tensors(path: Path, what: str) -> Any:
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to the user
+        raise CheckpointError(f"{path}: cannot read the {what} ({type(e).__name__}); {_FIX}") from None
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars in metric rows, as the Python numbers they stand for."""
+    if hasattr(v, "item"):
+        return v.item()
+    raise TypeError(f"not JSON: {type(v).__name__}")
+
+
+_FIX = "remove this checkpoint folder to resume from the one before it, or start a new run"
+
+
+class CheckpointStore:
+    def __init__(self, run_dir: Path, keep: int = 2) -> None:
+        self.dir = run_dir / "checkpoints"
+        self.keep = keep
+
+    # ------------------------------------------------------------ writing
+
+    def write(
+        self, rnd: int, state: dict[str, Any], meta: dict[str, Any], chunks: list[dict[str, Any]],
+        tape_chunk: dict[str, list], tape_from: int,
+    ) -> list[dict[str, Any]]:
+        """Write the checkpoint after round ``rnd``; ``chunks`` lists the tape files so far, and ``tape_chunk``
+        holds the answers recorded since round ``tape_from``. Returns the tape files now listed."""
+        self.dir.mkdir(exist_ok=True)
+        chunks = list(chunks)
+        if tape_from < rnd:
+            name = f"tape-{tape_from:06d}-{rnd:06d}.pt"
+            _write_bytes(self.dir / name, _tensor_bytes(tape_chunk))
+            chunks.append({"file": name, "from": tape_from, "to": rnd, "sha256": sha256(self.dir / name)})
+        final = self.dir / f"round-{rnd:06d}"
+        tmp = self.dir / f".tmp-round-{rnd:06d}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        _write_bytes(tmp / "state.pt", _tensor_bytes(state), fault_point="checkpoint_write")
+        meta = {**meta, "format": FORMAT, "round": rnd, "tape": chunks, "state_sha256": sha256(tmp / "state.pt")}
+        _write_bytes(tmp / "meta.json", (json.dumps(meta, indent=1, default=_plain) + "\n").encode())
+        if final.exists():  # a resumed run reached this round again: the new one replaces it whole
+            old = self.dir / f".old-round-{rnd:06d}-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, final)
+        faults.hit("checkpoint_done")
+        self._prune()
+        return chunks
+
+    def _prune(self) -> None:
+        rounds = self.rounds()
+        for r in rounds[: max(len(rounds) - self.keep, 0)]:
+            shutil.rmtree(self.dir / f"round-{r:06d}", ignore_errors=True)
+
+    # ------------------------------------------------------------ reading
+
+    def rounds(self) -> list[int]:
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for p in self.dir.iterdir():
+            if p.is_dir() and p.name.startswith("round-") and p.name[6:].isdigit():
+                out.append(int(p.name[6:]))
+        return sorted(out)
+
+    def clean_partial(self) -> None:
+        """Remove what a crash mid-write left behind (temporary folders and files)."""
+        if not self.dir.is_dir():
+            return
+        for p in self.dir.iterdir():
+            if p.name.startswith((".tmp-", ".old-")):
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+
+    def load_latest(self) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, list]]] | None:
+        """(meta, state, tape chunks) of the newest checkpoint, verified; None if there is none."""
+        rounds = self.rounds()
+        if not rounds:
+            return None
+        folder = self.dir / f"round-{rounds[-1]:06d}"
+        meta_path = folder / "meta.json"
+        try:
+            meta = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise ValueError("unknown format")
+            state_sha = meta["state_sha256"]
+            chunks = meta["tape"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise CheckpointError(f"{meta_path}: missing or not a checkpoint description; {_FIX}") from None
+        state_path = folder / "state.pt"
+        self._verify(state_path, state_sha)
+        tape = []
+        for c in chunks:
+            path = self.dir / str(c.get("file", ""))
+            if path.parent != self.dir:
+                raise CheckpointError(f"{meta_path}: names a tape file outside the checkpoint folder; {_FIX}")
+            self._verify(path, c.get("sha256"))
+            tape.append(_load_tensors(path, "strategy's recorded answers"))
+        state = _load_tensors(state_path, "saved state")
+        return meta, state, tape
+
+    @staticmethod
+    def _verify(path: Path, expected: Any) -> None:
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing from the checkpoint; {_FIX}")
+        if sha256(path) != expected:
+            raise CheckpointError(f"{path}: its SHA-256 does not match meta.json (truncated or changed); {_FIX}")

@@ -1,0 +1,19 @@
+"""Upper bounds on the counts a scenario may ask for.
+
+Far above any run this simulator can finish, they are there so that a typo (``rounds: 1e30``, a
+batch size with six extra zeros) is an error naming the bound instead of a run that never ends or
+an allocation that takes the machine down. NaN and infinities are refused in every number by
+``profile.Strict`` itself.
+"""
+
+MAX_ROUNDS = 1_000_000
+MAX_DEVICES = 100_000_000  # devices in a fleet (and in one group); the 10M-device benchmark fits
+MAX_EPOCHS = 10_000  # local, pretraining or fine-tuning epochs
+MAX_BATCH = 1_000_000  # any batch size
+MAX_SAMPLES = 1_000_000_000  # sample counts (subsets, calibration, server samples)
+MAX_STEPS = 10_000_000  # server optimisation steps
+MAX_WORKERS = 4_096  # executor processes, actors or threads
+MAX_BYTES = 1 << 40  # byte counts (message headers)
+MAX_BUCKET = 1 << 31  # QSGD bucket size
+MAX_INDEX = 100_000  # layer, stage or class indexes, per-client label shards
+MAX_SEED = (1 << 64) - 1

@@ -1,0 +1,123 @@
+"""Every check a run makes before it trains, in one place: ``iotfl-sim run`` and ``iotfl-sim validate``
+both call :func:`preflight`, so ``validate`` never says "ok" to a scenario that ``run`` then rejects.
+
+Beyond the scenario's own validation (``scenario.loader``), a run checks:
+
+- the dataset files (torch numerics): the data root exists and holds the files the loader reads
+  (found, not read); the partition can be drawn: a ``natural`` split needs a dataset with natural
+  owners; when the split may fail on the real data (natural, shards, a server share of classes, or
+  fewer than ``THIN_DATA`` nominal samples per device) the dataset is loaded and the split drawn, as
+  the run will (the loaded dataset is cached, so a run does not read it twice);
+- the system side, by building the simulation in system-only mode (no data, no training): availability
+  trace files, the method's set-up (model family, levels, cuts ...) and that some device can hold some
+  submodel the method would assign;
+- that the run folder can be made under the output folder (``--out`` or ``output.dir``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from iotfl_sim.fl.data import NATURAL_GROUPS, DatasetError, check_files
+from iotfl_sim.fl.recipe import DATASET_SHAPES
+from iotfl_sim.output.loggers import check_available
+from iotfl_sim.scenario.availability import TraceAvailability
+from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
+from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.sim.setup import load_data, split_clients
+
+THIN_DATA = 50  # nominal train samples per device below which the split is drawn for real
+
+
+def _sourced(source: str, e: ScenarioError) -> ScenarioError:
+    """The error naming the scenario file (the run-time checks raising it do not know the file)."""
+    text = str(e)
+    return ScenarioError(text if text.startswith(source) else f"{source}: {text}")
+
+
+def preflight(
+    sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str, out: str | None = None
+) -> None:
+    """Raise ScenarioError for anything that would stop ``run`` before its first round (``out``: the
+    ``--out`` option, else ``output.dir``)."""
+    check_output(out if out is not None else sc.output.dir, "--out" if out is not None else "output.dir", source)
+    check_available(sc.output, source)  # output.tensorboard / output.wandb: their optional packages
+    check_data(sc, sum(g.count for g in groups), source)
+    check_system(sc, groups, base_dir, source)
+
+
+def check_output(out: str | Path, where: str, source: str) -> None:
+    """The folder the run folder goes into exists or can be made, and can be written (nothing is created)."""
+    path = Path(out).expanduser()
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ScenarioError(f"{source}: {where}: {probe} is a file, not a folder; give a folder for the run folders")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ScenarioError(f"{source}: {where}: {probe} is not writable, so no run folder can be made under {path}")
+
+
+def _split_may_fail(sc: Scenario, num_devices: int) -> bool:
+    p = sc.data.partition
+    if p.method in ("natural", "shards") or getattr(sc.algorithm, "proxy_classes", None):
+        return True
+    nominal = DATASET_SHAPES[sc.data.dataset][4]
+    if sc.data.train_samples is not None:
+        nominal = min(nominal, sc.data.train_samples)
+    for_clients = nominal * (1.0 - float(getattr(sc.algorithm, "proxy_fraction", 0.0)))
+    return for_clients < THIN_DATA * num_devices
+
+
+def check_data(sc: Scenario, num_devices: int, source: str) -> None:
+    """The dataset and the clients' split, as ``sim.setup.prepare_numerics`` will need them."""
+    if sc.numerics != "torch":
+        return  # system-only: no file is read, clients are sized from the nominal train set
+    try:
+        check_files(sc.data.dataset, sc.data.root)
+    except DatasetError as e:
+        raise ScenarioError(f"{source}: data.dataset: {e}") from None
+    if sc.data.partition.method == "natural" and sc.data.dataset not in NATURAL_GROUPS:
+        raise ScenarioError(
+            f"{source}: data.partition.method: natural needs a dataset whose samples have natural owners "
+            f"({', '.join(NATURAL_GROUPS)}), and {sc.data.dataset} has none; use iid, dirichlet or shards"
+        )
+    if _split_may_fail(sc, num_devices):
+        try:
+            split_clients(sc, load_data(sc), num_devices)
+        except ScenarioError as e:
+            raise _sourced(source, e) from None
+
+
+def _trace_group(sc: Scenario, base_dir: Path | None, message: str) -> int | None:
+    """The fleet group whose availability trace a TraceError's message is about."""
+    traced = [i for i, g in enumerate(sc.fleet.groups) if isinstance(g.availability, TraceAvailability)]
+    for i in traced:
+        path = Path(sc.fleet.groups[i].availability.path).expanduser()  # type: ignore[union-attr]
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if message.startswith(str(path)):
+            return i
+    return traced[0] if len(traced) == 1 else None
+
+
+def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> None:
+    """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
+    from iotfl_sim.fleet.availability import TraceError
+    from iotfl_sim.sim.engine import Simulation
+
+    system_only = sc.model_copy(update={"numerics": "none"})
+    try:
+        Simulation(system_only, groups, base_dir=base_dir)
+    except TraceError as e:
+        i = _trace_group(sc, base_dir, str(e))
+        where = f"fleet.groups[{i}].availability.path" if i is not None else "availability.path"
+        raise ScenarioError(f"{source}: {where}: {e}") from None
+    except ScenarioError as e:
+        raise _sourced(source, e) from None
+    except ValueError as e:  # the method or model builders refusing a combination of settings
+        raise ScenarioError(
+            f"{source}: algorithm ({sc.algorithm.name}) with model.family {sc.model.family}: {e}; change the "
+            "algorithm's options or model.family"
+        ) from None

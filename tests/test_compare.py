@@ -1,0 +1,283 @@
+"""iotfl-sim compare / study plots on synthetic study folders with known numbers (tests/study_fixtures.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_hex
+from study_fixtures import ACC, bytes_down, bytes_up, energy, make_study, sim_time, write_run
+
+from analysis.compare import build_tables, crossing, write_tables
+from analysis.rundir import load_run
+from analysis.study import load_study, select
+from analysis.study_plots import STUDY_FIGURES, align, study_figures, write_study_plots
+from iotfl_sim.cli import main
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_study(tmp_path_factory.mktemp("study") / "demo")
+
+
+def _tables(study: Path, **kw):
+    sel = select([study])
+    return sel, {t.name: t for t in build_tables(sel, **kw)}
+
+
+def _first_reach(accs: list[float], target: float) -> int | None:
+    return next((i + 1 for i, a in enumerate(accs) if a >= target), None)
+
+
+def test_study_is_grouped_by_overrides_without_seed_and_failed_runs_are_excluded(study: Path) -> None:
+    sel = select([study])
+    assert [m.label for m in sel.methods] == ["fedavg", "heterofl"]
+    assert [m.seeds for m in sel.methods] == [[0, 1, 2], [0, 1, 2]]
+    assert [e.id for e in sel.excluded] == ["fedavg-s3"]
+    assert "failed" in sel.excluded[0].reason and "boom" in sel.excluded[0].reason
+    st = load_study(study)
+    assert st.host_s_total == pytest.approx(6 * 1.5 + 0.25)
+
+
+def test_index_csv_is_read_when_study_json_is_absent(study: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(study, copy)
+    (copy / "study.json").unlink()
+    sel = select([copy])
+    assert [m.label for m in sel.methods] == ["fedavg", "heterofl"] and len(sel.excluded) == 1
+
+
+def test_accuracy_table_mean_and_sample_std(study: Path) -> None:
+    _, t = _tables(study)
+    acc = t["accuracy"]
+    for algo, seeds in ACC.items():
+        finals = np.array([accs[-1] for accs in seeds.values()])
+        cell = acc.rows[algo]["full"]
+        assert cell.mean == pytest.approx(finals.mean())
+        assert cell.std == pytest.approx(finals.std(ddof=1))  # sample std
+    assert acc.rows["fedavg"]["full"].std == pytest.approx(0.02)  # 0.82, 0.78, 0.80
+    assert acc.rows["heterofl"]["full"].best and not acc.rows["fedavg"]["full"].best
+    # per-level columns only where the method has levels
+    assert (
+        "a" in acc.columns
+        and "a" not in acc.rows["fedavg"]
+        and acc.rows["heterofl"]["b"].mean == pytest.approx(0.75)
+    )
+    md = acc.markdown()
+    assert (
+        "| heterofl | 3 | **85.00 ± 1.00** |" in md
+        and "| fedavg | 3 | 80.00 ± 2.00 | 75.00 ± 2.00 | – | – |" in md
+    )
+
+
+def test_crossing_is_the_first_row_at_or_above_the_target(study: Path) -> None:
+    run = load_run(study / "runs" / "fedavg-s2")  # 0.2 0.4 0.6 0.81 0.80
+    c = crossing(run, 0.6)
+    assert c == {"round": 3, "sim_time_s": sim_time(3, 2), "bytes_down": bytes_down(3, 2), "bytes_up": bytes_up(3, 2),
+                 "energy_j": energy(3, 2)}  # fmt: skip
+    assert crossing(run, 0.8)["round"] == 4
+    assert crossing(run, 0.9) is None
+
+
+def test_time_bytes_energy_to_target_with_na_seeds(study: Path) -> None:
+    _, t = _tables(study, targets=(0.6, 0.8, 0.9))
+    for algo, seeds in ACC.items():
+        for target, col in ((0.6, "60%"), (0.8, "80%")):
+            hits = {s: _first_reach(a, target) for s, a in seeds.items()}
+            reached = [(s, r) for s, r in hits.items() if r is not None]
+            for table, f in (("time_to_accuracy", sim_time), ("energy_to_accuracy", energy),
+                             ("download_to_accuracy", bytes_down), ("upload_to_accuracy", bytes_up),
+                             ("rounds_to_accuracy", lambda r, s: r)):  # fmt: skip
+                cell = t[table].rows[algo][col]
+                vals = np.array([f(r, s) for s, r in reached], dtype=float)
+                assert cell.k == len(reached) and cell.n == 3
+                assert cell.mean == pytest.approx(vals.mean())
+                assert cell.std == pytest.approx(vals.std(ddof=1))
+    tt = t["time_to_accuracy"]
+    # fedavg seed 1 never reaches 0.8: mean over the two seeds that did, with the count
+    assert tt.rows["fedavg"]["80%"].mean == pytest.approx((sim_time(5, 0) + sim_time(4, 2)) / 2)
+    assert tt.cell_text(tt.rows["fedavg"]["80%"]).endswith("(2/3)")
+    # nobody reaches 0.9: N/A
+    assert (
+        tt.cell_text(tt.rows["fedavg"]["90%"]) == "N/A" and tt.cell_text(tt.rows["heterofl"]["90%"]) == "N/A"
+    )
+    # best (bold) = smallest mean among methods all of whose seeds reached it
+    assert tt.rows["heterofl"]["60%"].best and not tt.rows["fedavg"]["60%"].best
+    assert tt.rows["heterofl"]["80%"].best and not tt.rows["fedavg"]["80%"].best
+    assert tt.cell_text(tt.rows["heterofl"]["60%"]) == "**21.0 ± 1.0**"
+
+
+def test_costs_waste_and_failures(study: Path) -> None:
+    _, t = _tables(study)
+    waste = t["costs"].rows["fedavg"]["comm waste (%)"]
+    assert waste.mean == pytest.approx(20.0) and waste.std == pytest.approx(10.0)
+    f = t["failures"]
+    assert f.columns == ["depleted", "oom"]
+    assert f.rows["fedavg"]["oom"].mean == pytest.approx(6.0) and f.rows["fedavg"][
+        "depleted"
+    ].std == pytest.approx(1.0)
+
+
+def test_compare_cli_writes_markdown_and_csv(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "cmp"
+    assert main(["compare", str(study), "--out", str(out), "--targets", "0.6", "80"]) == 0
+    text = capsys.readouterr().out
+    assert "fedavg-s3" in text and "Excluded runs (1)" in text
+    md = (out / "compare.md").read_text()
+    assert md == text.rstrip("\n") + "\n" or md.strip() == text.strip()
+    with open(out / "time_to_accuracy.csv") as f:
+        rows = list(csv.DictReader(f))
+    fed = next(r for r in rows if r["method"] == "fedavg")
+    assert float(fed["80% mean"]) == pytest.approx(46.0) and fed["80% n"] == "2"
+    assert math.isclose(float(fed["60% std"]), np.std([30.0, 21.0, 32.0], ddof=1), rel_tol=1e-5)
+    assert (out / "excluded.csv").read_text().splitlines()[1].startswith("fedavg-s3,")
+    assert main(["compare", str(study), "--targets", "0"]) == 2
+    # the README's example table is this study's
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for row in ("| fedavg | 3 | 27.7 ± 5.9 | 46.0 ± 5.7 (2/3) |", "| heterofl | 3 | **21.0 ± 1.0** | **44.3 ± 5.9** |"):
+        assert row in readme and row in md
+
+
+def test_loose_runs_group_by_algorithm_and_name(tmp_path: Path) -> None:
+    a0 = write_run(tmp_path / "a0", "fedavg", 0, ACC["fedavg"][0])
+    a1 = write_run(tmp_path / "a1", "fedavg", 1, ACC["fedavg"][1])
+    b0 = write_run(tmp_path / "b0", "heterofl", 0, ACC["heterofl"][0])
+    half = write_run(tmp_path / "half", "heterofl", 1, ACC["heterofl"][1], status="interrupted")
+    sel = select([a0, a1, b0, half])
+    assert [(m.label, len(m.runs)) for m in sel.methods] == [("study (fedavg)", 2), ("study (heterofl)", 1)]
+    assert [(e.id, e.reason) for e in sel.excluded] == [("half", "status interrupted")]
+    sel = select([a0, a1, b0], by=["seed"])
+    assert [m.label for m in sel.methods] == ["0", "1"]
+    assert [len(m.runs) for m in sel.methods] == [2, 1]
+
+
+def test_align_onto_a_common_grid() -> None:
+    grid, vals = align(
+        [(np.array([0.0, 10.0]), np.array([0.0, 1.0])), (np.array([2.0, 8.0, 20.0]), np.array([0, 1, 1.0]))]
+    )
+    assert grid[0] == 2.0 and grid[-1] == 10.0 and grid.size == 200  # the range every seed covers
+    assert vals[0, 0] == pytest.approx(0.2) and vals[1, -1] == pytest.approx(1.0)
+
+
+def _units(label: str) -> bool:
+    """A quantity axis names its unit in brackets; a categorical axis (device class) has none."""
+    return ("(" in label and ")" in label) or label == "device class"
+
+
+def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_path: Path) -> None:
+    sel = select([study])
+    figs = study_figures(sel)
+    assert set(figs) == set(STUDY_FIGURES)
+    per_fig_colors = []
+    for name, fig in figs.items():
+        ax = fig.axes[0]
+        assert _units(ax.get_xlabel()) and _units(ax.get_ylabel()), (name, ax.get_xlabel(), ax.get_ylabel())
+        legend = ax.get_legend()
+        texts = [t.get_text() for t in legend.get_texts()]
+        assert texts[:2] == ["fedavg (n=3)", "heterofl (n=3)"]
+        assert any("± 1 std" in x for x in texts), texts
+        handles = legend.legend_handles[:2]
+        per_fig_colors.append(
+            tuple(
+                to_hex(
+                    h.get_facecolor()
+                    if hasattr(h, "get_facecolor") and not hasattr(h, "get_color")
+                    else h.get_color()
+                )
+                for h in handles
+            )
+        )  # noqa: E501
+    assert len(set(per_fig_colors)) == 1, per_fig_colors
+    # the band: fill_between polygons on the curve figures
+    assert len(figs["accuracy_vs_time"].axes[0].collections) == 2
+    # N/A and k/n annotations on the bars
+    t2a = [t.get_text() for t in figs["time_to_accuracy"].axes[0].texts]
+    assert "2/3 seeds" in t2a
+    written = write_study_plots(sel, tmp_path / "plots")
+    assert {p.name for p in written} == {f"{n}.{e}" for n in STUDY_FIGURES for e in ("png", "svg")}
+    assert all(p.stat().st_size > 1000 for p in written)
+    assert (tmp_path / "plots" / "accuracy_vs_time.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_plot_cli_dispatches_to_study_plots(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["plot", str(study), "--out", str(tmp_path / "p")]) == 0
+    assert (tmp_path / "p" / "time_to_accuracy.svg").is_file() and (
+        tmp_path / "p" / "accuracy_vs_bytes.png"
+    ).is_file()
+
+
+def test_mixed_duration_timeline_gives_every_task_a_visible_bar(tmp_path: Path) -> None:
+    """iot_field_deployment-like: 2 s tasks of Pis next to hour-long LoRaWAN uploads."""
+    from analysis.plots import MIN_BAR_FRACTION, build_figures
+
+    run = write_run(tmp_path / "mixed", "fedavg", 0, [0.5, 0.6])
+    events = []
+    for r in range(2):
+        t0 = r * 4000.0
+        for d in range(6):
+            slow = d % 3 == 0  # a LoRaWAN sensor
+            t = t0 + d
+            events.append({"t": t, "round": r, "device": d, "event": "dispatch", "level": "a"})
+            t += 3000.0 if slow else 0.5
+            events.append({"t": t, "round": r, "device": d, "event": "arrive"})
+            events.append({"t": t, "round": r, "device": d, "event": "train_start"})
+            t += 1.0
+            events.append({"t": t, "round": r, "device": d, "event": "train_end"})
+            t += 600.0 if slow else 0.5
+            events.append({"t": t, "round": r, "device": d, "event": "upload", "bytes": 10})
+    events.sort(key=lambda e: e["t"])
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    fig = build_figures([load_run(run)])["timeline.png"]
+    ax = fig.axes[0]
+    span = ax.get_xlim()[1] - ax.get_xlim()[0]
+    widths = [p.get_extents().width for c in ax.collections for p in c.get_paths() if len(c.get_paths())]
+    bars = [c for c in ax.collections if type(c).__name__ == "PolyCollection"]
+    n_bars = sum(len(c.get_paths()) for c in bars)
+    assert n_bars == 2 * 6 * 3  # every phase of every task drawn
+    widths = [p.get_extents().width for c in bars for p in c.get_paths()]
+    assert min(widths) >= MIN_BAR_FRACTION * span * (1 - 1e-6), (min(widths), span)
+    # bars of one row do not hide each other: sorted by start, each begins where the previous one ends or later
+    for c_row in range(6):
+        segs = sorted(
+            (p.get_extents().x0, p.get_extents().x1)
+            for c in bars
+            for p in c.get_paths()
+            if abs(p.get_extents().y0 + p.get_extents().height / 2 - c_row) < 0.01
+        )
+        assert all(b[0] >= a[1] - 1e-9 for a, b in zip(segs, segs[1:], strict=False))
+
+
+def test_a_real_tiny_study_compares_and_plots(tmp_path: Path, write_scenario) -> None:
+    """Two real runs (digits, 2 rounds) wrapped in a study.json: the tables and figures read real run folders."""
+    from conftest import base_scenario
+
+    sc = write_scenario(base_scenario())
+    records = []
+    for seed in (3, 4):
+        out = tmp_path / f"out{seed}"
+        assert main(["run", str(sc), "--out", str(out), "--quiet", "--set", f"seed={seed}"]) == 0
+        (run_dir,) = out.iterdir()
+        dest = tmp_path / "st" / "runs" / f"s{seed}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(dest)
+        records.append({"id": f"s{seed}", "overrides": {"seed": seed}, "status": "done", "run_dir": f"runs/s{seed}",
+                        "error": None, "host_s": 2.0})  # fmt: skip
+    (tmp_path / "st" / "study.json").write_text(json.dumps({"name": "real", "base": base_scenario(), "grid": {"seed": [3, 4]},
+                                                            "zip": {}, "runs": records}))  # fmt: skip
+    sel = select([tmp_path / "st"])
+    assert len(sel.methods) == 1 and len(sel.methods[0].runs) == 2 and sel.methods[0].label == "all runs"
+    tables = {t.name: t for t in build_tables(sel, targets=(0.05,))}
+    assert tables["accuracy"].rows["all runs"]["full"].k == 2
+    assert tables["time_to_accuracy"].rows["all runs"]["5%"].k == 2  # any model beats 5% on 10 classes
+    assert write_tables(sel, list(tables.values()), tmp_path / "cmp")
+    figs = study_figures(sel, targets=(0.05,))
+    assert {"accuracy_vs_time", "accuracy_vs_energy", "accuracy_vs_bytes", "bytes_per_round"} <= set(figs)

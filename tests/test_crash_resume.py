@@ -1,0 +1,174 @@
+"""Real `iotfl-sim run` processes killed with SIGKILL at many points, interrupted with SIGINT / SIGTERM, and
+resumed: each ends with the same rounds.csv, summary.json, devices.csv and events.jsonl as a run never stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import base_scenario
+from test_resume import assert_same_run, only_run, rounds
+
+ROUNDS = 5
+
+
+def scenario(tmp: Path, executor: dict | None = None, rounds_: int = ROUNDS, epochs: int = 1) -> Path:
+    data = base_scenario(rounds=rounds_, algorithm={"name": "heterofl", "proportions": "a1-b1"})
+    data["local"]["epochs"] = epochs
+    data["fleet"]["cost_model"] = "flops"
+    data["server"] = {"bn_calibration_samples": 64}
+    data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
+    if executor:
+        data["executor"] = executor
+    path = tmp / f"scenario-{len(list(tmp.glob('scenario-*')))}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def iotfl(*args: str, fault: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
+    if fault:
+        env["IOTFL_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "iotfl_sim.cli", *args, "--quiet"], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("whole")
+    done = iotfl("run", str(scenario(tmp)), "--out", str(tmp / "runs"))
+    assert done.returncode == 0, done.stderr
+    return only_run(tmp / "runs")
+
+
+def killed_then_resumed(tmp: Path, faults: list[str], executor: dict | None = None) -> Path:
+    """Run, killed by the first fault; resume, killed by the next; ...; then resume to the end."""
+    first = iotfl("run", str(scenario(tmp, executor)), "--out", str(tmp / "runs"), fault=faults[0])
+    assert first.returncode == -signal.SIGKILL, (first.returncode, first.stderr)
+    run = only_run(tmp / "runs")
+    for fault in faults[1:]:
+        again = iotfl("run", "--resume", str(run), fault=fault)
+        assert again.returncode == -signal.SIGKILL, (again.returncode, again.stderr)
+    last = iotfl("run", "--resume", str(run))
+    assert last.returncode == 0, last.stderr
+    assert "Traceback" not in last.stderr
+    return run
+
+
+# (point, n): killed the n-th time the run reaches the point (iotfl_sim/faults.py)
+KILL_POINTS = [
+    "train:3",  # in the middle of round 2's training (inline: this process trains)
+    "checkpoint_write:2",  # half of round 2's checkpoint state file on disk
+    "checkpoint_done:2",  # just after round 2's checkpoint
+    "row_written:3",  # round 3's row flushed, its checkpoint not yet written
+    "row_torn:3",  # half of round 3's row on disk
+    "eval:4",  # during round 4's evaluation
+    "summary:1",  # every round done, no summary yet
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_sigkill_then_resume_gives_the_uninterrupted_results(tmp_path, whole, point):
+    run = killed_then_resumed(tmp_path, [point])
+    assert_same_run(whole, run)
+
+
+def test_several_kills_and_resumes_in_a_row(tmp_path, whole):
+    run = killed_then_resumed(tmp_path, ["train:2", "checkpoint_write:1", "row_torn:2"])
+    assert_same_run(whole, run)
+
+
+@pytest.mark.parametrize("point", ["round_train:3", "checkpoint_write:2"])
+def test_pool_executor_run_resumes_to_the_same_results(tmp_path, whole, point):
+    run = killed_then_resumed(tmp_path, [point], executor={"kind": "pool", "workers": 2})
+    assert_same_run(whole, run)  # the pool gives the inline executor's bits
+
+
+def _start(tmp: Path, rounds_: int, epochs: int = 1) -> tuple[subprocess.Popen, Path]:
+    env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
+    out = tmp / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "iotfl_sim.cli", "run", str(scenario(tmp, rounds_=rounds_, epochs=epochs)), "--out", str(out), "--quiet"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the first round's row is on disk
+        runs = list(out.glob("*/rounds.csv")) if out.exists() else []
+        if runs and len(runs[0].read_text().splitlines()) >= 2:
+            return proc, runs[0].parent
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the run wrote no round within 120 s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_first_signal_finishes_the_round_checkpoints_and_exits_130(tmp_path, whole, sig):
+    proc, run = _start(tmp_path, ROUNDS)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    done = len(rounds(run))
+    assert 1 <= done < ROUNDS and summary["rounds"] == done
+    assert (run / "checkpoints" / f"round-{done:06d}").is_dir()
+    assert f"--resume {run}" in out
+    resumed = iotfl("run", "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(whole, run)
+
+
+def test_second_sigint_stops_at_once_and_leaves_a_resumable_folder(tmp_path):
+    # long rounds (many local epochs), so that the second Ctrl-C lands in the middle of one
+    proc, run = _start(tmp_path, 2, epochs=8)
+    time.sleep(0.3)  # into round 2 (a few seconds long)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "stopped at once" in err and "interrupted after round" not in out
+    assert not (run / "summary.json").exists()  # it did not wait for the round to end
+    resumed = iotfl("run", "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr
+    whole = iotfl("run", str(scenario(tmp_path, rounds_=2, epochs=8)), "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    assert_same_run(only_run(tmp_path / "whole"), run)
+
+
+def test_a_run_never_overwrites_an_existing_folder(tmp_path):
+    """Folders named like the runs about to start are left alone; two runs started together get two folders."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    stamp = time.time()
+    mine = []
+    for dt in range(0, 40):  # every name a run started in the next 40 s could take
+        folder = out / f"t-{time.strftime('%Y%m%d-%H%M%S', time.localtime(stamp + dt))}"
+        folder.mkdir(exist_ok=True)
+        (folder / "my_notes.txt").write_text("mine")
+        mine.append(folder)
+    path = scenario(tmp_path, rounds_=1)
+    env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
+    cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(out), "--quiet"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    made = {Path(line.split(": ", 1)[1]) for o, _ in outs for line in o.splitlines() if line.startswith("run: ")}
+    assert len(made) == 2 and not made & set(mine)
+    for folder in mine:
+        assert sorted(p.name for p in folder.iterdir()) == ["my_notes.txt"]
+        assert (folder / "my_notes.txt").read_text() == "mine"
+    lock_busy = subprocess.run(  # a folder that another process is writing cannot be resumed at the same time
+        [sys.executable, "-c", "import fcntl,subprocess,sys; f=open(sys.argv[1]+'/.lock','a'); fcntl.flock(f, fcntl.LOCK_EX);"
+         "sys.exit(subprocess.run([sys.executable,'-m','iotfl_sim.cli','run','--resume',sys.argv[1],'--quiet']).returncode)",
+         str(sorted(made)[0])], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert lock_busy.returncode == 2 and "another iotfl-sim process" in lock_busy.stderr

@@ -1,0 +1,130 @@
+"""iotfl-sim report: one self-contained HTML file, opened in a real headless browser (Debian's chromium)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from study_fixtures import make_study
+
+from analysis.study_plots import STUDY_FIGURES
+from iotfl_sim.cli import main
+
+SCREENSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "report_screenshot.png"
+TABLES = ("accuracy", "time_to_accuracy", "rounds_to_accuracy", "energy_to_accuracy", "download_to_accuracy",
+          "upload_to_accuracy", "costs", "failures", "methods", "host_time")  # fmt: skip
+
+# put first in <head>: records console errors, uncaught errors and failed resource loads
+PROBE_HEAD = """<script>
+window.__errors = [];
+const __err = console.error.bind(console);
+console.error = (...a) => { window.__errors.push(a.join(' ')); __err(...a); };
+window.addEventListener('error', e => window.__errors.push('error: ' + (e.message || (e.target && (e.target.src || e.target.href)))), true);
+</script>"""
+# put last in <body>: after load, write a marker with image decode results and the errors into the DOM
+PROBE_BODY = """<script>
+window.addEventListener('load', () => {
+  const imgs = Array.from(document.images);
+  const ok = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
+  const pre = document.createElement('pre');
+  pre.id = '__probe';
+  pre.textContent = 'PROBE images=' + imgs.length + ' decoded=' + ok + ' errors=' + JSON.stringify(window.__errors);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _chromium_flags(tmp: Path) -> list[str]:
+    return ["--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage", "--hide-scrollbars",
+            f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0",
+            "--virtual-time-budget=10000"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of a chromium binary; installed with apt-get when missing and we are root, else the test skips."""
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    if found:
+        return found
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("chromium is not installed and we cannot install it (not root or no apt-get)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, timeout=600, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "chromium"],
+            check=True,
+            capture_output=True,
+            timeout=1200,
+            env=env,
+        )
+    except (subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"chromium could not be installed with apt-get: {e}")
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("apt-get install chromium finished but /usr/bin/chromium is absent")
+    return "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    study = make_study(tmp_path_factory.mktemp("rep") / "demo")
+    out = study / "report.html"
+    assert main(["report", str(study), "--out", str(out)]) == 0
+    return out
+
+
+def test_report_is_self_contained(report: Path) -> None:
+    html = report.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    # nothing fetched from elsewhere: no external src/href, no CSS imports or url(http...), no script at all
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?https?:", html, re.I)
+    assert "<script" not in html.lower() and "<link" not in html.lower()
+    for name in STUDY_FIGURES:
+        assert f'data-figure="{name}"' in html
+    assert html.count('src="data:image/png;base64,') == len(STUDY_FIGURES)
+    for t in TABLES:
+        assert f'data-table="{t}"' in html
+    assert 'data-block="base"' in html and "dataset: digits" in html  # the resolved base scenario
+    assert "algorithm.name:" in html and 'data-block="grid"' in html  # the grid
+    assert "9.2 (9.2 s)" in html  # host time total: 6 x 1.5 + 0.25
+    assert "fedavg-s3" in html and "ValueError: boom" in html  # the failed run, listed and excluded
+
+
+def test_report_renders_in_headless_chromium(report: Path, chromium: str, tmp_path: Path) -> None:
+    html = report.read_text()
+    probed = tmp_path / "probed.html"
+    probed.write_text(
+        html.replace("<head>", "<head>" + PROBE_HEAD, 1).replace("</body>", PROBE_BODY + "</body>", 1)
+    )
+    proc = subprocess.run(
+        [chromium, *_chromium_flags(tmp_path), "--dump-dom", probed.as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dom = proc.stdout
+    m = re.search(r"PROBE images=(\d+) decoded=(\d+) errors=(.*)", dom)
+    assert m, f"no probe marker in the DOM: {dom[:500]}\n{proc.stderr[-2000:]}"
+    assert int(m.group(1)) == len(STUDY_FIGURES) and m.group(2) == m.group(1), m.group(0)
+    assert m.group(3).strip().startswith("[]"), f"console / load errors: {m.group(3)}"
+    console = [
+        ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln and ("rror" in ln or "Uncaught" in ln)
+    ]
+    assert not console, console
+    for name in STUDY_FIGURES:
+        assert f'data-figure="{name}"' in dom
+    for t in TABLES:
+        assert f'data-table="{t}"' in dom
+    # a screenshot of the report itself (no probe), for the repository
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [chromium, *_chromium_flags(tmp_path), "--window-size=1280,2400", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0 and shot.is_file() and shot.stat().st_size > 20_000, proc.stderr[-2000:]
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(shot, SCREENSHOT)

@@ -1,0 +1,211 @@
+"""Checkpoints and --resume: every method continues a stopped run to the same numbers as a run never stopped."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import base_scenario, relative_fleet
+
+from iotfl_sim.cli import main
+from iotfl_sim.sim import engine
+
+HOST = {"host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s"}
+GROUP = {"prototypes": ["mobilenetv2", "resnet18", "vgg16"], "width": 0.125}  # cnn2 needs 16 x 16 images
+METHODS = {
+    "fedavg": {"algorithm": {"name": "fedavg"}},
+    "fedavg_qsgd": {"algorithm": {"name": "fedavg", "upload_bits": 8, "download_bits": 8, "qsgd_bucket": 128}},
+    "decoupled": {"algorithm": {"name": "decoupled"}},
+    "heterofl": {"algorithm": {"name": "heterofl", "proportions": "a1-b1"}},
+    "heterofl_iot": {"algorithm": {"name": "heterofl_iot", "proportions": "a2-b8"}},
+    "adaptivefl": {"algorithm": {"name": "adaptivefl"}, "fleet": relative_fleet((3, 3, 3))},
+    "flexfl": {"algorithm": {"name": "flexfl", "proxy_fraction": 0.05, "pretrain_epochs": 1}, "fleet": relative_fleet((3, 3, 3))},
+    "scalefl": {
+        "algorithm": {"name": "scalefl", "exit_head": "light", "levels": [{"width": 0.5, "depth": 2}, {"width": 1.0, "depth": 4}]},
+        "model": {"family": "conv", "scaler": False},
+        "fleet": relative_fleet((3, 3, 3)),
+    },
+    "adapterfl": {"algorithm": {"name": "adapterfl", **GROUP}},
+    "fedbase": {"algorithm": {"name": "fedbase", **GROUP}},
+    "feddf": {"algorithm": {"name": "feddf", **GROUP, "distill_steps": 2, "proxy_fraction": 0.05}},
+    "fedx": {
+        "algorithm": {"name": "fedx", "proxy_classes": [8, 9], "pretrain_epochs": 1, "finetune_samples": 32},
+        "model": {"family": "harwild"},
+    },
+}
+
+
+def rounds(run: Path) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if k not in HOST} for r in csv.DictReader((run / "rounds.csv").open())]
+
+
+def summary(run: Path) -> dict:
+    s = json.loads((run / "summary.json").read_text())
+    for k in ("host_time_s", "host_other_fraction"):
+        s.pop(k)
+    return s
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    assert rounds(a) == rounds(b)
+    assert summary(a) == summary(b)
+    assert (a / "devices.csv").read_text() == (b / "devices.csv").read_text()
+    if (a / "events.jsonl").exists():
+        assert (a / "events.jsonl").read_text() == (b / "events.jsonl").read_text()
+
+
+def only_run(parent: Path) -> Path:
+    (run,) = [p for p in parent.iterdir() if p.is_dir()]
+    return run
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method):
+    data = base_scenario(rounds=3, **METHODS[method])
+    data["server"] = {"bn_calibration_samples": 64, "eval_every": 1}
+    data["fleet"].setdefault("cost_model", "flops")
+    data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
+    path = write_scenario(data)
+    assert main(["run", str(path), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+
+    # stop after round 2, as a first Ctrl-C would: checkpoint, summary marked interrupted, exit status 130
+    checkpoint = engine.Simulation.checkpoint
+
+    def stop_after_two(sim, done):
+        checkpoint(sim, done)
+        sim.stop_requested = done >= 2
+
+    monkeypatch.setattr(engine.Simulation, "checkpoint", stop_after_two)
+    assert main(["run", str(path), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
+    cut = only_run(tmp_path / "cut")
+    assert json.loads((cut / "summary.json").read_text())["status"] == "interrupted"
+    assert len(rounds(cut)) == 2
+    monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 0
+    assert json.loads((cut / "summary.json").read_text())["status"] == "complete"
+    assert_same_run(only_run(tmp_path / "whole"), cut)
+
+
+def test_resume_refuses_a_finished_run_a_changed_scenario_and_a_tampered_checkpoint(tmp_path, write_scenario, monkeypatch, capsys):
+    data = base_scenario(rounds=3, algorithm={"name": "fedavg"})
+    data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
+    path = write_scenario(data)
+    assert main(["run", str(path), "--out", str(tmp_path / "done"), "--quiet"]) == 0
+    assert main(["run", "--resume", str(only_run(tmp_path / "done")), "--quiet"]) == 2
+    assert "already complete" in capsys.readouterr().err
+
+    checkpoint = engine.Simulation.checkpoint
+    monkeypatch.setattr(engine.Simulation, "checkpoint", lambda sim, done: (checkpoint(sim, done), setattr(sim, "stop_requested", True)))
+    assert main(["run", str(path), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
+    monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
+    cut = only_run(tmp_path / "cut")
+    state = cut / "checkpoints" / "round-000001" / "state.pt"
+    blob = bytearray(state.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    state.write_bytes(bytes(blob))
+    capsys.readouterr()
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "state.pt" in err and "SHA-256" in err and "Traceback" not in err and err.endswith("\n")
+
+    state.write_bytes(bytes(blob[: len(blob) // 3]))  # truncated: the same answer
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 2
+    assert "SHA-256" in capsys.readouterr().err
+
+    resolved = cut / "scenario.resolved.yaml"
+    blob[len(blob) // 2] ^= 0xFF
+    state.write_bytes(bytes(blob))  # repaired
+    text = yaml.safe_load(resolved.read_text())
+    text["local"]["lr"] = 0.5
+    resolved.write_text(yaml.safe_dump(text, sort_keys=False))
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 2
+    assert "changed since the checkpoint" in capsys.readouterr().err
+
+    assert main(["run", "--resume", str(tmp_path), "--quiet"]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+
+
+def test_checkpoint_state_loads_without_arbitrary_pickle(tmp_path):
+    """A state file that smuggles in an object outside the simulator's plain data is refused on load."""
+    import pickle
+
+    from iotfl_sim.output import codec
+    from iotfl_sim.output.checkpoint import _load_tensors
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    bad = tmp_path / "state.pt"
+    bad.write_bytes(pickle.dumps({"strategy": Evil()}))
+    with pytest.raises(codec.CheckpointError, match="cannot read"):
+        _load_tensors(bad, "saved state")
+    with pytest.raises(codec.CheckpointError, match="outside iotfl_sim"):
+        codec.decode({"__dc__": "os:system", "f": {}})
+    with pytest.raises(codec.CheckpointError, match="not a dataclass"):
+        codec.decode({"__dc__": "iotfl_sim.sim.engine:Simulation", "f": {}})
+
+
+def test_codec_round_trips_the_values_strategies_hold():
+    import numpy as np
+    import torch
+
+    from iotfl_sim.algorithms.base import Assignment
+    from iotfl_sim.fl.submodel import SubmodelSpec
+    from iotfl_sim.output import codec
+
+    value = {
+        "t": torch.arange(6.0).reshape(2, 3),
+        "a": np.array([[1, 2], [3, 4]], dtype=np.int32),
+        "u": np.array([7, 8], dtype=np.uint32),
+        "b": np.array([True, False]),
+        "s": {3, 1},
+        "k": {(1, "x"): 2, 5: [np.float64(0.25)]},
+        "asg": Assignment(4, SubmodelSpec(0.5, name="b"), level="b", extras={"model": 2}),
+        "none": None,
+        "tuple": (1, "two", 3.0),
+    }
+    back = codec.decode(torch.load(_saved(codec.encode(value)), weights_only=True))
+    assert torch.equal(back["t"], value["t"])
+    for key in ("a", "u", "b"):
+        assert back[key].dtype == value[key].dtype and (back[key] == value[key]).all()
+    assert back["s"] == {1, 3} and back["k"] == {(1, "x"): 2, 5: [0.25]}
+    assert type(back["k"][5][0]) is np.float64
+    assert back["asg"] == value["asg"] and back["tuple"] == value["tuple"] and back["none"] is None
+
+
+def _saved(obj):
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+def test_tape_replays_in_order_then_records_and_forgets_what_is_saved():
+    from iotfl_sim.sim.tape import Tape
+
+    tape = Tape()
+    calls = []
+    for i in range(5):
+        tape.answer("wire", lambda i=i: calls.append(i) or float(i))
+    chunk = tape.new_chunk()
+    assert chunk["wire"] == [0.0, 1.0, 2.0, 3.0, 4.0] and tape.seq["wire"] == []  # saved and used: forgotten
+    assert tape.answer("wire", lambda: 5.0) == 5.0 and tape.counts()["wire"] == 6
+    assert tape.new_chunk()["wire"] == [5.0]
+
+    again = Tape()
+    again.load([chunk, {"wire": [5.0]}])
+    assert [again.answer("wire", lambda: pytest.fail("replay must not ask live")) for _ in range(6)] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert again.unconsumed() == {} and again.answer("wire", lambda: 9.0) == 9.0
+    assert again.new_chunk()["wire"] == [9.0]
+    assert calls == [0, 1, 2, 3, 4]
+
+    off = Tape(recording=False)
+    assert off.answer("select", lambda: [1]) == [1] and off.counts()["select"] == 0
