@@ -10,7 +10,7 @@ from conftest import base_scenario
 import iotfl_sim
 from iotfl_sim.scenario.loader import ScenarioError
 
-HOST = {"host_train_s", "host_eval_s", "host_other_s"}
+HOST = {"host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s"}
 
 
 def _rows(path):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HOST_COLUMNS = ("host_train_s", "host_eval_s", "host_other_s")
+HOST_COLUMNS = ("host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s")
 
 CALLER = r"""
 import sys
