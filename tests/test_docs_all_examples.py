@@ -1,26 +1,37 @@
-"""Every documented example works: each ```yaml block and each shell command of the README, and each
-scenario in scenarios/ with the commands and ``--set`` variants its header comment gives.
+"""Every documented example works: each ```yaml block, each shell command and the ```python block of the
+README, its inline `iotfl-sim ...` synopses, and each scenario in scenarios/ with the commands and
+``--set`` variants its header comment gives.
 
-- YAML fragments (an ``executor:`` block, a ``fleet:`` block) are merged into scenarios/quickstart.yaml
-  (mappings merged, lists replaced) and validated and run; a whole scenario (the tour) is used as is.
-- ``iotfl-sim`` commands are parsed from the text and run through ``iotfl_sim.cli.main``: ``validate``,
-  ``schema`` and ``profiles list/show`` as written; ``profiles measure`` with a short ``--seconds``; ``run``
-  with small overrides (fewer rounds, a data subset for the big datasets, an ``--out`` in a temporary
-  folder); ``plot`` on runs made by the README's own ``run`` commands (placeholders such as
-  ``runs/quickstart-<timestamp>`` become those folders).
+- YAML fragments (``fleet:``, ``executor:``, ``output:`` blocks) are merged into scenarios/quickstart.yaml
+  (mappings merged, lists replaced) and run a round; the tour runs a system-only round; the study block is
+  read with every point validated. A block needing an extra that is not installed (TensorBoard, W&B) must
+  be refused naming it, and is reported skipped.
+- ``iotfl-sim`` commands (``bash scripts/in-venv`` and ``python3 -m iotfl_sim.cli`` forms too) are parsed
+  from the text and run through ``iotfl_sim.cli.main``: ``validate``, ``schema``, ``profiles list/show`` as
+  written; ``profiles measure`` as written with the micro-benchmarks stubbed; ``run`` with small overrides
+  (fewer rounds, a data subset for the big datasets, an ``--out`` in a temporary folder); ``plot`` on runs
+  made by the README's own ``run`` commands (``runs/quickstart-<timestamp>`` becomes one); ``run --resume``
+  on the README's checkpointed run stopped by a real Ctrl-C; ``sweep``, ``compare``, ``plot STUDY`` and
+  ``report`` on the README's study made cheaper (synopsis placeholders such as STUDY, RUN, DIR filled in);
+  ``data download`` where the dataset is present (it must fetch nothing).
 - A command whose dataset is absent runs system-only (``numerics=none``) and is then reported skipped,
   naming the missing folder. Datasets come from ../shared/datasets beside the clone, or $IOTFL_TEST_DATA.
-- Paper-scale scenarios (hours on a GPU) are validated with every variant, and each variant runs one
-  system-only round; their plain system-only round is test_scenarios_shipped's.
+- Paper-scale scenarios (hours on a GPU) are validated with every variant, and each algorithm or model
+  variant runs one system-only round; the plain files are test_scenarios_shipped's (validated, one round).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import importlib.util
 import io
 import json
+import math
+import os
 import re
 import shlex
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,9 +96,10 @@ PROSE_VARIANTS = {
 # Variants only validated, not run: their set-up alone takes minutes here.
 VALIDATE_ONLY = {
     ("adapterfl_cifar10.yaml", ("algorithm.cuts=null",)): "the CKA cut search over full-width CIFAR-10 "
-    "prototypes takes ~50 s on 2 cores even system-only",
+    "prototypes (part of validate's and run's set-up) takes 25-50 s on 2 cores even system-only",
 }
-# flexfl_conf1-3 share their header: their variants run on conf2 (the paper's default) and are validated on all.
+# flexfl_conf1-3 share their header: their variants are validated and run on conf2 (the paper's default),
+# and only loaded (schema, types, profiles) on the others.
 VALIDATE_VARIANTS_ONLY = {"flexfl_conf1.yaml", "flexfl_conf3.yaml"}
 
 
@@ -132,7 +144,9 @@ def parse_command(text: str, where: str, env: dict[str, str] | None = None) -> l
         while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
             k, v = words.pop(0).split("=", 1)
             local[k] = v
-        if words[:3] == ["python3", "-m", "iotfl_sim.cli"]:
+        if words[:2] == ["bash", "scripts/in-venv"]:  # runs the rest in the project's environment
+            words = words[2:]
+        if words[:3] in (["python3", "-m", "iotfl_sim.cli"], ["python", "-m", "iotfl_sim.cli"]):
             words = ["iotfl-sim", *words[3:]]
         if not words or words[0] != "iotfl-sim":
             continue
@@ -281,9 +295,103 @@ def readme_run(cmd: Command, tmp_path_factory, monkeypatch) -> Path:
 
 def readme_runs_of(name: str, tmp_path_factory, monkeypatch) -> list[Path]:
     """The README's own runs of scenario ``name`` (all its quickstart runs for a generic placeholder)."""
-    runs = [c for c in readme_commands() if c.argv[0] == "run"]
+    runs = [c for c in readme_commands() if c.argv[0] == "run" and c.argv[1] != "--resume"
+            and not any("output.checkpoint" in a for a in c.argv)]  # fmt: skip
     mine = [c for c in runs if Path(c.argv[1]).stem == name] or [c for c in runs if "quickstart" in c.argv[1]]
     return [readme_run(c, tmp_path_factory, monkeypatch) for c in mine]
+
+
+# ---------------------------------------------------------------- the README: a project folder
+#
+# The README's commands use paths relative to the repository root (scenarios/quickstart.yaml, runs/,
+# method_vs_lr.study.yaml, studies/). They run in a temporary folder laid out the same way, whose
+# scenarios/quickstart.yaml is the real one cut to 1 round, and whose study file is the README's own
+# study block cut to 2 seeds and the first row of its zip (4 runs instead of 12, one worker).
+
+STUDY_FILE = "method_vs_lr.study.yaml"  # the name the README's sweep command gives its study block
+
+
+def readme_yaml_blocks() -> list[dict]:
+    return [yaml.safe_load(b) for b in fenced(README.read_text(), "yaml")]
+
+
+def readme_study() -> dict:
+    (study,) = [b for b in readme_yaml_blocks() if "base" in b and "grid" in b]
+    return study
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    (root / "scenarios").mkdir()
+    quick = yaml.safe_load(QUICKSTART.read_text())
+    (root / "scenarios" / "quickstart.yaml").write_text(yaml.safe_dump({**quick, "rounds": 1}, sort_keys=False))
+    study = readme_study()
+    assert study["base"] == "scenarios/quickstart.yaml" and "seed" in study["grid"]
+    cheap = {**study, "grid": {**study["grid"], "seed": study["grid"]["seed"][:2]},
+             "zip": {k: v[:1] for k, v in study.get("zip", {}).items()}, "workers": 1}  # fmt: skip
+    (root / STUDY_FILE).write_text(yaml.safe_dump(cheap, sort_keys=False))
+    return root
+
+
+def readme_command(sub: str, first: str | None = None) -> Command:
+    (cmd,) = [c for c in readme_commands() if c.argv[0] == sub and (first is None or c.argv[1:2] == [first])]
+    return cmd
+
+
+@pytest.fixture(scope="module")
+def study_dir(project) -> Path:
+    """The README's `iotfl-sim sweep` run in the project folder (one worker instead of --workers 4)."""
+    args = readme_command("sweep").argv[1:]
+    assert args[0] == STUDY_FILE, "the README's sweep no longer runs the study file this test writes"
+    args = [str(project / args[0]), *args[1:]]
+    args[args.index("--out") + 1] = str(project / args[args.index("--out") + 1])
+    if "--workers" in args:
+        args[args.index("--workers") + 1] = "1"
+    rc, _ = cli(["sweep", *args, "--quiet"])
+    assert rc == 0
+    name = readme_study()["name"]
+    return Path(args[args.index("--out") + 1]) / name
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(project) -> tuple[Path, int]:
+    """The README's checkpointed `run`, stopped by a Ctrl-C (a real SIGINT to this process, sent as the row
+    of the round after its first checkpoint is written: the run finishes that round, checkpoints, writes
+    an interrupted summary and exits 130): what `run --resume runs/quickstart-<timestamp>` continues."""
+    from iotfl_sim import faults
+
+    cmds = [c for c in readme_commands() if c.argv[0] == "run" and any("output.checkpoint" in a for a in c.argv)]
+    assert len(cmds) == 1, "expected one README run command that sets output.checkpoint"
+    args = cmds[0].argv
+    every = int(next(a for a in args if "checkpoint.every_rounds=" in a).split("=")[1])
+    rows = {"n": 0}
+
+    def ctrl_c_at(point: str) -> None:
+        if point == "row_written":
+            rows["n"] += 1
+            if rows["n"] == every + 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(faults, "hit", ctrl_c_at)
+        mp.chdir(project)
+        rc, _ = cli([*args, "--set", f"rounds={every + 3}", "--out", "runs", "--quiet"])
+    assert rc == 130
+    (run,) = [q for q in (project / "runs").glob("quickstart-*") if (q / "checkpoints").is_dir()]
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    return run, every + 3
+
+
+def concrete(words: list[str], values: dict[str, str]) -> list[str]:
+    """A synopsis made runnable: brackets and `...` dropped, each UPPERCASE placeholder replaced."""
+    out = []
+    for w in words:
+        w = w.strip("[]")
+        if w in ("", "..."):
+            continue
+        out.append(values[w] if re.fullmatch(r"[A-Z_]+", w) else w)
+    return out
 
 
 # ---------------------------------------------------------------- the README: YAML
@@ -293,29 +401,46 @@ def test_readme_has_the_examples_this_file_covers():
     text = README.read_text()
     assert len(fenced(text, "yaml")) >= 3
     subs = [c.argv[0] for c in readme_commands()]
-    for needed in ("run", "plot", "validate", "profiles", "schema"):
+    for needed in ("run", "plot", "validate", "profiles", "schema", "sweep"):
         assert needed in subs, f"no `iotfl-sim {needed}` example found in the README"
 
 
-def readme_yaml_cases() -> list[tuple[str, dict]]:
-    """Each README YAML block as a runnable scenario: whole scenarios as they are, fragments merged."""
+EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # output.<key> -> the package it needs
+
+
+def readme_yaml_cases() -> list[tuple[str, dict, bool]]:
+    """Each README YAML block: a whole scenario (the tour) or a study as they are, fragments merged."""
     cases = []
-    for block in fenced(README.read_text(), "yaml"):
+    for i, block in enumerate(fenced(README.read_text(), "yaml")):
         data = yaml.safe_load(block)
-        top = next(iter(data))
-        cases.append((top, data if "name" in data else merged_into_quickstart(block)))
+        whole = "name" in data
+        cases.append((f"{i}-{next(iter(data))}", data if whole else merged_into_quickstart(block), whole))
     return cases
 
 
-@pytest.mark.parametrize("top, data", readme_yaml_cases(), ids=lambda x: x if isinstance(x, str) else "")
-def test_readme_yaml_block_validates_and_runs(top, data, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("key, data, whole", readme_yaml_cases(), ids=lambda x: x if isinstance(x, str) else "")
+def test_readme_yaml_block_validates_and_runs(key, data, whole, tmp_path, project, monkeypatch, capsys):
     """Fragments merged into the quickstart run a round for real; the tour (a 100-round MNIST study over
-    200 devices) runs a system-only round."""
-    path = tmp_path / f"{top}.yaml"
+    200 devices) runs a system-only round; the study block is read with every point validated, as
+    `iotfl-sim sweep` does before running (the sweep itself is the README command's test)."""
+    if "base" in data:  # a study file: its base path is relative to it
+        from iotfl_sim.study import read_study
+
+        path = project / f"readme_study_{key}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        study = read_study(path, check=True)
+        assert len(study.points) == math.prod(map(len, data["grid"].values())) * len(next(iter(data["zip"].values())))
+        return
+    path = tmp_path / f"{key}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    validate(path, [], capsys)
-    whole = top == "name"
-    run_scenario_cli(path, ["rounds=1", FLOPS], tmp_path / "runs", monkeypatch, system_only=whole)
+    needs = [pkg for k, pkg in EXTRAS.items() if data.get("output", {}).get(k)]
+    missing = [pkg for pkg in needs if importlib.util.find_spec(pkg) is None]
+    if missing:  # refused before any run, naming the package; run where it is installed
+        rc = main(["validate", str(path)])
+        err = capsys.readouterr().err
+        assert rc == 2 and any(pkg in err for pkg in missing), err
+        pytest.skip(f"validated the refusal only: {', '.join(missing)} not installed (pip install 'iotfl-sim[{missing[0]}]')")
+    run_scenario_cli(path, ["rounds=1", FLOPS], tmp_path / "runs", monkeypatch, system_only=whole)  # run validates
 
 
 def test_merge_helper_merges_mappings_and_replaces_lists():
@@ -325,25 +450,45 @@ def test_merge_helper_merges_mappings_and_replaces_lists():
     assert merged["executor"] == {"kind": "inline"} and merged["fleet"]["groups"] and merged["name"] == "quickstart"
 
 
+def test_readme_python_api_example_runs(project, study_dir, monkeypatch, capsys):
+    """The README's Python API block, as written, in the project folder (its sweep finds the study done)."""
+    (code,) = fenced(README.read_text(), "python")
+    monkeypatch.chdir(project)
+    scope: dict = {}
+    exec(compile(code, "README.md python block", "exec"), scope)  # noqa: S102 - our own README
+    assert scope["res"].path.is_dir() and len(scope["study"].records) == 4
+    assert scope["oom"] >= 0 and scope["run"].summary["status"] == "complete"
+
+
 # ---------------------------------------------------------------- the README: shell commands
 
 TOUR = "my_scenario.yaml"  # the README's placeholder for a scenario of one's own: its tour scenario
 
 
 def tour_file(tmp_path: Path) -> Path:
-    block = next(b for b in fenced(README.read_text(), "yaml") if b.lstrip().startswith("name:"))
+    block = next(b for b in fenced(README.read_text(), "yaml") if b.lstrip().startswith("name:") and "base:" not in b)
     path = tmp_path / TOUR
     path.write_text(block)
     return path
 
 
 @pytest.mark.parametrize("cmd", readme_commands(), ids=lambda c: c.id)
-def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, capsys):
+def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, capsys, request):
     sub, args = cmd.argv[0], list(cmd.argv[1:])
-    build_parser().parse_args(cmd.argv)  # exits on a flag the CLI does not have
+    placeholders = {"STUDY": "", "RUN": "", "DIR": str(tmp_path / "out"), "FILE": str(tmp_path / "report.html"),
+                    "KEY": "algorithm.name", "NAME": "mnist"}  # fmt: skip
+    if any(re.fullmatch(r"\[?[A-Z_]+\]?", a.strip("[]")) for a in args):  # a synopsis: fill it in
+        placeholders["STUDY"] = str(request.getfixturevalue("study_dir"))
+        placeholders["RUN"] = str(readme_runs_of("quickstart", tmp_path_factory, monkeypatch)[0])
+        args = concrete(args, placeholders)
+    build_parser().parse_args([sub, *args])  # exits on a flag the CLI does not have
     if sub == "validate":
         args = [str(tour_file(tmp_path)) if a == TOUR else str(ROOT / a) for a in args]
         rc, out = cli(["validate", *args])
+        absent = missing_data(dataset_of(Path(args[0]), []))
+        if absent is not None:  # validate checks the dataset files: refused, as documented
+            assert rc == 2 and "data.dataset" in capsys.readouterr().err
+            pytest.skip(f"validate refused as it should: dataset folder {absent} not present (set IOTFL_TEST_DATA)")
         assert rc == 0 and ": ok (" in out, capsys.readouterr().err
     elif sub == "schema":
         rc, out = cli(["schema"])
@@ -372,9 +517,42 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
         rc, out = cli(["profiles", *args])
         assert rc == 0 and target.is_file()
         assert load_scenario_profile(target)
+    elif sub == "run" and args[0] == "--resume":
+        run, rounds = request.getfixturevalue("interrupted_run")
+        assert args[1].startswith("runs/quickstart-<")
+        rc, out = cli(["run", "--resume", str(run), "--quiet"])
+        assert rc == 0
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["rounds"] == rounds
+        assert len((run / "rounds.csv").read_text().splitlines()) == 1 + rounds
+    elif sub == "run" and any("output.checkpoint" in a for a in args):
+        run, _ = request.getfixturevalue("interrupted_run")
+        assert any((run / "checkpoints").iterdir()), "interrupted after a checkpoint round, yet none was written"
     elif sub == "run":
         run = readme_run(cmd, tmp_path_factory, monkeypatch)
         assert (run / "rounds.csv").is_file() and (run / "scenario.resolved.yaml").is_file()
+    elif sub == "sweep":
+        study = request.getfixturevalue("study_dir")
+        index = json.loads((study / "study.json").read_text())
+        assert [r["status"] for r in index["runs"]] == ["done"] * 4
+        assert (study / "index.csv").is_file() and (study / "study.resolved.yaml").is_file()
+    elif sub == "compare":
+        rc, out = cli(["compare", *args])
+        assert rc == 0
+        folder = Path(args[args.index("--out") + 1]) if "--out" in args else Path(args[0]) / "compare"
+        text = (folder / "compare.md").read_text()
+        assert "fedavg" in text and "heterofl" in text
+        assert (folder / "accuracy.csv").is_file() and (folder / "time_to_accuracy.csv").is_file()
+    elif sub == "report":
+        rc, out = cli(["report", *args])
+        assert rc == 0
+        target = Path(args[args.index("--out") + 1]) if "--out" in args else Path(args[0]) / "report.html"
+        assert target.read_text().lstrip().lower().startswith("<!doctype html")
+    elif sub == "plot" and placeholders["STUDY"] and args[0] == placeholders["STUDY"]:
+        rc, out = cli(["plot", *args])
+        assert rc == 0
+        folder = Path(args[args.index("--out") + 1]) if "--out" in args else Path(args[0]) / "plots"
+        assert (folder / "accuracy_vs_time.png").is_file() and (folder / "accuracy_vs_time.svg").is_file()
     elif sub == "plot":
         runs = [a for a in args if a.startswith("runs/")]
         found: list[Path] = []
@@ -394,6 +572,25 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
         assert rc == 0
         pngs = sorted(p.name for p in out_dir.glob("*.png"))
         assert "timeline.png" in pngs and "bytes_per_round.png" in pngs, pngs
+    elif sub == "data" and args[0] == "download":
+        # a data root where the dataset is already present (links to the offline copy): the command must
+        # say so and fetch nothing, writing nothing into the shared copy
+        import urllib.request
+
+        src = SHARED_DATA / DATASET_DIRS[args[1]]
+        if not src.exists():
+            pytest.skip(f"dataset folder {src} not present (set IOTFL_TEST_DATA)")
+        root = tmp_path / "datasets"
+        root.mkdir()
+        (root / src.name).symlink_to(src, target_is_directory=True)
+        monkeypatch.setenv("IOTFL_DATA", str(root))
+
+        def no_network(*a, **k):
+            raise AssertionError("data download went to the network for a dataset that is present")
+
+        monkeypatch.setattr(urllib.request, "urlopen", no_network)
+        rc, out = cli(["data", *args])
+        assert rc == 0 and "already present" in out
     else:  # pragma: no cover - a new kind of example: teach this test to run it
         pytest.fail(f"{cmd.where}: no rule to run `iotfl-sim {' '.join(cmd.argv)}`")
 
@@ -410,14 +607,23 @@ def inline_commands() -> list[str]:
 
 
 @pytest.mark.parametrize("text", inline_commands())
-def test_readme_inline_command_parses(text):
-    """Inline synopses (``[--flag x]`` marks an optional flag) name real subcommands and flags."""
-    words = shlex.split(re.sub(r"[\[\]]", "", text))[1:]
-    parser = build_parser()
-    if len(words) == 1:  # a bare subcommand name in prose, e.g. `iotfl-sim validate`
-        assert words[0] in parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-        return
-    parser.parse_args(words)
+def test_readme_inline_command_names_real_subcommands_and_flags(text):
+    """Inline mentions and synopses (``[--flag X]`` optional, UPPERCASE a placeholder, `...` more of the
+    same) name a real subcommand, action and flags of it."""
+    words = [w.strip("[]") for w in shlex.split(text)[1:]]
+    words = [w for w in words if w not in ("", "...")]
+    if not words:
+        return  # `iotfl-sim ...`: the tool in general
+    subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert words[0] in subs.choices, text
+    parser = subs.choices[words[0]]
+    flags = {f for a in parser._actions for f in a.option_strings}
+    for w in words[1:]:
+        if w.startswith("--"):
+            assert w in flags, f"{text}: {w} is not an option of `iotfl-sim {words[0]}`"
+    positional = [a for a in parser._actions if not a.option_strings and a.choices]
+    if positional and len(words) > 1 and not words[1].startswith("-"):
+        assert words[1] in positional[0].choices, text
 
 
 def test_readme_inline_set_examples_apply(tmp_path):
@@ -455,9 +661,9 @@ def test_scenario_header_command_works(cmd, tmp_path, monkeypatch, capsys):
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
     if "IOTFL_DATA" in cmd.env:  # the documented data root (or a /path/to placeholder) is where ours is
         assert cmd.env["IOTFL_DATA"] in ("../shared/datasets", "/path/to/datasets"), cmd.env
-    validate(scenario, sets, capsys)
     if scenario.name not in SHORT and not sets:
-        return  # paper scale as shipped: test_scenarios_shipped runs its system-only round
+        return  # the file as shipped: test_scenarios_shipped validates it and runs its system-only round
+    # `run` makes every check `validate` makes before its first round: no separate validate here
     sets, system_only = run_overrides(scenario, sets)
     run_scenario_cli(scenario, sets, tmp_path / "runs", monkeypatch, system_only=system_only)
 
@@ -465,14 +671,16 @@ def test_scenario_header_command_works(cmd, tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("path, sets", VARIANTS, ids=lambda x: x.name if isinstance(x, Path) else " ".join(x)[:60])
 def test_scenario_header_variant_works(path, sets, tmp_path, monkeypatch, capsys):
     sets = list(sets)
-    validate(path, sets, capsys)
     reason = VALIDATE_ONLY.get((path.name, tuple(sets)))
-    if reason is not None:
-        pytest.skip(f"validated only: {reason}")
+    if reason is not None:  # the schema, types and profiles (validate's method set-up is the slow part)
+        load_scenario(path, sets=sets)
+        pytest.skip(f"checked by load_scenario only: {reason}")
     if path.name in VALIDATE_VARIANTS_ONLY:
-        pytest.skip("validated only: the same header and variants run on flexfl_conf2.yaml")
+        load_scenario(path, sets=sets)
+        pytest.skip("checked by load_scenario only: the same header's variants are validated and run on flexfl_conf2.yaml")
     if path.name not in SHORT and not any(s.startswith(("algorithm", "model")) for s in sets):
         # data.* and numerics changes do not change a system-only round: test_scenarios_shipped's round is it
+        validate(path, sets, capsys)
         return
     run_sets, system_only = run_overrides(path, sets)
     run_scenario_cli(path, run_sets, tmp_path / "runs", monkeypatch, system_only=system_only)
