@@ -351,9 +351,11 @@ class Simulation:
                 waiting.append(self.env.timeout(sc.server.deadline_s))
             yield simpy.AnyOf(self.env, waiting)
             outcomes = self._close_round(tasks, rnd)
-            if replay:  # numerics are not redone: only their effect on the byte count
+            if replay:  # numerics are not redone: only their effect on the byte count and the event log
                 updates = []
-                self.bytes_up += sum(real - priced for real, priced in self.tape.answer("receive", list))
+                for d, real, priced in self.tape.answer("receive", list):
+                    self.bytes_up += real - priced
+                    self.event(rnd, d, "upload_encoded", bytes=real, priced=priced)
             else:
                 updates = self._train(rnd, outcomes)
                 if len(updates) >= sc.server.min_participants:
@@ -495,7 +497,7 @@ class Simulation:
             for o, r in zip(accepted, results, strict=True)
         ]
         receive = getattr(self.strategy, "receive", None)
-        receipts = []  # (real, priced) byte counts, replayed on resume
+        receipts = []  # (device, real, priced) byte counts, replayed on resume
         if receive is not None:
             # quantized uploads: their real encoded size replaces the size priced at dispatch in the byte count
             for u in updates:
@@ -504,7 +506,7 @@ class Simulation:
                     priced = self._priced_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
                     real += self.sc.server.header_bytes
                     self.bytes_up += real - priced
-                    receipts.append((real, priced))
+                    receipts.append((u.assignment.device, real, priced))
                     self.event(rnd, u.assignment.device, "upload_encoded", bytes=real, priced=priced)
         self.tape.answer("receive", lambda: receipts)
         self.host["train"] += time.perf_counter() - t0
