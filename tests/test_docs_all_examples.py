@@ -186,7 +186,8 @@ def header(path: Path) -> list[tuple[int, str]]:
 def header_commands(path: Path) -> list[Command]:
     cmds = []
     for i, line in header(path):
-        m = re.search(r"((?:[A-Z_]+=\S+ )*(?:iotfl-sim|python3 -m iotfl_sim\.cli) .*?)(?:\s{2,}\(.*)?$", line)
+        # a command starts the line or follows a label ("Run: ...", "Same as: ..."); prose may name the tool too
+        m = re.search(r"(?:^|:\s+)((?:[A-Z_]+=\S+ )*(?:iotfl-sim|python3 -m iotfl_sim\.cli) .*?)(?:\s{2,}\(.*)?$", line)
         if m:
             cmds.extend(parse_command(m.group(1), f"{path.name}:{i}"))
     return cmds
@@ -684,6 +685,24 @@ def test_scenario_header_variant_works(path, sets, tmp_path, monkeypatch, capsys
         return
     run_sets, system_only = run_overrides(path, sets)
     run_scenario_cli(path, run_sets, tmp_path / "runs", monkeypatch, system_only=system_only)
+
+
+STUDY_FILES = sorted((SCENARIOS / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("cmd", [c for p in STUDY_FILES for c in header_commands(p)], ids=lambda c: c.id)
+def test_ready_study_header_command_names_real_files_and_flags(cmd):
+    """scenarios/studies/: their header commands (sweep, compare, report) parse and name files that exist;
+    the study's 33 runs are not run here (test_ready_study validates every point)."""
+    build_parser().parse_args(cmd.argv)
+    if cmd.argv[0] == "sweep":
+        assert (ROOT / cmd.argv[1]).is_file(), cmd.argv[1]
+        assert "IOTFL_DATA" not in cmd.env or cmd.env["IOTFL_DATA"] == "../shared/datasets"
+    else:  # compare / report read the folder the sweep writes: <--out>/<name>
+        sweep = next(c for c in header_commands(STUDY_FILES[0]) if c.argv[0] == "sweep")
+        out = sweep.argv[sweep.argv.index("--out") + 1]
+        name = yaml.safe_load((ROOT / sweep.argv[1]).read_text())["name"]
+        assert cmd.argv[1] == f"{out}/{name}", cmd.argv
 
 
 def test_heterofl_iot_budget_random_is_the_documented_override():
