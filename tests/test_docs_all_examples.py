@@ -1,17 +1,23 @@
-"""Every documented example works: each ```yaml block and each shell command of the README, and each
-scenario in scenarios/ with the commands and ``--set`` variants its header comment gives.
+"""Every documented example works: each ```yaml block, each shell command and the ```python block of the
+README, its inline `iotfl-sim ...` synopses, and each scenario in scenarios/ with the commands and
+``--set`` variants its header comment gives.
 
-- YAML fragments (an ``executor:`` block, a ``fleet:`` block) are merged into scenarios/quickstart.yaml
-  (mappings merged, lists replaced) and validated and run; a whole scenario (the tour) is used as is.
-- ``iotfl-sim`` commands are parsed from the text and run through ``iotfl_sim.cli.main``: ``validate``,
-  ``schema`` and ``profiles list/show`` as written; ``profiles measure`` with a short ``--seconds``; ``run``
-  with small overrides (fewer rounds, a data subset for the big datasets, an ``--out`` in a temporary
-  folder); ``plot`` on runs made by the README's own ``run`` commands (placeholders such as
-  ``runs/quickstart-<timestamp>`` become those folders).
+- YAML fragments (``fleet:``, ``executor:``, ``output:`` blocks) are merged into scenarios/quickstart.yaml
+  (mappings merged, lists replaced) and run a round; the tour runs a system-only round; the study block is
+  read with every point validated. A block needing an extra that is not installed (TensorBoard, W&B) must
+  be refused naming it, and is reported skipped.
+- ``iotfl-sim`` commands (``bash scripts/in-venv`` and ``python3 -m iotfl_sim.cli`` forms too) are parsed
+  from the text and run through ``iotfl_sim.cli.main``: ``validate``, ``schema``, ``profiles list/show`` as
+  written; ``profiles measure`` as written with the micro-benchmarks stubbed; ``run`` with small overrides
+  (fewer rounds, a data subset for the big datasets, an ``--out`` in a temporary folder); ``plot`` on runs
+  made by the README's own ``run`` commands (``runs/quickstart-<timestamp>`` becomes one); ``run --resume``
+  on the README's checkpointed run stopped by a real Ctrl-C; ``sweep``, ``compare``, ``plot STUDY`` and
+  ``report`` on the README's study made cheaper (synopsis placeholders such as STUDY, RUN, DIR filled in);
+  ``data download`` where the dataset is present (it must fetch nothing).
 - A command whose dataset is absent runs system-only (``numerics=none``) and is then reported skipped,
   naming the missing folder. Datasets come from ../shared/datasets beside the clone, or $IOTFL_TEST_DATA.
-- Paper-scale scenarios (hours on a GPU) are validated with every variant, and each variant runs one
-  system-only round; their plain system-only round is test_scenarios_shipped's.
+- Paper-scale scenarios (hours on a GPU) are validated with every variant, and each algorithm or model
+  variant runs one system-only round; the plain files are test_scenarios_shipped's (validated, one round).
 """
 
 from __future__ import annotations
@@ -26,8 +32,6 @@ import os
 import re
 import shlex
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,7 +186,8 @@ def header(path: Path) -> list[tuple[int, str]]:
 def header_commands(path: Path) -> list[Command]:
     cmds = []
     for i, line in header(path):
-        m = re.search(r"((?:[A-Z_]+=\S+ )*(?:iotfl-sim|python3 -m iotfl_sim\.cli) .*?)(?:\s{2,}\(.*)?$", line)
+        # a command starts the line or follows a label ("Run: ...", "Same as: ..."); prose may name the tool too
+        m = re.search(r"(?:^|:\s+)((?:[A-Z_]+=\S+ )*(?:iotfl-sim|python3 -m iotfl_sim\.cli) .*?)(?:\s{2,}\(.*)?$", line)
         if m:
             cmds.extend(parse_command(m.group(1), f"{path.name}:{i}"))
     return cmds
@@ -301,7 +306,7 @@ def readme_runs_of(name: str, tmp_path_factory, monkeypatch) -> list[Path]:
 #
 # The README's commands use paths relative to the repository root (scenarios/quickstart.yaml, runs/,
 # method_vs_lr.study.yaml, studies/). They run in a temporary folder laid out the same way, whose
-# scenarios/quickstart.yaml is the real one cut to 2 rounds, and whose study file is the README's own
+# scenarios/quickstart.yaml is the real one cut to 1 round, and whose study file is the README's own
 # study block cut to 2 seeds and the first row of its zip (4 runs instead of 12, one worker).
 
 STUDY_FILE = "method_vs_lr.study.yaml"  # the name the README's sweep command gives its study block
@@ -321,7 +326,7 @@ def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     (root / "scenarios").mkdir()
     quick = yaml.safe_load(QUICKSTART.read_text())
-    (root / "scenarios" / "quickstart.yaml").write_text(yaml.safe_dump({**quick, "rounds": 2}, sort_keys=False))
+    (root / "scenarios" / "quickstart.yaml").write_text(yaml.safe_dump({**quick, "rounds": 1}, sort_keys=False))
     study = readme_study()
     assert study["base"] == "scenarios/quickstart.yaml" and "seed" in study["grid"]
     cheap = {**study, "grid": {**study["grid"], "seed": study["grid"]["seed"][:2]},
@@ -351,21 +356,32 @@ def study_dir(project) -> Path:
 
 
 @pytest.fixture(scope="module")
-def killed_run(project) -> tuple[Path, int]:
-    """The README's checkpointed `run`, killed (IOTFL_FAULT, as the crash tests do) after the round just past
-    its first checkpoint: what `run --resume runs/quickstart-<timestamp>` continues. (folder, rounds)."""
+def interrupted_run(project) -> tuple[Path, int]:
+    """The README's checkpointed `run`, stopped by a Ctrl-C (a real SIGINT to this process, sent as the row
+    of the round after its first checkpoint is written: the run finishes that round, checkpoints, writes
+    an interrupted summary and exits 130): what `run --resume runs/quickstart-<timestamp>` continues."""
+    from iotfl_sim import faults
+
     cmds = [c for c in readme_commands() if c.argv[0] == "run" and any("output.checkpoint" in a for a in c.argv)]
     assert len(cmds) == 1, "expected one README run command that sets output.checkpoint"
     args = cmds[0].argv
     every = int(next(a for a in args if "checkpoint.every_rounds=" in a).split("=")[1])
-    env = {**os.environ, "IOTFL_FAULT": f"row_written:{every + 1}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    argv = [*args, "--set", f"rounds={every + 2}", "--out", "runs", "--quiet"]
-    p = subprocess.run([sys.executable, "-m", "iotfl_sim.cli", *argv], cwd=project, env=env,
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    rows = {"n": 0}
+
+    def ctrl_c_at(point: str) -> None:
+        if point == "row_written":
+            rows["n"] += 1
+            if rows["n"] == every + 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(faults, "hit", ctrl_c_at)
+        mp.chdir(project)
+        rc, _ = cli([*args, "--set", f"rounds={every + 3}", "--out", "runs", "--quiet"])
+    assert rc == 130
     (run,) = [q for q in (project / "runs").glob("quickstart-*") if (q / "checkpoints").is_dir()]
-    return run, every + 2
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    return run, every + 3
 
 
 def concrete(words: list[str], values: dict[str, str]) -> list[str]:
@@ -470,6 +486,10 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
     if sub == "validate":
         args = [str(tour_file(tmp_path)) if a == TOUR else str(ROOT / a) for a in args]
         rc, out = cli(["validate", *args])
+        absent = missing_data(dataset_of(Path(args[0]), []))
+        if absent is not None:  # validate checks the dataset files: refused, as documented
+            assert rc == 2 and "data.dataset" in capsys.readouterr().err
+            pytest.skip(f"validate refused as it should: dataset folder {absent} not present (set IOTFL_TEST_DATA)")
         assert rc == 0 and ": ok (" in out, capsys.readouterr().err
     elif sub == "schema":
         rc, out = cli(["schema"])
@@ -499,7 +519,7 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
         assert rc == 0 and target.is_file()
         assert load_scenario_profile(target)
     elif sub == "run" and args[0] == "--resume":
-        run, rounds = request.getfixturevalue("killed_run")
+        run, rounds = request.getfixturevalue("interrupted_run")
         assert args[1].startswith("runs/quickstart-<")
         rc, out = cli(["run", "--resume", str(run), "--quiet"])
         assert rc == 0
@@ -507,8 +527,8 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
         assert summary["status"] == "complete" and summary["rounds"] == rounds
         assert len((run / "rounds.csv").read_text().splitlines()) == 1 + rounds
     elif sub == "run" and any("output.checkpoint" in a for a in args):
-        run, _ = request.getfixturevalue("killed_run")
-        assert any((run / "checkpoints").iterdir()), "killed after a checkpoint round, yet none was written"
+        run, _ = request.getfixturevalue("interrupted_run")
+        assert any((run / "checkpoints").iterdir()), "interrupted after a checkpoint round, yet none was written"
     elif sub == "run":
         run = readme_run(cmd, tmp_path_factory, monkeypatch)
         assert (run / "rounds.csv").is_file() and (run / "scenario.resolved.yaml").is_file()
@@ -665,6 +685,24 @@ def test_scenario_header_variant_works(path, sets, tmp_path, monkeypatch, capsys
         return
     run_sets, system_only = run_overrides(path, sets)
     run_scenario_cli(path, run_sets, tmp_path / "runs", monkeypatch, system_only=system_only)
+
+
+STUDY_FILES = sorted((SCENARIOS / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("cmd", [c for p in STUDY_FILES for c in header_commands(p)], ids=lambda c: c.id)
+def test_ready_study_header_command_names_real_files_and_flags(cmd):
+    """scenarios/studies/: their header commands (sweep, compare, report) parse and name files that exist;
+    the study's 33 runs are not run here (test_ready_study validates every point)."""
+    build_parser().parse_args(cmd.argv)
+    if cmd.argv[0] == "sweep":
+        assert (ROOT / cmd.argv[1]).is_file(), cmd.argv[1]
+        assert "IOTFL_DATA" not in cmd.env or cmd.env["IOTFL_DATA"] == "../shared/datasets"
+    else:  # compare / report read the folder the sweep writes: <--out>/<name>
+        sweep = next(c for c in header_commands(STUDY_FILES[0]) if c.argv[0] == "sweep")
+        out = sweep.argv[sweep.argv.index("--out") + 1]
+        name = yaml.safe_load((ROOT / sweep.argv[1]).read_text())["name"]
+        assert cmd.argv[1] == f"{out}/{name}", cmd.argv
 
 
 def test_heterofl_iot_budget_random_is_the_documented_override():
