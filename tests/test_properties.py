@@ -157,15 +157,21 @@ def test_aggregation_of_identical_updates_is_that_update(case, restrict):
         assert torch.equal(region[mask], t[mask]), f"{k}: the mean of equal updates is not that update"
 
 
-@props(60)
-@given(nested_round(), st.randoms(use_true_random=False), st.booleans())
-def test_aggregation_order_changes_at_most_float_rounding(case, rnd, restrict):
+def aggregate_in_two_orders(case, rnd, restrict):
+    """The round's aggregate with the contributions as given and in a shuffled order."""
     glob, contributions, fc = case
     keys = [fc] if restrict else ()
     shuffled = contributions[:]
     rnd.shuffle(shuffled)
-    a = aggregate_nested(glob, contributions, classifier_keys=keys)
-    b = aggregate_nested(glob, shuffled, classifier_keys=keys)
+    return (aggregate_nested(glob, contributions, classifier_keys=keys),
+            aggregate_nested(glob, shuffled, classifier_keys=keys))
+
+
+@props(60)
+@given(nested_round(), st.randoms(use_true_random=False), st.booleans())
+def test_aggregation_order_changes_at_most_float_rounding(case, rnd, restrict):
+    glob, contributions, _ = case
+    a, b = aggregate_in_two_orders(case, rnd, restrict)
     for k in glob:
         if not torch.is_floating_point(glob[k]):
             assert torch.equal(a[k], b[k])
@@ -186,12 +192,8 @@ GRID = st.integers(-(2**12), 2**12).map(lambda k: k / 4096.0)
 @props(60)
 @given(nested_round(values=GRID, integer_weights=True), st.randoms(use_true_random=False), st.booleans())
 def test_aggregation_is_bitwise_order_invariant_when_sums_are_exact(case, rnd, restrict):
-    glob, contributions, fc = case
-    keys = [fc] if restrict else ()
-    shuffled = contributions[:]
-    rnd.shuffle(shuffled)
-    a = aggregate_nested(glob, contributions, classifier_keys=keys)
-    b = aggregate_nested(glob, shuffled, classifier_keys=keys)
+    glob = case[0]
+    a, b = aggregate_in_two_orders(case, rnd, restrict)
     for k in glob:
         assert torch.equal(a[k], b[k]), k
 
