@@ -18,6 +18,7 @@ Conventions (also in the README):
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -258,6 +259,21 @@ def _target_label(t: float) -> str:
     return f"{100 * t:g}%"
 
 
+def _accuracy_table(name: str, title: str, cols: Sequence[str], metrics: dict[str, list[RunMetrics]], note: str) -> Table:
+    """Final accuracy of ``cols`` (``acc_*`` keys or bare level names), a method's missing columns as "–"."""
+    keys = [c if c.startswith("acc_") else f"acc_{c}" for c in cols]
+    t = Table(
+        name, title, [k[4:] for k in keys],
+        {m: {k[4:]: Cell([rm.final_acc.get(k, math.nan) for rm in ms]) for k in keys} for m, ms in metrics.items()},
+        _pct, better="max", note=note,
+    )  # fmt: skip
+    for row in t.rows.values():  # a level a method does not have: "–", not a 0-of-n cell
+        for c in list(row):
+            if row[c].k == 0:
+                del row[c]
+    return t
+
+
 def build_tables(
     sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, column: str = "acc_full"
 ) -> list[Table]:
@@ -268,30 +284,27 @@ def build_tables(
     }
     tables: list[Table] = []
 
-    # --- final accuracy
-    acc_cols = ["acc_full", "acc_avg"]
-    levels = sorted({c for ms in metrics.values() for rm in ms for c in rm.final_acc} - NON_LEVEL)
-    acc_cols = [
-        c for c in acc_cols if any(c in rm.final_acc for ms in metrics.values() for rm in ms)
-    ] + levels
-    acc = Table(
-        "accuracy",
-        "Final test accuracy (%)",
-        [c[4:] for c in acc_cols],
-        {
-            m: {c[4:]: Cell([rm.final_acc.get(c, math.nan) for rm in ms]) for c in acc_cols}
-            for m, ms in metrics.items()
-        },
-        _pct,
-        better="max",
-        note="Last evaluated round; mean ± sample std (ddof=1) over seeds; best mean in bold. "
-        "`full`: the full / global model, `avg`: mean over the method's submodel levels, then each level.",
-    )
-    for row in acc.rows.values():  # a level a method does not have: "–", not a 0-of-n cell
-        for c in list(row):
-            if row[c].k == 0:
-                del row[c]
-    tables.append(acc)
+    # --- final accuracy: full and avg for every method; the levels beside them when the methods share one
+    # set of level names, else one per-level table per set (HeteroFL's a..e next to AdaptiveFL's L1..S3
+    # would be a table of dashes)
+    level_sets: dict[str, tuple[str, ...]] = {
+        m: tuple(sorted({c for rm in ms for c in rm.final_acc} - NON_LEVEL)) for m, ms in metrics.items()
+    }
+    distinct = list(dict.fromkeys(ls for ls in level_sets.values() if ls))
+    head = [c for c in ("acc_full", "acc_avg") if any(c in rm.final_acc for ms in metrics.values() for rm in ms)]
+    note = ("Last evaluated round; mean ± sample std (ddof=1) over seeds; best mean in bold. "
+            "`full`: the full / global model, `avg`: mean over the method's submodel levels")  # fmt: skip
+    if len(distinct) <= 1:
+        tables.append(_accuracy_table("accuracy", "Final test accuracy (%)", head + list(distinct[0] if distinct else ()),
+                                      metrics, note + ", then each level."))  # fmt: skip
+    else:
+        tables.append(_accuracy_table("accuracy", "Final test accuracy (%)", head, metrics,
+                                      note + "; each method's levels are in the per-level tables below."))  # fmt: skip
+        for i, ls in enumerate(distinct, 1):
+            group = {m: ms for m, ms in metrics.items() if level_sets[m] == ls}
+            tables.append(_accuracy_table(f"accuracy_levels_{i}", f"Final accuracy per level (%): {', '.join(group)}",
+                                          [*head, *ls], group,
+                                          "Each submodel level evaluated on the whole test set; mean ± sample std over seeds."))  # fmt: skip
 
     # --- to target accuracy
     def reach(ms: list[RunMetrics], t: float, what: str) -> Cell:
@@ -417,9 +430,10 @@ def build_tables(
 
 
 def methods_markdown(sel: Selection) -> str:
-    lines = ["| method | runs | seeds |", "|---|---|---|"]
+    lines = ["| method | settings | seeds | runs |", "|---|---|---|---|"]
     for m in sel.methods:
-        lines.append(f"| {m.label} | {', '.join(m.run_ids)} | {', '.join(str(s) for s in m.seeds)} |")
+        settings = "; ".join(f"{k}={json.dumps(v, sort_keys=True) if not isinstance(v, str) else v}" for k, v in m.key)
+        lines.append(f"| {m.label} | {settings or '–'} | {', '.join(str(s) for s in m.seeds)} | {', '.join(m.run_ids)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -201,11 +201,42 @@ def _fmt(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
-def _label(key: tuple[tuple[str, Any], ...], keys_shown: Sequence[str]) -> str:
+def _short(v: Any) -> str:
+    """A whole ``algorithm:`` block (a mapping with a ``name``) reads as its name."""
+    return v["name"] if isinstance(v, dict) and isinstance(v.get("name"), str) else _fmt(v)
+
+
+def _named(v: Any) -> str:
+    """A named mapping as ``name (option=value, ...)``, for when two blocks share a name."""
+    if not (isinstance(v, dict) and isinstance(v.get("name"), str)):
+        return _fmt(v)
+    rest = ", ".join(f"{k}={_fmt(x)}" for k, x in sorted(v.items()) if k != "name")
+    return f"{v['name']} ({rest})" if rest else v["name"]
+
+
+def _label(key: tuple[tuple[str, Any], ...], keys_shown: Sequence[str], fmt: Any = _fmt) -> str:
     if len(keys_shown) == 1:
-        return next((_fmt(v) for k, v in key if k in keys_shown), "all runs")
-    parts = [f"{k}={_fmt(v)}" for k, v in key if k in keys_shown]
+        return next((fmt(v) for k, v in key if k in keys_shown), "all runs")
+    parts = [f"{k}={fmt(v)}" for k, v in key if k in keys_shown]
     return ", ".join(parts) if parts else "all runs"
+
+
+def _shown_keys(methods: list[Method]) -> tuple[list[str], Any]:
+    """The keys (and value format) a label needs: those that tell methods apart, short forms where they
+    stay distinct, and none that another key already determines (a zip of ``algorithm`` and ``model.family``
+    is labelled by the algorithm alone)."""
+    keys = [k for k, _ in methods[0].key] if methods else []
+
+    def distinct(ks: Sequence[str], fmt: Any) -> int:
+        return len({tuple(fmt(dict(m.key).get(k)) for k in ks) for m in methods})
+
+    shown = [k for k in keys if distinct([k], _fmt) > 1] or keys
+    fmt = _short if distinct(shown, _short) == distinct(shown, _fmt) else _named
+    for k in reversed(list(shown)):
+        rest = [x for x in shown if x != k]
+        if rest and distinct(rest, fmt) == distinct(shown, fmt):
+            shown = rest
+    return shown, fmt
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -271,11 +302,9 @@ def select(paths: Iterable[str | Path], by: Sequence[str] | None = None) -> Sele
         m.seeds.append(_value(SEED_KEY, overrides, resolved, base))
         m.host_s.append(host_s)
     out = list(methods.values())
-    # show only the keys that tell methods apart (all of them when every method shares a value)
-    keys = [k for k, _ in out[0].key] if out else []
-    shown = [k for k in keys if len({_fmt(dict(m.key).get(k)) for m in out}) > 1] or keys
+    shown, fmt = _shown_keys(out)
     for m in out:
-        m.label = _loose_label(m) if m.loose else _label(m.key, shown)
+        m.label = _loose_label(m) if m.loose else _label(m.key, shown, fmt)
     _unique_labels(out)
     return Selection(methods=out, excluded=excluded, studies=studies)
 

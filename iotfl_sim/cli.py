@@ -149,7 +149,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise ScenarioError(f"sweep --workers: must be >= 1 (got {args.workers}); e.g. --workers 2")
     study = read_study(args.study)
-    res = sweep(study, args.out, workers=args.workers, progress=False if args.quiet else None)
+    res = sweep(study, args.out, workers=args.workers, progress=False if args.quiet else None, dispatch=args.dispatch)
     counts = ", ".join(f"{s} {res.count(s)}" for s in ("done", "failed", "interrupted", "pending") if res.count(s))
     print(f"study: {res.folder} ({len(res.records)} runs: {counts})")
     for r in res.records:
@@ -303,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="studies", help="parent of the study folder <out>/<name>/ (default: studies)")
     p.add_argument("--workers", type=int, help="runs at a time (default: the study's workers, else one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--dispatch", choices=["processes", "ray"],
+                   help="where runs execute (default: the study's dispatch.kind, else processes)")  # fmt: skip
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")

@@ -13,6 +13,7 @@ A study file (YAML, read under the same limits as scenarios)::
     workers: 4                         # parallel runs (default: every core); `--workers` overrides
     runs_per_worker: null              # runs one worker process makes before a fresh one replaces it
     executor: {kind: inline, threads: 1}   # every run's executor (default: this)
+    dispatch: {kind: processes}        # or {kind: ray, address: null}: one Ray task per run (see Dispatch)
 
 Each point is the base with ``--set``-style overrides (``scenario.loader.apply_set``), validated like
 ``iotfl-sim validate`` before anything runs. The study folder ``<out>/<name>/`` holds ``study.yaml`` (the
@@ -41,7 +42,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -55,6 +56,15 @@ STATUSES = ("pending", "running", "done", "failed", "interrupted")
 MAX_RUNS = 100_000
 DEFAULT_EXECUTOR = {"kind": "inline", "threads": 1}
 ID_MAX = 80  # longer run ids are cut and get a hash suffix
+
+
+class Dispatch(Strict):
+    """Where a sweep's runs execute. ``processes``: spawned worker processes on this machine. ``ray``: one Ray
+    task per run, on a local Ray or the cluster at ``address``; every node then needs iotfl-sim, the data
+    under the same path (``IOTFL_DATA``) and the study folder on a shared filesystem."""
+
+    kind: Literal["processes", "ray"] = "processes"
+    address: str | None = Field(None, description="ray: a running cluster (e.g. ray://head:10001 or auto); null: a local Ray")
 
 
 class StudyFile(Strict):
@@ -75,6 +85,10 @@ class StudyFile(Strict):
     )
     executor: dict[str, Any] | None = Field(
         None, description="every run's executor (null: {kind: inline, threads: 1}; a sweep runs runs in parallel)"
+    )
+    dispatch: Dispatch = Field(
+        default_factory=lambda: Dispatch(),
+        description="how runs are spread: worker processes on this machine, or Ray tasks (a local Ray or a cluster)",
     )
 
     model_config = {**Strict.model_config, "populate_by_name": True}
@@ -142,22 +156,32 @@ def value_text(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True)
 
 
+def _id_text(v: Any) -> str:
+    """A mapping with a ``name`` (a whole ``algorithm:`` block, say) shows as its name in a run id."""
+    if isinstance(v, dict) and isinstance(v.get("name"), str):
+        return v["name"]
+    return value_text(v)
+
+
 def run_id(overrides: dict[str, Any]) -> str:
     """A readable, deterministic, filesystem-safe folder name for a point: ``algorithm.name=fedavg,seed=1``.
 
-    Characters other than letters, digits and ``_ . = , + -`` become ``_``; when that changed anything, or
-    the id is longer than ``ID_MAX``, it is cut and gets a hash of the overrides, so ids stay unique.
+    A mapping value with a ``name`` shows as that name (``algorithm=heterofl``). Characters other than
+    letters, digits and ``_ . = , + -`` become ``_``. When the id does not spell every value out, or it is
+    longer than ``ID_MAX``, it is cut and gets a hash of the overrides, so ids stay unique.
 
     >>> run_id({"algorithm.name": "fedavg", "seed": 1})
     'algorithm.name=fedavg,seed=1'
     """
     if not overrides:
         return "base"
-    raw = ",".join(f"{k}={value_text(v)}" for k, v in overrides.items())
+    shown = {k: _id_text(v) for k, v in overrides.items()}
+    raw = ",".join(f"{k}={t}" for k, t in shown.items())
     safe = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", raw)
     if safe.startswith((".", "-")):
         safe = "_" + safe
-    if safe == raw and len(safe) <= ID_MAX:
+    exact = all(t == value_text(overrides[k]) for k, t in shown.items())
+    if exact and safe == raw and len(safe) <= ID_MAX:
         return safe
     digest = hashlib.sha256(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{safe[: ID_MAX - 11]}-{digest}"
@@ -440,20 +464,20 @@ def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def sweep(
-    study: Study, out: str | Path = "studies", workers: int | None = None, progress: bool | None = None
+    study: Study,
+    out: str | Path = "studies",
+    workers: int | None = None,
+    progress: bool | None = None,
+    dispatch: str | None = None,
 ) -> SweepResult:
     """Run every point of ``study`` not complete yet, ``workers`` at a time (default: the study's, else
-    one per core), in spawned worker processes. Ctrl-C (or SIGTERM to this process) stops launching runs;
-    running ones finish their round, checkpoint and are marked ``interrupted``; run the sweep again to go on.
+    one per core), in spawned worker processes or as Ray tasks (``dispatch``: overrides the study's
+    ``dispatch.kind``). Ctrl-C (or SIGTERM to this process) stops launching runs; running ones finish their
+    round, checkpoint and are marked ``interrupted``; run the sweep again to go on.
     """
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    import queue
-
     from tqdm import tqdm
 
     folder, records = prepare(study, out)
-    by_id = {r["id"]: r for r in records}
     todo = [r for r in records if r["status"] != "done"]
     for r in todo:  # the index says what is left before anything starts
         r["status"] = "pending"
@@ -462,48 +486,100 @@ def sweep(
     n = max(1, min(n, len(todo)))
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=study.spec.name, unit="run",
                disable=None if progress is None else not progress)  # fmt: skip
-    state = {"stop": False, "signals": 0}
-    running: dict[str, int] = {}  # run id -> worker pid
-    ctx = mp.get_context("spawn")
-    events, stop_event = ctx.Queue(), ctx.Event()
+    run = _Sweep(study, folder, records, bar)
+    kind = dispatch or study.spec.dispatch.kind
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, run.on_signal)
+    try:
+        if todo and kind == "ray":
+            run.on_ray(todo, n, study.spec.dispatch.address)
+        elif todo:
+            run.on_processes(todo, n)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        bar.close()
+        for r in records:  # whatever happened, the index ends consistent: nothing is left "running"
+            if r["status"] == "running":
+                r["status"] = "interrupted"
+        write_index(folder, study.spec.name, records)
+    return SweepResult(folder, records, run.stop)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        state["signals"] += 1
-        if not state["stop"]:
-            state["stop"] = True
-            stop_event.set()
+
+class _Sweep:
+    """One sweep's bookkeeping (index, progress bar, stop requests), shared by both dispatch kinds."""
+
+    def __init__(self, study: Study, folder: Path, records: list[dict[str, Any]], bar: Any) -> None:
+        self.study, self.folder, self.records, self.bar = study, folder, records, bar
+        self.by_id = {r["id"]: r for r in records}
+        self.stop = False
+        self.on_stop: list[Any] = []  # called once, at the first Ctrl-C
+        self.running: dict[str, int] = {}  # run id -> worker pid (processes only)
+
+    def task(self, rec: dict[str, Any]) -> dict[str, Any]:
+        run_dir = self.folder / rec["run_dir"]
+        return {
+            "id": rec["id"], "run_dir": str(run_dir), "base": self.study.task_base(),
+            "sets": self.study.executor_sets + set_args(rec["overrides"]),
+            "resume": (run_dir / "scenario.resolved.yaml").is_file(),
+        }  # fmt: skip
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if not self.stop:
+            self.stop = True
+            for f in self.on_stop:
+                f()
             print("\nsweep: stopping: no new runs; running ones finish their round and checkpoint "
                   "(run the sweep again to continue)", file=sys.stderr)  # fmt: skip
         if signum == signal.SIGTERM:  # sent to this process only: pass it on as the runs' Ctrl-C
-            for pid in running.values():
+            for pid in self.running.values():
                 try:
                     os.kill(pid, signal.SIGINT)
                 except OSError:
                     pass
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        if todo:
+    def started(self, rid: str) -> None:
+        if self.by_id[rid]["status"] == "pending":
+            self.by_id[rid]["status"] = "running"
+
+    def finished(self, rid: str, res: dict[str, Any] | None, died: str | None = None) -> None:
+        """A run's result (``res``), or ``died``: its worker was lost; ``None`` and no ``died``: never ran."""
+        rec = self.by_id[rid]
+        self.running.pop(rid, None)
+        if died is not None:
+            rec.update(status="failed", error=f"worker process died: {died}")
+        elif res is None:
+            rec["status"] = "pending"
+            return
+        else:
+            rec.update(status=res["status"], error=res["error"], host_s=res["host_s"])
+        if rec["status"] in ("done", "failed"):
+            self.bar.update(1)
+            self.bar.set_postfix({"failed": sum(x["status"] == "failed" for x in self.records)}, refresh=False)
+
+    def write(self) -> None:
+        write_index(self.folder, self.study.spec.name, self.records)
+
+    def on_processes(self, todo: list[dict[str, Any]], n: int) -> None:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        import queue
+
+        ctx = mp.get_context("spawn")
+        events, stop_event = ctx.Queue(), ctx.Event()
+        self.on_stop.append(stop_event.set)
+        try:
             with _NoMainReimport(), cf.ProcessPoolExecutor(
                 max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(events, stop_event),
-                max_tasks_per_child=study.spec.runs_per_worker,
+                max_tasks_per_child=self.study.spec.runs_per_worker,
             ) as pool:  # fmt: skip
-                futures = {}
-                for r in todo:
-                    run_dir = folder / r["run_dir"]
-                    task = {
-                        "id": r["id"], "run_dir": str(run_dir), "base": study.task_base(),
-                        "sets": study.executor_sets + set_args(r["overrides"]),
-                        "resume": (run_dir / "scenario.resolved.yaml").is_file(),
-                    }  # fmt: skip
-                    futures[pool.submit(_run_task, task)] = r["id"]
+                futures = {pool.submit(_run_task, self.task(r)): r["id"] for r in todo}
                 pending = set(futures)
                 cancelled = False
                 while pending:
-                    if state["stop"] and not cancelled:
+                    if self.stop and not cancelled:
                         for f in pending:
                             f.cancel()
                         cancelled = True
@@ -514,35 +590,63 @@ def sweep(
                             rid, pid = events.get_nowait()
                         except queue.Empty:
                             break
-                        if by_id[rid]["status"] == "pending":
-                            by_id[rid]["status"] = "running"
-                            running[rid] = pid
-                            changed = True
+                        self.started(rid)
+                        self.running[rid] = pid
+                        changed = True
                     for f in done:
-                        rid = futures[f]
-                        rec = by_id[rid]
-                        running.pop(rid, None)
                         if f.cancelled():
-                            rec["status"] = "pending"
-                            continue
-                        exc = f.exception()
-                        if exc is not None:  # the worker process died (killed, out of memory)
-                            rec.update(status="failed", error=f"worker process died: {type(exc).__name__}: {exc}")
+                            self.finished(futures[f], None)
+                        elif f.exception() is not None:  # the worker process died (killed, out of memory)
+                            exc = f.exception()
+                            self.finished(futures[f], None, died=f"{type(exc).__name__}: {exc}")
                         else:
-                            res = f.result()
-                            rec.update(status=res["status"], error=res["error"], host_s=res["host_s"])
-                        if rec["status"] in ("done", "failed"):
-                            bar.update(1)
-                            bar.set_postfix({"failed": sum(x["status"] == "failed" for x in records)}, refresh=False)
+                            self.finished(futures[f], f.result())
                     if changed:
-                        write_index(folder, study.spec.name, records)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        bar.close()
-        for r in records:  # whatever happened, the index ends consistent: nothing is left "running"
-            if r["status"] == "running":
-                r["status"] = "interrupted"
-        write_index(folder, study.spec.name, records)
-        events.close()
-    return SweepResult(folder, records, state["stop"])
+                        self.write()
+        finally:
+            events.close()
+
+    def on_ray(self, todo: list[dict[str, Any]], n: int, address: str | None) -> None:
+        """One Ray task per run, at most ``n`` in flight (so a task in flight is a run running). A stop
+        cancels the running tasks, which Ray delivers as Ctrl-C: the run checkpoints as under processes."""
+        try:
+            import ray
+        except ImportError:
+            raise ScenarioError("dispatch.kind: ray needs Ray: pip install 'iotfl-sim[ray]' (or dispatch: {kind: processes})") from None
+        from ray.exceptions import RayError, TaskCancelledError
+
+        from iotfl_sim.exec.ray_exec import start_ray
+
+        owns = start_ray(address, n)
+        remote = ray.remote(num_cpus=1, max_retries=0)(_run_task)
+        queue_ = list(todo)
+        inflight: dict[Any, str] = {}
+        cancelled = False
+        try:
+            while queue_ or inflight:
+                launched = False
+                while queue_ and len(inflight) < n and not self.stop:
+                    rec = queue_.pop(0)
+                    inflight[remote.remote(self.task(rec))] = rec["id"]
+                    self.started(rec["id"])
+                    launched = True
+                if self.stop and queue_:
+                    queue_.clear()  # never launched: they stay pending
+                if self.stop and not cancelled:
+                    for ref in inflight:
+                        ray.cancel(ref)
+                    cancelled = True
+                done, _ = ray.wait(list(inflight), num_returns=1, timeout=0.2) if inflight else ([], [])
+                for ref in done:
+                    rid = inflight.pop(ref)
+                    try:
+                        self.finished(rid, ray.get(ref))
+                    except TaskCancelledError:
+                        self.finished(rid, {"status": "interrupted", "error": None, "host_s": None})
+                    except RayError as e:
+                        self.finished(rid, None, died=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                if done or launched:
+                    self.write()
+        finally:
+            if owns:
+                ray.shutdown()

@@ -39,7 +39,10 @@ def bytes_up(rnd: int, seed: int) -> float:
 
 
 def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: bool = True,
-              status: str = "complete", failures: dict | None = None) -> Path:  # fmt: skip
+              status: str = "complete", failures: dict | None = None,
+              level_names: tuple[str, ...] | None = None) -> Path:  # fmt: skip
+    """A complete run folder; ``level_names``: per-level columns acc_<name> = acc - 0.1 * i (default: a, b
+    for heterofl only)."""
     path.mkdir(parents=True)
     rows = []
     alive = 6
@@ -52,9 +55,9 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
             "energy_j": energy(rnd, seed), "bytes_down": bytes_down(rnd, seed), "bytes_up": bytes_up(rnd, seed),
             "bytes_down_round": 1000.0, "bytes_up_round": 500.0, "comm_waste_cum": 0.1 * (seed + 1),
         }  # fmt: skip
-        if levels and algorithm == "heterofl":
-            row["acc_a"] = a
-            row["acc_b"] = round(a - 0.1, 4)
+        names = level_names if level_names is not None else (("a", "b") if algorithm == "heterofl" else ())
+        if levels:
+            row.update({f"acc_{x}": round(a - 0.1 * i, 4) for i, x in enumerate(names)})
         rows.append(row)
     with open(path / "rounds.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

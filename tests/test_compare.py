@@ -75,6 +75,46 @@ def test_accuracy_table_mean_and_sample_std(study: Path) -> None:
     )
 
 
+def test_zipped_algorithm_blocks_are_labelled_by_name_and_levels_split_by_family(tmp_path: Path) -> None:
+    """A study zipping whole ``algorithm`` blocks with ``model.family`` (as the ready study does): methods are
+    labelled by the algorithm's name (the family adds nothing), two blocks of one name keep their options
+    apart, and methods with different level names get one per-level table each instead of a sparse one."""
+    points = [
+        ({"name": "heterofl", "mode": "fix"}, "conv", ("a", "b")),
+        ({"name": "heterofl", "mode": "dynamic"}, "conv", ("a", "b")),
+        ({"name": "scalefl"}, "conv_ee", ("l1", "l2", "l3")),
+        ({"name": "fedavg"}, "conv", ()),
+    ]
+    root = tmp_path / "z"
+    records = []
+    for i, (algo, family, levels) in enumerate(points):
+        for seed in (0, 1):
+            rid = f"p{i}-s{seed}"
+            write_run(root / "runs" / rid, algo["name"], seed, [0.5 + 0.1 * i, 0.6 + 0.1 * i], level_names=levels)
+            records.append({"id": rid, "overrides": {"seed": seed, "algorithm": algo, "model.family": family},
+                            "status": "done", "run_dir": f"runs/{rid}", "error": None, "host_s": 1.0})  # fmt: skip
+    (root / "study.json").write_text(json.dumps({"name": "z", "base": {}, "runs": records}))
+    sel = select([root])
+    # two heterofl blocks: the name alone would merge them, so their options are spelled out
+    assert [m.label for m in sel.methods] == ["heterofl (mode=fix)", "heterofl (mode=dynamic)", "scalefl", "fedavg"]
+    del records[:4]  # without the second heterofl, names suffice and model.family is redundant
+    (root / "study.json").write_text(json.dumps({"name": "z", "base": {}, "runs": records}))
+    sel = select([root])
+    assert [m.label for m in sel.methods] == ["scalefl", "fedavg"]
+    records += [{**r, "id": r["id"], "overrides": {**r["overrides"], "algorithm": {"name": "heterofl", "mode": "fix"},
+                 "model.family": "conv"}, "run_dir": f"runs/p0-s{r['overrides']['seed']}"} for r in records[:2]]  # fmt: skip
+    (root / "study.json").write_text(json.dumps({"name": "z", "base": {}, "runs": records}))
+    sel = select([root])
+    assert [m.label for m in sel.methods] == ["scalefl", "fedavg", "heterofl"]
+    t = {x.name: x for x in build_tables(sel)}
+    assert t["accuracy"].columns == ["full", "avg"]
+    assert t["accuracy_levels_1"].columns == ["full", "avg", "l1", "l2", "l3"]
+    assert list(t["accuracy_levels_1"].rows) == ["scalefl"]
+    assert t["accuracy_levels_2"].columns == ["full", "avg", "a", "b"] and list(t["accuracy_levels_2"].rows) == ["heterofl"]
+    assert t["accuracy_levels_2"].rows["heterofl"]["b"].mean == pytest.approx(0.6 - 0.1)
+    assert "accuracy_levels_3" not in t  # fedavg has no levels
+
+
 def test_crossing_is_the_first_row_at_or_above_the_target(study: Path) -> None:
     run = load_run(study / "runs" / "fedavg-s2")  # 0.2 0.4 0.6 0.81 0.80
     c = crossing(run, 0.6)

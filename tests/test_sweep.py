@@ -49,6 +49,9 @@ def test_run_ids_stable_unique_and_safe():
     assert a != b and "/" not in a and a.startswith("data.root=a_b-")
     long = {"fleet.groups.0.overrides": {"memory": {"sigma_mb": 400}, "battery": {"capacity_wh": 10.5}}, "seed": 7}
     assert run_id(long) == run_id(dict(long)) and len(run_id(long)) <= 80
+    # a whole algorithm block reads as its name; the hash keeps blocks that differ elsewhere apart
+    fix, dyn = run_id({"algorithm": {"name": "heterofl", "mode": "fix"}}), run_id({"algorithm": {"name": "heterofl", "mode": "dynamic"}})
+    assert fix.startswith("algorithm=heterofl-") and dyn.startswith("algorithm=heterofl-") and fix != dyn
     ids = [run_id(p) for p in expand({"local.lr": [0.1, 0.01, 1e-3], "seed": list(range(20))}, {})]
     assert len(set(ids)) == len(ids)
     assert all(len(i) <= 80 and not i.startswith(".") for i in ids)
@@ -196,3 +199,38 @@ def test_readme_study_example_validates(tmp_path):
 
     out = Output.model_validate(yaml.safe_load(logging)["output"])
     assert out.tensorboard and out.wandb is not None and out.wandb.mode == "offline"
+
+
+
+def rounds_without_host_time(run_dir: Path) -> list[dict]:
+    rows = list(csv.DictReader((run_dir / "rounds.csv").open()))
+    return [{k: v for k, v in row.items() if not k.startswith("host")} for row in rows]
+
+
+def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path):
+    """`dispatch: {kind: ray}` runs each point as a Ray task: same index, same results (rounds.csv bit for
+    bit but host time) as worker processes; a failing point is recorded and the others finish."""
+    pytest.importorskip("ray")
+    base = base_scenario(rounds=2)
+    study = {"name": "r", "base": "base.yaml", "grid": {"seed": [1, 2], "data.dataset": ["digits", "nope"]}, "workers": 2}
+    p = write_study(tmp_path, study, base)
+    with pytest.raises(ScenarioError, match="data.dataset"):  # an unknown dataset is caught before anything runs
+        read_study(p)
+    study["grid"]["data.dataset"] = ["digits"]
+    study["zip"] = {"local.lr": [0.05, 0.1]}
+    p = write_study(tmp_path, {**study, "dispatch": {"kind": "ray"}})
+    by_ray = sweep(read_study(p), tmp_path / "ray", progress=False)
+    by_proc = sweep(read_study(p), tmp_path / "proc", progress=False, dispatch="processes")
+    assert [r["status"] for r in by_ray.records] == ["done"] * 4, [r["error"] for r in by_ray.records]
+    assert [r["id"] for r in by_ray.records] == [r["id"] for r in by_proc.records]
+    for r in by_ray.records:
+        a, b = by_ray.folder / r["run_dir"], by_proc.folder / r["run_dir"]
+        assert rounds_without_host_time(a) == rounds_without_host_time(b), r["id"]
+        assert r["host_s"] > 0
+    # re-running through Ray skips what is done; a broken run is recorded as failed, the rest are untouched
+    broken = by_ray.folder / by_ray.records[0]["run_dir"]
+    (broken / "summary.json").unlink()
+    (broken / "scenario.resolved.yaml").write_text("{not: [valid")
+    again = sweep(read_study(p), tmp_path / "ray", progress=False)
+    assert [r["status"] for r in again.records] == ["failed", "done", "done", "done"]
+    assert again.records[0]["error"]
