@@ -409,7 +409,10 @@ def build_tables(
     )
 
     # --- failures by reason
-    reasons = sorted({k for ms in metrics.values() for rm in ms for k in rm.failures})
+    # a reason no run ever hit is a column of zeros: left out, and said so in the note
+    seen = sorted({k for ms in metrics.values() for rm in ms for k in rm.failures})
+    reasons = [k for k in seen if any(rm.failures.get(k, 0.0) for ms in metrics.values() for rm in ms)]
+    never = [k for k in seen if k not in reasons]
     if reasons:
         tables.append(
             Table(
@@ -422,6 +425,7 @@ def build_tables(
                 },
                 _num,
                 better="none",
+                note=f"No run had a task fail for: {', '.join(never)}." if never else "",
             )
         )
     for t in tables:

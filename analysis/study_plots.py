@@ -123,12 +123,23 @@ def _new() -> tuple[Figure, Any]:
     return fig, ax
 
 
+LEGEND_INSIDE_MAX = 6  # more entries than this go beside the axes, where they cover no curve or bar
+
+
+def _place_legend(ax: Any, handles: Sequence[Any]) -> None:
+    if len(handles) <= LEGEND_INSIDE_MAX:
+        ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+        return
+    fig = ax.get_figure()
+    fig.set_size_inches(FIGSIZE[0] + 2.6, FIGSIZE[1])  # the axes keep their width
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
+
+
 def _legend(ax: Any, methods: Sequence[Method], colors: dict, extra: Sequence[Any] = ()) -> None:
     handles: list[Any] = [
         Line2D([], [], color=colors[m.label], lw=2, label=f"{m.label} (n={len(m.runs)})") for m in methods
     ]
-    handles += list(extra)
-    ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+    _place_legend(ax, handles + list(extra))
 
 
 def _acc_scale(methods: Sequence[Method]) -> float:
@@ -310,7 +321,7 @@ def fig_to_accuracy(
     _bars(ax, [f"{100 * t:g}%" for t in targets], methods, colors, cells, div)
     handles = [Patch(facecolor=colors[m.label], label=f"{m.label} (n={len(m.runs)})") for m in methods]
     handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds that reached it"))
-    ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+    _place_legend(ax, handles)
     ax.set_xlabel("target test accuracy, full model (%)")
     if what == "time":
         ax.set_ylabel(f"simulated time to reach it ({unit})")
@@ -336,7 +347,7 @@ def fig_energy_by_class(methods: Sequence[Method], colors: dict) -> Figure | Non
     _bars(ax, classes, methods, colors, cells, div)
     handles = [Patch(facecolor=colors[m.label], label=f"{m.label} (n={len(m.runs)})") for m in methods]
     handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds"))
-    ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+    _place_legend(ax, handles)
     ax.set_xlabel("device class")
     ax.set_ylabel(f"energy used per run ({unit})")
     fig.suptitle("Energy by device class", fontsize=12)

@@ -90,7 +90,8 @@ def test_zipped_algorithm_blocks_are_labelled_by_name_and_levels_split_by_family
     for i, (algo, family, levels) in enumerate(points):
         for seed in (0, 1):
             rid = f"p{i}-s{seed}"
-            write_run(root / "runs" / rid, algo["name"], seed, [0.5 + 0.1 * i, 0.6 + 0.1 * i], level_names=levels)
+            write_run(root / "runs" / rid, algo["name"], seed, [0.5 + 0.1 * i, 0.6 + 0.1 * i], level_names=levels,
+                      failures={"deadline": seed, "offline": 0})  # fmt: skip
             records.append({"id": rid, "overrides": {"seed": seed, "algorithm": algo, "model.family": family},
                             "status": "done", "run_dir": f"runs/{rid}", "error": None, "host_s": 1.0})  # fmt: skip
     (root / "study.json").write_text(json.dumps({"name": "z", "base": {}, "runs": records}))
@@ -113,6 +114,9 @@ def test_zipped_algorithm_blocks_are_labelled_by_name_and_levels_split_by_family
     assert t["accuracy_levels_2"].columns == ["full", "avg", "a", "b"] and list(t["accuracy_levels_2"].rows) == ["heterofl"]
     assert t["accuracy_levels_2"].rows["heterofl"]["b"].mean == pytest.approx(0.6 - 0.1)
     assert "accuracy_levels_3" not in t  # fedavg has no levels
+    # a failure reason no run hit is not a column of zeros, but named in the note
+    assert t["failures"].columns == ["deadline"] and "offline" in t["failures"].note
+    assert t["failures"].rows["heterofl"]["deadline"].mean == pytest.approx(0.5)
 
 
 def test_crossing_is_the_first_row_at_or_above_the_target(study: Path) -> None:
@@ -244,6 +248,22 @@ def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_
     assert {p.name for p in written} == {f"{n}.{e}" for n in STUDY_FIGURES for e in ("png", "svg")}
     assert all(p.stat().st_size > 1000 for p in written)
     assert (tmp_path / "plots" / "accuracy_vs_time.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_many_methods_put_the_legend_beside_the_axes() -> None:
+    """Up to LEGEND_INSIDE_MAX entries the legend sits inside the axes; past that (the ready study has 11
+    methods) it goes beside them, so it covers no bar or curve, and the figure widens to make room."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    from analysis.study_plots import FIGSIZE, LEGEND_INSIDE_MAX, _place_legend
+
+    for n, inside in ((LEGEND_INSIDE_MAX, True), (LEGEND_INSIDE_MAX + 1, False)):
+        fig = Figure(figsize=FIGSIZE, layout="constrained")
+        ax = fig.add_subplot()
+        _place_legend(ax, [Line2D([], [], label=f"m{i}") for i in range(n)])
+        assert (ax.get_legend() is not None) == inside and (len(fig.legends) == 0) == inside
+        assert fig.get_size_inches()[0] == (FIGSIZE[0] if inside else pytest.approx(FIGSIZE[0] + 2.6))
 
 
 def test_plot_cli_dispatches_to_study_plots(

@@ -1,7 +1,7 @@
 """Radios and links: presets for power and medium access, jitter and loss, shared gateways.
 
-Sources for the presets are in ../shared/reference/device_figures.md ("Radios"); every number is
-stated with its origin in ``RADIO_PRESETS``.
+Every preset in ``RADIO_PRESETS`` states where its numbers come from (datasheet or paper) in its
+``source`` field.
 """
 
 from __future__ import annotations
