@@ -63,7 +63,7 @@ DIMS = st.integers(1, 5)
 def nested_round(draw, *, values=None, integer_weights: bool = False, same_update: bool = False):
     """(global state, contributions, classifier key): 2-D global tensors and clients holding prefix
     sub-tensors of some of them, with positive weights and, for the classifier, optional label rows."""
-    floats = values or st.floats(-1e6, 1e6, allow_nan=False, width=32)
+    floats = values if values is not None else st.floats(-1e6, 1e6, allow_nan=False, width=32)
     keys = ["w", "b", "fc"]
     shapes = {k: (draw(DIMS), draw(DIMS)) for k in keys}
     glob = {k: torch.tensor(draw(st.lists(floats, min_size=r * c, max_size=r * c)), dtype=torch.float32).reshape(r, c)
