@@ -338,8 +338,13 @@ def disambiguate_labels(runs: list[Run]) -> None:
     for r in runs:
         if counts[r.label] > 1:
             r.label = f"{r.label} [{r.path.name}]"
+    number_repeated_labels(runs)
+
+
+def number_repeated_labels(items: Sequence[Any]) -> None:
+    """Give the second, third ... holder of a label (anything with a ``.label``) a `` #2``, `` #3`` suffix."""
     seen: dict[str, int] = {}
-    for r in runs:
+    for r in items:
         n = seen.get(r.label, 0)
         seen[r.label] = n + 1
         if n:

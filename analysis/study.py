@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from analysis.rundir import PlotInputError, Run, load_run
+from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels
 
 __all__ = [
     "Excluded",
@@ -305,7 +305,7 @@ def select(paths: Iterable[str | Path], by: Sequence[str] | None = None) -> Sele
     shown, fmt = _shown_keys(out)
     for m in out:
         m.label = _loose_label(m) if m.loose else _label(m.key, shown, fmt)
-    _unique_labels(out)
+    number_repeated_labels(out)
     return Selection(methods=out, excluded=excluded, studies=studies)
 
 
@@ -317,10 +317,3 @@ def _loose_label(m: Method) -> str:
     return str(name or algo or "runs")
 
 
-def _unique_labels(methods: list[Method]) -> None:
-    seen: dict[str, int] = {}
-    for m in methods:
-        n = seen.get(m.label, 0)
-        seen[m.label] = n + 1
-        if n:
-            m.label = f"{m.label} #{n + 1}"
