@@ -18,7 +18,6 @@ Conventions (also in the README):
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from analysis.rundir import Run
-from analysis.study import Selection
+from analysis.study import Selection, fmt_value
 
 __all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing"]
 
@@ -260,8 +259,8 @@ def _target_label(t: float) -> str:
 
 
 def _accuracy_table(name: str, title: str, cols: Sequence[str], metrics: dict[str, list[RunMetrics]], note: str) -> Table:
-    """Final accuracy of ``cols`` (``acc_*`` keys or bare level names), a method's missing columns as "–"."""
-    keys = [c if c.startswith("acc_") else f"acc_{c}" for c in cols]
+    """Final accuracy of the ``acc_*`` columns ``cols``, a method's missing columns as "–"."""
+    keys = list(cols)
     t = Table(
         name, title, [k[4:] for k in keys],
         {m: {k[4:]: Cell([rm.final_acc.get(k, math.nan) for rm in ms]) for k in keys} for m, ms in metrics.items()},
@@ -436,7 +435,7 @@ def build_tables(
 def methods_markdown(sel: Selection) -> str:
     lines = ["| method | settings | seeds | runs |", "|---|---|---|---|"]
     for m in sel.methods:
-        settings = "; ".join(f"{k}={json.dumps(v, sort_keys=True) if not isinstance(v, str) else v}" for k, v in m.key)
+        settings = "; ".join(f"{k}={fmt_value(v)}" for k, v in m.key)
         lines.append(f"| {m.label} | {settings or '–'} | {', '.join(str(s) for s in m.seeds)} | {', '.join(m.run_ids)} |")
     return "\n".join(lines) + "\n"
 

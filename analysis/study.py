@@ -195,7 +195,8 @@ def _value(key: str, overrides: dict[str, Any], resolved: dict[str, Any], base: 
     return v if v is not None else _lookup(base, key)
 
 
-def _fmt(v: Any) -> str:
+def fmt_value(v: Any) -> str:
+    """An override value as labels and tables show it: strings bare, the rest as sorted JSON."""
     if isinstance(v, str):
         return v
     return json.dumps(v, sort_keys=True)
@@ -203,18 +204,18 @@ def _fmt(v: Any) -> str:
 
 def _short(v: Any) -> str:
     """A whole ``algorithm:`` block (a mapping with a ``name``) reads as its name."""
-    return v["name"] if isinstance(v, dict) and isinstance(v.get("name"), str) else _fmt(v)
+    return v["name"] if isinstance(v, dict) and isinstance(v.get("name"), str) else fmt_value(v)
 
 
 def _named(v: Any) -> str:
     """A named mapping as ``name (option=value, ...)``, for when two blocks share a name."""
     if not (isinstance(v, dict) and isinstance(v.get("name"), str)):
-        return _fmt(v)
-    rest = ", ".join(f"{k}={_fmt(x)}" for k, x in sorted(v.items()) if k != "name")
+        return fmt_value(v)
+    rest = ", ".join(f"{k}={fmt_value(x)}" for k, x in sorted(v.items()) if k != "name")
     return f"{v['name']} ({rest})" if rest else v["name"]
 
 
-def _label(key: tuple[tuple[str, Any], ...], keys_shown: Sequence[str], fmt: Any = _fmt) -> str:
+def _label(key: tuple[tuple[str, Any], ...], keys_shown: Sequence[str], fmt: Any = fmt_value) -> str:
     if len(keys_shown) == 1:
         return next((fmt(v) for k, v in key if k in keys_shown), "all runs")
     parts = [f"{k}={fmt(v)}" for k, v in key if k in keys_shown]
@@ -230,8 +231,8 @@ def _shown_keys(methods: list[Method]) -> tuple[list[str], Any]:
     def distinct(ks: Sequence[str], fmt: Any) -> int:
         return len({tuple(fmt(dict(m.key).get(k)) for k in ks) for m in methods})
 
-    shown = [k for k in keys if distinct([k], _fmt) > 1] or keys
-    fmt = _short if distinct(shown, _short) == distinct(shown, _fmt) else _named
+    shown = [k for k in keys if distinct([k], fmt_value) > 1] or keys
+    fmt = _short if distinct(shown, _short) == distinct(shown, fmt_value) else _named
     for k in reversed(list(shown)):
         rest = [x for x in shown if x != k]
         if rest and distinct(rest, fmt) == distinct(shown, fmt):
@@ -293,7 +294,7 @@ def select(paths: Iterable[str | Path], by: Sequence[str] | None = None) -> Sele
                 ("name", run.name),
             )
             varying.update(("algorithm.name", "name"))
-        hkey = tuple((k, _fmt(v)) for k, v in key)
+        hkey = tuple((k, fmt_value(v)) for k, v in key)
         m = methods.get(hkey)
         if m is None:
             m = methods[hkey] = Method(label="", key=key, loose=not by and not in_study)

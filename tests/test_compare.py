@@ -13,7 +13,7 @@ import pytest
 from matplotlib.colors import to_hex
 from study_fixtures import ACC, bytes_down, bytes_up, energy, make_study, sim_time, write_run
 
-from analysis.compare import build_tables, crossing, write_tables
+from analysis.compare import build_tables, crossing, methods_markdown, write_tables
 from analysis.rundir import load_run
 from analysis.study import load_study, select
 from analysis.study_plots import STUDY_FIGURES, align, study_figures, write_study_plots
@@ -98,6 +98,10 @@ def test_zipped_algorithm_blocks_are_labelled_by_name_and_levels_split_by_family
     sel = select([root])
     # two heterofl blocks: the name alone would merge them, so their options are spelled out
     assert [m.label for m in sel.methods] == ["heterofl (mode=fix)", "heterofl (mode=dynamic)", "scalefl", "fedavg"]
+    # the Methods table spells out every override the label leaves out
+    md = methods_markdown(sel)
+    assert '| heterofl (mode=fix) | algorithm={"mode": "fix", "name": "heterofl"}; model.family=conv | 0, 1 | p0-s0, p0-s1 |' in md
+    assert '| scalefl | algorithm={"name": "scalefl"}; model.family=conv_ee | 0, 1 |' in md
     del records[:4]  # without the second heterofl, names suffice and model.family is redundant
     (root / "study.json").write_text(json.dumps({"name": "z", "base": {}, "runs": records}))
     sel = select([root])
