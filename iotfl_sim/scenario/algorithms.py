@@ -81,7 +81,13 @@ class _Wire(Strict):
     download_bits: int = Field(
         32, ge=1, le=32, description="bits q of the QSGD-quantized downloads (2^q intervals); 32: float32"
     )
-    qsgd_bucket: int = Field(512, ge=1, le=MAX_BUCKET, description="QSGD bucket size: values sharing one norm")
+    qsgd_bucket: int | None = Field(
+        512,
+        ge=1,
+        le=MAX_BUCKET,
+        description="QSGD normalisation: values sharing one float32 norm (QSGD's bucketing); null: one norm per "
+        "tensor, no padding (fl.quantize states the wire format of both)",
+    )
 
 
 class FedAvgConfig(_Wire):
@@ -425,7 +431,14 @@ class FedXConfig(Strict):
         description="classes held by the server only (the paper's disjoint split, e.g. CIFAR-10 [8, 9]); every "
         "train sample of these classes goes to the server and none to the devices",
     )
-    qsgd_bucket: int = Field(512, ge=1, le=MAX_BUCKET, description="QSGD bucket size: values sharing one norm")
+    qsgd_bucket: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BUCKET,
+        description="QSGD normalisation: null (the paper's): each tensor by its own L2 norm, one float32 norm per "
+        "tensor, no padding; an int: QSGD's buckets of that many values, each with its own norm (8-10 bit "
+        "messages then lose almost nothing)",
+    )
     system_only_server_samples: int = Field(
         750, ge=0, le=MAX_SAMPLES, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
     )
