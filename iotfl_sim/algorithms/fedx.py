@@ -15,11 +15,11 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   wire format); bytes on the wire are the real encoded lengths (``algorithms.wire`` explains how the upload
   is priced at dispatch and booked at its real length after training).
 - QSGD normalisation (``qsgd_bucket``): null by default, each parameter tensor by its own L2 norm (the paper's
-  Q(theta / ||theta||_2), read per tensor: one float32 norm per tensor, no padding), so 8-10 bits cost real
-  accuracy and the size-vs-bits trade-off of Figs. 4-5 can show. An int gives QSGD's buckets of that many
-  values (512: 8-bit messages lose at most 0.1 % of the weights' energy, against 4-16 % per tensor). FedX has
-  no official code (``shared/reference/official_code_notes.md``), so there is no ``reference: code`` mode; the
-  notes name bucketing as an option, and it stays one.
+  Q(theta / ||theta||_2), read per tensor: one float32 norm per tensor, no padding), so that 8-11 bits leave a
+  real quantization error and the size-vs-bits trade-off of Figs. 4-5 can show (``fl.quantize`` gives the
+  error energies of both modes). An int gives QSGD's buckets of that many values. FedX has no official code
+  (``shared/reference/official_code_notes.md``), so there is no ``reference: code`` mode; the notes name
+  bucketing as an option, and it stays one.
 - Devices train the quantized sub-network in full precision with plain cross-entropy (eq. 3); the server
   quantizes each device's download (charged as ``quantize``); uploads are quantized at the same bits and
   dequantized before aggregation.
