@@ -429,6 +429,29 @@ class FedXConfig(Strict):
     system_only_server_samples: int = Field(
         750, ge=0, le=MAX_SAMPLES, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
     )
+    assign: Literal["shuffle", "eq2"] = Field(
+        "shuffle",
+        description="shuffle: mix's shares dealt by a seeded permutation, bits per sub-network (the paper's "
+        "experiments); eq2: the paper's selection (eq. 2): per device, the sub-networks named in mix whose "
+        "predicted training time is within time_threshold_s, then the (sub-network, q) of least utility drop on "
+        "the server's data (mix's shares and bits are then unused)",
+    )
+    time_threshold_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="eq2: mu_u, seconds of one local round (the paper's example: 10 s), the same for every device; "
+        "a device's time is predicted from its declared profile by the simulator's cost model; null: no limit",
+    )
+    max_bits: int = Field(
+        16, ge=1, le=32, description="eq2: q_u^max, the most QSGD bits searched (the paper's example: 16-bit devices)"
+    )
+    drop_tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="eq2: stop the search at the first (sub-network, q) whose utility drop (accuracy, 0-1) is at "
+        "most this, visiting larger sub-networks first and fewer bits first (the paper's early termination); "
+        "null: the exact argmin of eq. 2",
+    )
 
     @field_validator("mix")
     @classmethod
@@ -443,6 +466,15 @@ class FedXConfig(Strict):
         if any(not 1 <= b <= 32 for b in v.values()):
             raise ValueError(f"bits must be in [1, 32], got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _eq2_needs_server_data(self) -> FedXConfig:
+        if self.assign == "eq2" and not (self.server_data and (self.proxy_fraction > 0 or self.proxy_classes)):
+            raise ValueError(
+                "assign: eq2 scores the sub-networks on the server's data: set server_data: true and proxy_fraction "
+                "> 0 (or proxy_classes), or use assign: shuffle"
+            )
+        return self
 
 
 AlgorithmConfig = Annotated[
