@@ -477,6 +477,36 @@ class FedXConfig(Strict):
         return self
 
 
+class DAdaQuantConfig(Strict):
+    """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
+    time and clients (``iotfl_sim.algorithms.dadaquant``)."""
+
+    name: Literal["dadaquant"]
+    adapt: Literal["both", "time", "clients", "none"] = Field(
+        "both",
+        description="both: DAdaQuant; time: DAdaQuant_time (one level per round); clients: DAdaQuant_clients "
+        "(Theorem 1 levels around q_max); none: Federated QSGD at q_max (the static baseline)",
+    )
+    q_min: int = Field(1, ge=1, le=2**16, description="first level q_1 (intervals per sign; the paper: 1, or q_max / 2 for datasets that need precision early)")
+    q_max: int = Field(
+        8, ge=1, le=2**16, description="highest level, and the static level of adapt: none / clients (the paper: the lowest "
+        "static q of a grid 1, 2, 4, ... at which Federated QSGD matches uncompressed accuracy)",
+    )
+    psi: float = Field(0.9, ge=0, lt=1, description="weight of the loss moving average (the paper: 0.9)")
+    phi: int | None = Field(
+        None, ge=1, description="rounds compared for a plateau and held after a doubling; null: a tenth of the rounds (the paper)"
+    )
+    loss_batch_size: int = Field(
+        100, ge=1, le=MAX_BATCH, description="batch size of the pass that computes each client's loss F_k(p_t)"
+    )
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> DAdaQuantConfig:
+        if self.q_min > self.q_max:
+            raise ValueError(f"q_min ({self.q_min}) must not exceed q_max ({self.q_max})")
+        return self
+
+
 AlgorithmConfig = Annotated[
     FedAvgConfig
     | DecoupledConfig
@@ -488,7 +518,8 @@ AlgorithmConfig = Annotated[
     | AdapterFLConfig
     | FedBaseConfig
     | FedDFConfig
-    | FedXConfig,
+    | FedXConfig
+    | DAdaQuantConfig,
     Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
@@ -503,5 +534,6 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "fedbase": FedBaseConfig,
     "feddf": FedDFConfig,
     "fedx": FedXConfig,
+    "dadaquant": DAdaQuantConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)
