@@ -147,7 +147,7 @@ class DAdaQuant(StrategyBase):
         self.spec = SubmodelSpec(rate=1.0, name="full")
         self.state = ctx.initial_state(self.recipe, self.spec)
         self.eligible = self.fits(self.recipe, self.spec, ctx.declared_free_memory)
-        phi = cfg.phi if cfg.phi is not None else max(1, round(ctx.rounds / 10))
+        phi = cfg.phi if cfg.phi is not None else max(1, math.floor(ctx.rounds / 10 + 0.5))  # a tenth, half-up
         q_min = cfg.q_min if cfg.adapt in ("both", "time") else cfg.q_max
         self.schedule = LevelSchedule(q_min, cfg.q_max, cfg.psi, phi)
         self.last_update: State = {}  # p_t - p_{t-1}: prices the next uploads
