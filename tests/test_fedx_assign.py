@@ -73,6 +73,11 @@ def test_predicted_times_follow_the_declared_profile_and_filter_eq2():
     assert fedx.levels == ["small", "medium"]  # eq2 searches the sub-networks named in mix
     assert (n[:4] * 3 * 220480 / 1e9 <= 0.15).all() and (n[:4] * 3 * 658752 / 1e9 > 0.15).all()
     assert [fedx.levels[j] for j in fedx.level_of[:4]] == ["small"] * 4  # tiny: medium is over mu
+    # the whole assignment is eq. 2's search on the hand-computed feasibility (memory is plentiful here)
+    specs = level_specs("harwild")
+    feasible = np.stack([3 * sim.recipe.cost(specs[x]).flops_forward_per_sample * n / flops <= 0.15 for x in fedx.levels], 1)
+    level, bits = search(fedx.utility_drop, feasible, max_bits=2)
+    assert fedx.level_of.tolist() == level.tolist() and fedx.bits_of.tolist() == bits.tolist()
     assert (fedx.level_of >= 0).all() and set(fedx.bits_of.tolist()) <= {1, 2}
     assert fedx.utility_drop.shape == (2, 2)
 
