@@ -130,6 +130,9 @@ class StrategyContext:
     data: Any = None  # the run's dataset (fl.data.Dataset) for server-side work; None in system-only mode
     parts: list[np.ndarray] | None = None  # each device's train indices (None in system-only mode)
     proxy_indices: np.ndarray | None = None  # train indices held out for the server (config's proxy_fraction)
+    # callable(recipe, spec) -> seconds per device of one local round of spec by each declared profile (the
+    # cost model without jitter: what a server predicts from the profiles devices declare); None: unknown
+    predict_train_seconds: Any = None
 
 
 class Strategy(Protocol):

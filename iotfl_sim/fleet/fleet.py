@@ -433,10 +433,6 @@ class Fleet:
         kernels = self.kernels[self.group_of[d]] if self.kernels else ()
         return float(self.flops[d]), float(bw), float(self.op_overhead_s[d]), kernels
 
-    def compute_time(self, d: int, flops: float, rnd: int) -> float:
-        """Training time of ``flops`` FLOPs at the device's FLOP/s (the rule without a roofline), jittered."""
-        return self.jittered(d, flops / self.flops[d], rnd)
-
     def jittered(self, d: int, base: float, rnd: int) -> float:
         """``base`` seconds times the device's compute jitter for round ``rnd``."""
         sigma = self.jitter_sigma[d]

@@ -442,6 +442,29 @@ class FedXConfig(Strict):
     system_only_server_samples: int = Field(
         750, ge=0, le=MAX_SAMPLES, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
     )
+    assign: Literal["shuffle", "eq2"] = Field(
+        "shuffle",
+        description="shuffle: mix's shares dealt by a seeded permutation, bits per sub-network (the paper's "
+        "experiments); eq2: the paper's selection (eq. 2): per device, the sub-networks named in mix whose "
+        "predicted training time is within time_threshold_s, then the (sub-network, q) of least utility drop on "
+        "the server's data (mix's shares and bits are then unused)",
+    )
+    time_threshold_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="eq2: mu_u, seconds of one local round (the paper's example: 10 s), the same for every device; "
+        "a device's time is predicted from its declared profile by the simulator's cost model; null: no limit",
+    )
+    max_bits: int = Field(
+        16, ge=1, le=32, description="eq2: q_u^max, the most QSGD bits searched (the paper's example: 16-bit devices)"
+    )
+    drop_tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="eq2: stop the search at the first (sub-network, q) whose utility drop (accuracy, 0-1) is at "
+        "most this, visiting larger sub-networks first and fewer bits first (the paper's early termination); "
+        "null: the exact argmin of eq. 2",
+    )
 
     @field_validator("mix")
     @classmethod
@@ -457,6 +480,45 @@ class FedXConfig(Strict):
             raise ValueError(f"bits must be in [1, 32], got {v}")
         return v
 
+    @model_validator(mode="after")
+    def _eq2_needs_server_data(self) -> FedXConfig:
+        if self.assign == "eq2" and not (self.server_data and (self.proxy_fraction > 0 or self.proxy_classes)):
+            raise ValueError(
+                "assign: eq2 scores the sub-networks on the server's data: set server_data: true and proxy_fraction "
+                "> 0 (or proxy_classes), or use assign: shuffle"
+            )
+        return self
+
+
+class DAdaQuantConfig(Strict):
+    """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
+    time and clients (``iotfl_sim.algorithms.dadaquant``)."""
+
+    name: Literal["dadaquant"]
+    adapt: Literal["both", "time", "clients", "none"] = Field(
+        "both",
+        description="both: DAdaQuant; time: DAdaQuant_time (one level per round); clients: DAdaQuant_clients "
+        "(Theorem 1 levels around q_max); none: Federated QSGD at q_max (the static baseline)",
+    )
+    q_min: int = Field(1, ge=1, le=2**16, description="first level q_1 (intervals per sign; the paper: 1, or q_max / 2 for datasets that need precision early)")
+    q_max: int = Field(
+        8, ge=1, le=2**16, description="highest level, and the static level of adapt: none / clients (the paper: the lowest "
+        "static q of a grid 1, 2, 4, ... at which Federated QSGD matches uncompressed accuracy)",
+    )
+    psi: float = Field(0.9, ge=0, lt=1, description="weight of the loss moving average (the paper: 0.9)")
+    phi: int | None = Field(
+        None, ge=1, description="rounds compared for a plateau and held after a doubling; null: a tenth of the rounds (the paper)"
+    )
+    loss_batch_size: int = Field(
+        100, ge=1, le=MAX_BATCH, description="batch size of the pass that computes each client's loss F_k(p_t)"
+    )
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> DAdaQuantConfig:
+        if self.q_min > self.q_max:
+            raise ValueError(f"q_min ({self.q_min}) must not exceed q_max ({self.q_max})")
+        return self
+
 
 AlgorithmConfig = Annotated[
     FedAvgConfig
@@ -469,7 +531,8 @@ AlgorithmConfig = Annotated[
     | AdapterFLConfig
     | FedBaseConfig
     | FedDFConfig
-    | FedXConfig,
+    | FedXConfig
+    | DAdaQuantConfig,
     Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
@@ -484,5 +547,6 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "fedbase": FedBaseConfig,
     "feddf": FedDFConfig,
     "fedx": FedXConfig,
+    "dadaquant": DAdaQuantConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

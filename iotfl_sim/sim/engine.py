@@ -37,7 +37,7 @@ from iotfl_sim.output.run_dir import RunLock, RunRecorder, new_run_dir
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
-from iotfl_sim.sim.device import DeviceTasks, Task
+from iotfl_sim.sim.device import DeviceTasks, Task, declared_train_seconds
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
 from iotfl_sim.sim.tape import Tape
@@ -185,6 +185,7 @@ class Simulation:
             data=self.numerics.dataset,
             parts=self.numerics.parts or None,
             proxy_indices=self.numerics.proxy,
+            predict_train_seconds=self.predict_train_seconds,
         )
         self.server_work = ctx.server_work
         self.strategy.setup(ctx)
@@ -269,6 +270,16 @@ class Simulation:
             return {}  # system-only: no weights exist
         torch.manual_seed(int_seed(self.sc.seed, "init"))
         return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}
+
+    def predict_train_seconds(self, recipe: ModelRecipe, spec: SubmodelSpec) -> np.ndarray:
+        """Seconds of one local round of ``spec`` for every device, by its declared profile without jitter
+        (``sim.device.declared_train_seconds``), computed once per distinct (compute rates, group, samples)."""
+        f = self.fleet
+        bw = np.nan_to_num(f.mem_bw, nan=-1.0)
+        keys = np.stack([f.flops, bw, f.op_overhead_s, f.group_of, self.numerics.samples_per_device], axis=1)
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        seconds = np.array([declared_train_seconds(self, recipe, spec, int(d)) for d in first])
+        return seconds[inverse.reshape(-1)]
 
     @property
     def step_options(self) -> opcost.StepOptions:
