@@ -59,6 +59,11 @@ What the paper specifies, and the choices it leaves open:
   with ``avg_over: pool``. Per-round counts of models kept whole / pruned / refused are kept in
   ``AdaptiveFL.history`` (not in rounds.csv: the engine has no hook for strategy columns; the
   engine's comm_waste / comm_waste_cum already measure the waste from the sent and trained specs).
+- Baselines (Sec. 4.2): All-Large "trained the L_1 model with all clients under the classic FedAvg",
+  memory ignored: ``fedavg`` with ``memory: ignore`` (every device trains the full model, no task fails
+  for memory: an upper bound). ``fedavg``'s default ``memory: exclude`` is the resource-respecting
+  variant (only devices whose declared memory holds L_1 take part: exclusive learning). Decoupled,
+  HeteroFL and ScaleFL are their own methods.
 - Resources (paper Sec. 4.1 / code): Gaussian clipped, VGG 8+-1 [6, 11], 16+-1 [13, 19], 35+-2 [25, 40]
   M params. The fleet's model is r = r_M - |u|, u ~ N(0, sigma^2) (percent of the full model): the
   scenarios map each class to r_M = mean + sigma and the paper's sigma, in percent of 33.65 M (weak
