@@ -329,3 +329,27 @@ def test_paced_mix_holds_to_the_last_round_system_only(tmp_path, write_scenario)
     assert s_paced["failures"]["depleted"] == 0
     assert [m["a"] for m in prop] == [1] * 8 + [0] * 4
     assert s_prop["failures"]["depleted"] == 4
+
+
+def test_fleet_energy_left_and_task_energy_by_hand():
+    """The oracle figures paced reads. 10 J, idle 0.1 W: 1 s of compute at 2 W from t = 0 (2 J; compute power
+    replaces idle), 1 s of radio at 0.5 W from t = 2 (0.5 J + 0.1 J idle on top), idle 1-2 s and 3-5 s
+    (0.1 + 0.2 J): at t = 5, 10 - 2.9 = 7.1 J left, 2.5 J of it drawn by tasks. Then a 100 J task drains it: 0."""
+    import yaml
+
+    from iotfl_sim.fleet.fleet import Fleet
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+
+    profile = copy.deepcopy(TINY)
+    profile["battery"] = {"capacity_j": 10.0}
+    profile["power"]["idle_w"] = 0.1
+    data = base_scenario(fleet={"groups": [{"name": "d", "count": 1, "profile": profile}]}, numerics="none")
+    sc = load_scenario(text=yaml.safe_dump(data))
+    fleet = Fleet.build(resolve_groups(sc), 0)
+    ids = np.array([0])
+    assert fleet.spend(0, 0.0, 1.0, 2.0, "compute") is None
+    assert fleet.spend(0, 2.0, 1.0, 0.5, "radio") is None
+    assert fleet.energy_left(5.0, ids) == pytest.approx([7.1])
+    assert fleet.task_energy(ids) == pytest.approx([2.5])
+    assert fleet.spend(0, 6.0, 50.0, 2.0, "compute") is not None
+    assert fleet.energy_left(60.0, ids).tolist() == [0.0]
