@@ -262,8 +262,8 @@ def write_md(args, results: dict[str, list[dict]], plain: dict, total_host: floa
         "",
         f"Setup: {sc_rounds} rounds, 100 battery nodes with the same energy budget (4.8 J: ~2.9 level-a tasks "
         "or ~11.4 level-b tasks), 10 per round, digits, cnn_small, E=1, fix a2-b8 by id (20 a-nodes, 80 "
-        "b-nodes), evaluation every 4 rounds; the scenario's header gives the mapping from the paper. Both "
-        "variants know which nodes still have energy (the paper's server does; read through "
+        "b-nodes), evaluation every 4 rounds; the scenario's header gives the mapping from the paper. Every "
+        "variant knows which nodes still have energy (the paper's server does; read through "
         "`FleetView.true_state`, listed in `summary.json` as `oracle_knowledge`); paced also reads each "
         "node's energy left and the energy its tasks drew, the same way.",
         "",
