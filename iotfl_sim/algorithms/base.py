@@ -136,6 +136,11 @@ class StrategyContext:
 
 
 class Strategy(Protocol):
+    """A method. Optional attributes the engine reads with ``getattr``: ``dispatch``, ``wire_bytes``,
+    ``receive`` (quantized messages, ``common.WireMixin``) and ``ignores_memory`` (True: memory never fails
+    a task and the memory feasibility check is skipped, for an upper-bound baseline such as fedavg's
+    ``memory: ignore``)."""
+
     name: str
 
     def setup(self, ctx: StrategyContext) -> None: ...

@@ -69,9 +69,22 @@ def slice_state(global_state: Mapping[str, torch.Tensor], shapes: Shapes) -> dic
     return {k: global_state[k][prefix_index(s)] for k, s in shapes.items()}
 
 
-def check_nested(global_shapes: Shapes, sub_shapes: Shapes) -> None:
-    """Raise if ``sub_shapes`` is not a prefix sub-shape of ``global_shapes`` (a programming error)."""
+def _not_nested(global_shapes: Shapes, sub_shapes: Shapes) -> str | None:
+    """The first tensor of ``sub_shapes`` that is not a prefix sub-shape of ``global_shapes``'s, or None."""
     for k, s in sub_shapes.items():
         g = global_shapes.get(k)
         if g is None or len(g) != len(s) or any(a > b for a, b in zip(s, g, strict=True)):
-            raise ValueError(f"tensor {k}: submodel shape {s} is not nested in global shape {g}")
+            return k
+    return None
+
+
+def is_nested(outer: Shapes, inner: Shapes) -> bool:
+    """Whether every tensor of ``inner`` is a prefix slice of ``outer``'s (``inner`` can be cut from ``outer``)."""
+    return _not_nested(outer, inner) is None
+
+
+def check_nested(global_shapes: Shapes, sub_shapes: Shapes) -> None:
+    """Raise if ``sub_shapes`` is not a prefix sub-shape of ``global_shapes`` (a programming error)."""
+    k = _not_nested(global_shapes, sub_shapes)
+    if k is not None:
+        raise ValueError(f"tensor {k}: submodel shape {sub_shapes[k]} is not nested in global shape {global_shapes.get(k)}")

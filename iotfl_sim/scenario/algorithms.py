@@ -105,6 +105,12 @@ class FedAvgConfig(_Wire):
         "per run; with all_large only devices whose declared memory fits it take part)",
     )
     width: float = Field(1.0, gt=0, le=1, description="width rate of the all_large model (1: the full model)")
+    memory: Literal["exclude", "ignore"] = Field(
+        "exclude",
+        description="exclude: devices whose declared free memory cannot hold the model are never selected "
+        "(exclusive learning) and memory can still fail a task (oom); ignore: every device may be selected and "
+        "memory never fails a task (AdaptiveFL's unconstrained All-Large, an upper bound no real fleet reaches)",
+    )
 
 
 class DecoupledConfig(_Levels):
@@ -135,10 +141,12 @@ class HeteroFLIoTConfig(HeteroFLConfig):
     configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
 
     name: Literal["heterofl_iot"]  # type: ignore[assignment]
-    selection: Literal["proportional", "random"] = Field(
+    selection: Literal["proportional", "paced", "random"] = Field(
         "proportional",
         description="proportional: each round takes max(share x clients_per_round, 1) nodes of every level among "
-        "the nodes that still have energy (HeteroFL-IoT's ClientSelect); random: plain HeteroFL's uniform draw "
+        "the nodes that still have energy (HeteroFL-IoT's ClientSelect); paced: the same, with each level capped "
+        "by a budget pace (its affordable tasks spread over the rounds left, floor with carry) so the mix holds "
+        "to the last round (needs mode: fix and energy_info: oracle); random: plain HeteroFL's uniform draw "
         "from the same pool (the paper's baseline)",
     )
     energy_info: Literal["oracle", "outcomes"] = Field(
@@ -158,6 +166,13 @@ class HeteroFLIoTConfig(HeteroFLConfig):
         if self.selection == "proportional" and self.mode == "dynamic" and self.assign == "by_capacity":
             raise ValueError(
                 "selection: proportional with mode: dynamic needs assign: by_id (use mode: fix with by_capacity)"
+            )
+        if self.selection == "paced" and self.mode != "fix":
+            raise ValueError("selection: paced needs mode: fix (a level's energy is that of its nodes); set mode: fix")
+        if self.selection == "paced" and self.energy_info != "oracle":
+            raise ValueError(
+                "selection: paced needs energy_info: oracle (the server reads the nodes' remaining energy); "
+                "set energy_info: oracle or use selection: proportional"
             )
         return self
 
@@ -187,8 +202,9 @@ class AdaptiveFLConfig(Strict):
     success_cap: float = Field(0.5, gt=0, le=1, description="cap on R_s when combined with R_c (the paper's 50 %)")
     reference: Literal["paper", "code"] = Field(
         "paper",
-        description="paper: Algorithm 1 and Section 3 as written; code: the official code's table updates, "
-        "large-level reward and device-side fallback",
+        description="paper: Algorithm 1 and Section 3 as written (a device prunes the received model: only pool "
+        "models nested in it); code: the official code's table updates, large-level reward and device-side "
+        "fallback (any smaller pool model, cut from the global weights)",
     )
     avg_over: Literal["levels", "pool"] = Field(
         "levels", description="acc_avg over the level heads S1, M1, L1 (paper Table 2) or over every pool model"

@@ -193,15 +193,16 @@ class DeviceTasks:
                 return
             task.trained = b
             recipe_b = sim.strategy.recipe_for(b)
-            need = sim.memory_need(recipe_b, b.spec)
-            if need > free:
+            need = None if sim.memory_ignored else sim.memory_need(recipe_b, b.spec)
+            if need is not None and need > free:
                 self.fail(task, "oom", need=round(need / sim.memory_scale, 4), free=round(free / sim.memory_scale, 4))
                 return
             flops, duration = self.compute_cost(recipe_b, b.spec, d, rnd)
             sim.event(rnd, d, "train_start", level=b.level, flops=flops)
             reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
             if reason is not None:
-                self.fail(task, reason, at=at, phase="train", **({"need": round(need / sim.memory_scale, 4)} if reason == "oom" else {}))
+                oom = {"need": round(need / sim.memory_scale, 4)} if reason == "oom" and need is not None else {}
+                self.fail(task, reason, at=at, phase="train", **oom)
                 return
             sim.event(rnd, d, "train_end")
             nbytes = sim.wire_bytes(b, recipe_b, up=True)

@@ -189,6 +189,9 @@ class Simulation:
         )
         self.server_work = ctx.server_work
         self.strategy.setup(ctx)
+        # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
+        # then no task fails for memory and no feasibility check applies
+        self.memory_ignored = bool(getattr(self.strategy, "ignores_memory", False))
         self._check_feasible()
         self.view = _View(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
@@ -292,6 +295,8 @@ class Simulation:
             # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
             for recipe, spec in specs:
                 opcost.affine_trace(recipe, spec, self.step_options)
+        if self.memory_ignored:
+            return
         needs = [self.memory_need(r, s) for r, s in specs]
         smallest = min(needs)
         if not (self.fleet.mem_free >= smallest).any():
