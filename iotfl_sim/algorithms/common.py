@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
+import torch
 from torch import nn
 
 from iotfl_sim.algorithms.base import (
@@ -90,7 +91,8 @@ def refuse_zero_widths(recipe: ModelRecipe, specs: Sequence[tuple[SubmodelSpec, 
     ``specs``: (spec, the scenario field it comes from)."""
     for spec, field in specs:
         try:
-            recipe.shapes(spec)
+            with torch.device("meta"):  # the widths only: no weights allocated
+                recipe.build(spec)
         except ZeroWidthError as e:
             raise ScenarioError(
                 f"{field}: {e} of model.family {recipe.family}: reference: code keeps int(channels x rate) "
