@@ -4,8 +4,12 @@ What the paper specifies, and the choices it leaves open:
 
 - Pool (Table 1, p = 3): for each r_w < 1 of ``width_rates`` (levels S, M) and each start layer I of
   ``start_layers`` a model whose prunable groups with 0-based index < I keep every channel and the
-  others keep int(C * r_w) (``rounding="floor"``, no Scaler: the strategy builds its recipe with
-  ``scaler=False`` whatever the scenario says); VGG16's two hidden FC layers always get r_w
+  others keep int(C * r_w) (``reference: code``: Python's int() exactly as the code, and a rate that
+  leaves some layer 0 channels is refused before the run, naming ``algorithm.width_rates``;
+  ``reference: paper``: ``rounding="floor"``, a product within 1e-9 of an integer counts as that
+  integer and a layer keeps at least one channel, the paper giving no arithmetic). No Scaler: the
+  strategy builds its recipe with ``scaler=False`` whatever the scenario says. VGG16's two hidden
+  FC layers always get r_w
   (``models.start_layer_rates``). Plus L_1, the unpruned model. Pool order S_p..S_1, M_p..M_1, L_1
   (r_w ascending, then I ascending), which must be ascending in size (checked in ``setup``); the
   VGG16/CIFAR-10 pool has exactly Table 1's parameter counts. Default start layers: VGG16 {4, 6, 8}
@@ -88,11 +92,11 @@ from iotfl_sim.algorithms.base import (
     Outcome,
     Update,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import StrategyBase, contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.models import LAYER_GROUPS, start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec, is_nested
+from iotfl_sim.fl.submodel import SubmodelSpec, is_nested, truncation
 from iotfl_sim.scenario.algorithms import AdaptiveFLConfig
 
 DEFAULT_START_LAYERS: dict[str, list[int]] = {
@@ -199,13 +203,16 @@ class AdaptiveFL(StrategyBase):
         self.p = len(starts)
         self.pool: list[SubmodelSpec] = []
         self.level_of: list[int] = []
+        rounding = truncation(self.cfg.reference)
         for lvl, r in enumerate(rates[:-1]):
             for j, start in enumerate(starts):
                 label = f"{names[lvl]}{self.p - j}"
                 layer_rates = start_layer_rates(family, r, start)
-                self.pool.append(SubmodelSpec(rate=r, layer_rates=layer_rates, rounding="floor", name=label))
+                self.pool.append(SubmodelSpec(rate=r, layer_rates=layer_rates, rounding=rounding, name=label))
                 self.level_of.append(lvl)
-        self.pool.append(SubmodelSpec(1.0, rounding="floor", name=f"{names[-1]}1"))
+        if self.cfg.reference == "code":
+            refuse_zero_widths(self.recipe, [(s, "algorithm.width_rates") for s in self.pool])
+        self.pool.append(SubmodelSpec(1.0, rounding=rounding, name=f"{names[-1]}1"))
         self.level_of.append(len(rates) - 1)
         self.members = [[i for i, x in enumerate(self.level_of) if x == lvl] for lvl in range(len(rates))]
         self.sizes = np.array([ctx.memory_need(self.recipe, s) for s in self.pool], dtype=np.float64)
@@ -215,7 +222,7 @@ class AdaptiveFL(StrategyBase):
         if np.any(np.diff(self.sizes) <= 0):
             raise ValueError(f"adaptivefl: pool sizes {self.sizes.tolist()} are not ascending; adjust start_layers")
         self.heads = {self.pool[ks[-1]].name for ks in self.members}  # S1, M1, L1
-        self.global_spec = SubmodelSpec(1.0, rounding="floor", name="full")
+        self.global_spec = SubmodelSpec(1.0, rounding=rounding, name="full")
         self.state = ctx.initial_state(self.recipe, self.global_spec)
         n = ctx.num_devices
         self.tc = np.ones((n, len(rates)), dtype=np.float64)

@@ -16,6 +16,19 @@ from dataclasses import dataclass
 import torch
 
 Shapes = dict[str, tuple[int, ...]]
+ROUNDINGS: tuple[str, ...] = ("ceil", "floor", "int")
+
+
+class ZeroWidthError(ValueError):
+    """A ``rounding="int"`` layer would keep no channel (the official code would build 0 channels)."""
+
+
+def truncation(reference: str) -> str:
+    """The rounding of the int()-truncating methods (ScaleFL, AdaptiveFL, FlexFL) per ``reference``:
+    ``code``: ``int`` (the official code's arithmetic exactly); ``paper``: ``floor`` (the papers give no
+    arithmetic, so a product within 1e-9 of an integer counts as that integer and a layer keeps at
+    least one channel)."""
+    return "int" if reference == "code" else "floor"
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,9 @@ class SubmodelSpec:
 
     ``rate`` is relative to the *full* architecture (1.0 = all channels). ``layer_rates`` overrides it
     per prunable layer (FlexFL). ``depth`` keeps only the first ``depth`` blocks/exits (DepthFL,
-    ScaleFL). ``rounding`` is ``ceil`` (HeteroFL) or ``floor`` (ScaleFL, AdaptiveFL, FlexFL use int()).
+    ScaleFL). ``rounding`` (see :meth:`width`) is ``ceil`` (HeteroFL), ``floor`` (ScaleFL, AdaptiveFL,
+    FlexFL in ``reference: paper``) or ``int`` (their ``reference: code``: Python's ``int()`` exactly,
+    as the official code computes it; :func:`truncation` picks between the last two).
     Specs are hashable, so costs and model skeletons are cached per spec.
     """
 
@@ -37,8 +52,8 @@ class SubmodelSpec:
     def __post_init__(self) -> None:
         if not 0.0 < self.rate <= 1.0:
             raise ValueError(f"submodel rate must be in (0, 1], got {self.rate}")
-        if self.rounding not in ("ceil", "floor"):
-            raise ValueError(f"rounding must be 'ceil' or 'floor', got {self.rounding!r}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {ROUNDINGS}, got {self.rounding!r}")
 
     @property
     def label(self) -> str:
@@ -50,8 +65,23 @@ class SubmodelSpec:
         return self.layer_rates[min(layer, len(self.layer_rates) - 1)]
 
     def width(self, channels: int, layer: int = 0) -> int:
-        """Channels kept out of ``channels`` at prunable layer ``layer`` (at least one)."""
+        """Channels kept out of ``channels`` at prunable layer ``layer``.
+
+        ``ceil`` and ``floor`` round the float product ``channels x rate`` to the nearest integer
+        first when it lies within 1e-9 of one (so 0.7 x 10 = 7.000000000000001 keeps 7 under ceil, and
+        0.29 x 100 = 28.999999999999996 keeps 29 under floor) and keep at least one channel. ``int``
+        is the official code's ``int(channels * rate)``, bit for bit: no tolerance (28.99...96 keeps
+        28) and no minimum: a product below 1 raises :class:`ZeroWidthError` instead of building a
+        model the official code would not build.
+        """
         scaled = channels * self.layer_rate(layer)
+        if self.rounding == "int":
+            kept = int(scaled)
+            if kept == 0:
+                raise ZeroWidthError(
+                    f"int({channels} x {self.layer_rate(layer):g}) = 0 channels at layer group {layer}"
+                )
+            return kept
         kept = math.ceil(scaled - 1e-9) if self.rounding == "ceil" else int(scaled + 1e-9)
         return max(1, min(channels, kept))
 

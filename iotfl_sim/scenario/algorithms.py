@@ -229,8 +229,16 @@ class AdaptiveFLConfig(Strict):
 class ScaleFLLevel(Strict):
     """One ScaleFL complexity level: a width rate and the number of stages/exits kept."""
 
-    width: float = Field(gt=0, le=1, description="width rate of every prunable layer (channels kept: floor)")
+    width: float = Field(
+        gt=0,
+        le=1,
+        description="width rate of every prunable layer (channels kept: floor, at least one; reference: code: "
+        "the code's int(C x width) exactly, and a width giving 0 channels is refused)",
+    )
     depth: int = Field(ge=1, le=MAX_INDEX, description="stages kept, one exit after each (the deepest is the level's prediction)")
+
+
+SCALEFL_PAPER_KD_GAMMA = 0.05  # the only KD weight the authors publish (their BERT command)
 
 
 class ScaleFLConfig(Strict):
@@ -240,21 +248,26 @@ class ScaleFLConfig(Strict):
     levels: list[ScaleFLLevel] | None = Field(
         None,
         description="complexity levels, smallest first; null: the code's [0.7, 0.7, 0.75, 1] widths with exits "
-        "[1, 2, 3, 4] (conv, resnet18) or [2, 3, 4, 5] (vgg16)",
+        "[1, 2, 3, 4] (conv, resnet18, resnet110) or [2, 3, 4, 5] (vgg16)",
     )
     shares: list[float] | None = Field(
-        None, description="share of devices per level (assign: permutation); null: equal shares (the code's 0.25 each)"
+        None,
+        description="share of devices per level (assign: permutation); null: equal shares (the code's 0.25 each); "
+        "reference: code uses them as written (the code's client_split_ratios: fractions summing to at most 1)",
     )
-    assign: Literal["by_capacity", "permutation"] = Field(
-        "by_capacity",
+    assign: Literal["by_capacity", "permutation"] | None = Field(
+        None,
         description="by_capacity: each device gets the largest level that fits its declared free memory; "
-        "permutation: the code's fixed level per device from a seeded permutation and the shares",
+        "permutation: a fixed level per device from a seeded permutation and the shares (reference: code: the "
+        "code's np.random.seed(seed); np.random.permutation(devices) cut into consecutive chunks); "
+        "null: by_capacity (paper), permutation (code)",
     )
-    kd_gamma: float = Field(
-        0.05,
+    kd_gamma: float | None = Field(
+        None,
         ge=0,
-        description="weight of the exit self-distillation (the code's KD_gamma: 0 by default, 0.05 in its only "
-        "published command with KD; the paper's method has KD on)",
+        description="weight of the exit self-distillation (the code's KD_gamma); null: 0.05 with reference: paper "
+        "(the paper's method has KD on; 0.05 is the authors' only published value, their BERT command), "
+        "0 with reference: code (the code's default, KD off)",
     )
     temperature: float = Field(3.0, gt=0, description="KD temperature T (the code's KD_T)")
     kd_start: float = Field(
@@ -272,9 +285,24 @@ class ScaleFLConfig(Strict):
     )
     reference: Literal["paper", "code"] = Field(
         "paper",
-        description="paper: KL with batchmean reduction and a detached teacher (last exit); code: KLDivLoss() "
-        "'mean' reduction and the teacher not detached, as the official code",
+        description="paper: KL with batchmean reduction and a detached teacher (last exit); code: the official "
+        "code's KLDivLoss() 'mean' reduction, teacher not detached, int() channel counts, KD_gamma 0 and "
+        "seeded-permutation levels by default",
     )
+
+    @property
+    def gamma(self) -> float:
+        """``kd_gamma``, its null resolved per ``reference``."""
+        if self.kd_gamma is not None:
+            return self.kd_gamma
+        return 0.0 if self.reference == "code" else SCALEFL_PAPER_KD_GAMMA
+
+    @property
+    def assignment(self) -> str:
+        """``assign``, its null resolved per ``reference``."""
+        if self.assign is not None:
+            return self.assign
+        return "permutation" if self.reference == "code" else "by_capacity"
 
     @model_validator(mode="after")
     def _levels_ok(self) -> ScaleFLConfig:
@@ -290,6 +318,11 @@ class ScaleFLConfig(Strict):
                 raise ValueError(f"shares has {len(self.shares)} entries for {n} levels")
             if any(x < 0 for x in self.shares) or sum(self.shares) <= 0:
                 raise ValueError("shares must be non-negative and not all zero")
+            if self.reference == "code" and sum(self.shares) > 1 + 1e-9:
+                raise ValueError(
+                    f"shares sum to {sum(self.shares):g}; reference: code uses them as the code's client_split_ratios "
+                    "(fractions of the devices, summing to at most 1): write them as fractions"
+                )
         return self
 
 
