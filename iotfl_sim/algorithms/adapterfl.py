@@ -25,8 +25,7 @@ No public code exists; this follows the paper's text, and every choice it leaves
   device" is the declared profiles (no oracle access). Sec. IV-C states the rule as |m_ij| <= Gamma_k
   with |m_ij| "the required memory for the deployment of m_ij" and Gamma_k "the available memory of
   the k-th device"; Sec. IV-E (Algorithm 1) says |m_ij| "means the number of parameters". The paper
-  thus counts a device's capacity in memory and a model's need in parameters, one proportionality
-  between them for every model, which it never states.
+  thus equates the memory a model needs with its parameter count, by a constant it does not state.
   ``params`` (default, the paper's reading): need(m) = beta x |m| against the declared free memory,
   i.e. capacity Gamma_k = free memory / beta parameters, with beta the largest training memory per
   parameter among the pool's models (``bytes_per_param``: max over m of ``ctx.memory_need(m)`` / |m|,
@@ -35,17 +34,19 @@ No public code exists; this follows the paper's text, and every choice it leaves
   4 bytes (the float32 weights alone) would not do: the weights are a small part of training memory
   at batch 50, so every device that can train anything would fit the largest model. Models are then
   ordered by parameters, the paper's S < M < L, and the largest (L) is the scarce one. With the
-  Table II prototypes at batch 50 beta is L-S's (about 440 B per parameter, activations dominating
-  the small models), so L-M needs about 1.3 GB and L-L about 4.9 GB of declared free memory.
+  Table II prototypes at batch 50 beta is L-S's (443 B per parameter, activations dominating the
+  small models), so L-S, L-M, L-L need 383, 1215, 4734 MB of declared free memory
+  (``scenarios/adapterfl_cifar10.yaml``).
   ``memory``: a model fits when its training memory need (``ctx.memory_need``) is at most the
   declared free memory, models ordered by that need; activations make MobileNetV2's blocks the most
   memory-hungry, so L-M, not L-L, is then the scarce model.
   Either way a device whose current memory has dropped below the model's training need fails the
   task as out-of-memory.
 - Model & client selector (Sec. IV-C): every selectable device that fits at least the smallest model
-  is eligible; its *level* is the largest model it fits. The round's k slots are shared among the models in proportion to how many
-  selectable devices have that level (largest remainder), and every model that some selectable
-  device fits gets at least one slot (taken from the model with the most). Models are filled largest
+  is eligible; its *level* is the largest model it fits. The round's k slots are shared among the
+  models in proportion to how many selectable devices have that level (largest remainder), and
+  every model that some selectable device fits gets at least one slot (taken from the model with
+  the most). Models are filled largest
   first, from devices of their own level, then from unchosen devices of higher levels; unfilled
   slots pass to the next smaller model. With 40/40/20 % of the devices at levels S/M/L, 10 slots
   become 4/4/2, as in the paper ("we will also deliver these heterogeneous models according to this
