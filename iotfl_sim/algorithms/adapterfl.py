@@ -90,6 +90,7 @@ from iotfl_sim.fl.reassemble import (
 )
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fleet.fleet import MB
 from iotfl_sim.scenario.algorithms import AdapterFLConfig
 from iotfl_sim.seeding import int_seed, stream
 
@@ -169,9 +170,8 @@ class ModelPoolRounds(StrategyBase):
         if self.cfg.fit == "params" and not (self.level >= 0).any():
             raise ValueError(
                 f"fit params: no device's declared free memory holds the smallest model {self.labels[0]} "
-                f"({int(params[order[0]])} parameters x {self.bytes_per_param:.4g} per parameter = "
-                f"{self.need[0]:.4g} in the fleet's memory units, bytes for MB fleets); raise the groups' "
-                "memory.free or set algorithm.fit: memory"
+                f"({int(params[order[0]])} parameters x {self.bytes_per_param:.4g} B = {self.need[0] / MB:.4g} MB); "
+                "raise the groups' memory.free or set algorithm.fit: memory"
             )
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
