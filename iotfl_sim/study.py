@@ -22,6 +22,11 @@ file as given), ``study.resolved.yaml`` (the base with every default filled in, 
 with ``id``, ``overrides``, ``status`` (pending | running | done | failed | interrupted), ``run_dir``
 (relative to the study folder), ``error`` and ``host_s``. Running the same study again skips complete
 runs, resumes interrupted or killed ones (``sim.engine.resume_run``) and runs the rest.
+
+One sweep at a time writes a study folder: it holds the folder's lock (``lock_study``, the run folder's
+``FolderLock``) from before its first write; a second sweep is refused before it changes anything. A run
+folder appears whole under its id (``output.run_dir.new_run_dir_whole``), so the sweep never deletes one: a
+folder in a run's way that is not a run fails that point.
 """
 
 from __future__ import annotations

@@ -15,12 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
+import test_crash_resume
 import yaml
 from conftest import base_scenario
+from test_bad_input_corpus import one_error_line
 from test_crash_resume import iotfl, scenario
 from test_resume import assert_same_run, only_run, rounds
 
 ROOT = Path(__file__).resolve().parents[1]
+whole = test_crash_resume.whole  # the fixture: a run of ``scenario`` never stopped
 
 
 def snapshot(folder: Path) -> dict[str, str | None]:
@@ -34,10 +37,7 @@ def snapshot(folder: Path) -> dict[str, str | None]:
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr and proc.stderr.endswith("\n") and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("error: ")
-    return proc.stderr
+    return one_error_line(proc.returncode, proc.stdout, proc.stderr)
 
 
 def refused(run: Path, *needles: str) -> str:
@@ -47,14 +47,6 @@ def refused(run: Path, *needles: str) -> str:
     assert all(n in line for n in needles), line
     assert snapshot(run) == before
     return line
-
-
-@pytest.fixture(scope="module")
-def whole(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("whole")
-    done = iotfl("run", str(scenario(tmp)), "--out", str(tmp / "runs"))
-    assert done.returncode == 0, done.stderr
-    return only_run(tmp / "runs")
 
 
 def test_a_refused_resume_changes_no_file_then_the_run_resumes(tmp_path, whole):

@@ -1,7 +1,8 @@
 """The run directory: a new folder per run, files appended and flushed as the run goes.
 
 Nothing a user produced is ever overwritten: a run always gets a fresh folder, and files are written
-through a temporary name and renamed into place when whole.
+through a temporary name and renamed into place when whole. A process writing a folder holds its lock
+(``FolderLock``); a resumed run's recorder writes nothing until the resume has passed every check.
 """
 
 from __future__ import annotations
