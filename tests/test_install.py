@@ -220,14 +220,18 @@ def test_readme_two_commands_on_the_machines_debian_python(tmp_path):
     whole suite, which would run this test again inside itself (recursion); ``-n 0`` because five tests
     do not need worker processes (it also proves pytest-xdist was installed: without it ``-n`` is refused).
     The second set-up finds everything installed and must say so without calling pip. Skipped, with the
-    reason, where the machine has no such Python. Measured: about 1.5 minutes on 2 cores, nearly all of it
-    pip unpacking PyTorch into .venv.
+    reason, where the machine has no such Python. Cost: about 2 minutes of CPU, nearly all of it pip
+    unpacking PyTorch and Ray into .venv (measured 122 s user+sys with pip byte-compiling, before PIP_COMPILE=0
+    below; 15 minutes of wall time on the shared 2-core machine at a load of 11).
     """
     debian, why = _debian_python()
     if debian is None:
         pytest.skip(why)
     clone = _clone(tmp_path)
-    env = _clean_env(debian.parent, skip_torch=False)
+    # PIP_COMPILE=0 (pip's --no-compile; PIP_NO_COMPILE=1 would turn compiling on): pip skips byte-compiling
+    # what it installs, two thirds of PyTorch's install CPU time (33 s against 12 s measured here); Python
+    # compiles the modules the commands import as it imports them
+    env = _clean_env(debian.parent, skip_torch=False, PIP_COMPILE="0")
     had_torch = subprocess.run([str(debian), "-c", "import torch"], capture_output=True, env=env).returncode == 0
     out = tmp_path / "runs"
     first = _sh("bash scripts/setup.sh && " + QUICKSTART.format(out=out), clone, env, timeout=1800)
