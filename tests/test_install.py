@@ -220,9 +220,9 @@ def test_readme_two_commands_on_the_machines_debian_python(tmp_path):
     whole suite, which would run this test again inside itself (recursion); ``-n 0`` because five tests
     do not need worker processes (it also proves pytest-xdist was installed: without it ``-n`` is refused).
     The second set-up finds everything installed and must say so without calling pip. Skipped, with the
-    reason, where the machine has no such Python. Cost: about 2 minutes of CPU, nearly all of it pip
-    unpacking PyTorch and Ray into .venv (measured 122 s user+sys with pip byte-compiling, before PIP_COMPILE=0
-    below; 15 minutes of wall time on the shared 2-core machine at a load of 11).
+    reason, where the machine has no such Python. Cost: under 2 minutes of CPU, nearly all of it pip
+    unpacking PyTorch and Ray into .venv (measured: 103 s user+sys; 122 s with pip byte-compiling, before
+    PIP_COMPILE=0 below; 14 minutes of wall time on the shared 2-core machine at a load of 7-11).
     """
     debian, why = _debian_python()
     if debian is None:
