@@ -20,7 +20,7 @@ ROOT=$PWD
 
 if [[ -n "${VIRTUAL_ENV:-}" && -x "$VIRTUAL_ENV/bin/python" ]]; then
   PY="$VIRTUAL_ENV/bin/python"
-  echo "setup: installing into the active virtual environment $VIRTUAL_ENV"
+  echo "setup: using the active virtual environment $VIRTUAL_ENV"
 else
   if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
     BASE=${PYTHON:-python3}
@@ -49,7 +49,7 @@ else
     fi
   fi
   PY="$ROOT/.venv/bin/python"
-  echo "setup: installing into $ROOT/.venv"
+  echo "setup: using $ROOT/.venv"
 fi
 
 T0=$SECONDS
