@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh machine: PyTorch (the CPU build where no CUDA GPU is present), then this
-# package in editable mode with its test tools. Safe to run again.
+# package in editable mode with its test tools. Safe to run again: when everything is installed already it
+# says so in a few seconds, without calling pip (scripts/setup_check.py).
 #
 # Where it installs (the same place scripts/in-venv runs commands from):
 #   - the active virtual environment, if one is active ($VIRTUAL_ENV);
@@ -19,7 +20,7 @@ ROOT=$PWD
 
 if [[ -n "${VIRTUAL_ENV:-}" && -x "$VIRTUAL_ENV/bin/python" ]]; then
   PY="$VIRTUAL_ENV/bin/python"
-  echo "setup: installing into the active virtual environment $VIRTUAL_ENV"
+  echo "setup: using the active virtual environment $VIRTUAL_ENV"
 else
   if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
     BASE=${PYTHON:-python3}
@@ -48,25 +49,62 @@ else
     fi
   fi
   PY="$ROOT/.venv/bin/python"
-  echo "setup: installing into $ROOT/.venv"
+  echo "setup: using $ROOT/.venv"
 fi
 
+T0=$SECONDS
+NEED_TORCH=0
 if [[ "${IOTFL_SETUP_SKIP_TORCH:-}" != 1 ]]; then
-  # An importable torch older than the package's floor (e.g. a distribution's) counts as missing, or pip
-  # would replace it with a plain `torch` from the index below.
-  if ! "$PY" -c 'import sys, torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(v < (2, 2))' 2>/dev/null; then
-    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
-      "$PY" -m pip install -q torch
-    else
-      # A plain `torch` requirement may pull a multi-GB CUDA build: take the CPU one.
-      "$PY" -m pip install -q torch==2.13.0
-    fi
+  # A torch older than the package's floor (e.g. a distribution's) counts as missing, or pip would replace
+  # it with a plain `torch` from the index below. Its installed metadata answers in a fraction of a second
+  # (importing torch takes seconds); a torch without metadata is imported to learn its version.
+  if ! "$PY" - <<'PYCODE' 2>/dev/null; then
+import sys
+from importlib import metadata
+try:
+    version = metadata.version("torch")
+except metadata.PackageNotFoundError:
+    import torch
+    version = torch.__version__
+sys.exit(tuple(int(x) for x in version.split("+")[0].split(".")[:2]) < (2, 2))
+PYCODE
+    NEED_TORCH=1
+  fi
+fi
+# Nothing to do when everything pyproject.toml asks for is installed already (scripts/setup_check.py says
+# exactly what it checks): a re-run then takes seconds instead of pip's editable build. Where Ray could not
+# be installed for this Python before (the marker below), the test tools alone count as complete.
+NO_RAY="$(dirname "$PY")/../.iotfl-sim-no-ray"
+if [[ $NEED_TORCH == 0 ]]; then
+  if why=$("$PY" scripts/setup_check.py "$ROOT" dev,ray); then
+    echo "setup: already up to date (nothing installed; $((SECONDS - T0)) s)"
+    exit 0
+  elif [[ -e "$NO_RAY" ]] && "$PY" scripts/setup_check.py "$ROOT" dev >/dev/null; then
+    echo "setup: already up to date, without Ray (no wheel for this Python at the last install; remove $NO_RAY to retry)"
+    exit 0
+  fi
+  echo "setup: $why; installing"
+fi
+
+# First install (or something changed): pip shows its progress (downloads, then what it installs).
+if [[ $NEED_TORCH == 1 ]]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+    echo "setup: [1/2] PyTorch, the index's default build (a CUDA GPU is present; a download of a few GB)"
+    "$PY" -m pip install torch
+  else
+    # A plain `torch` requirement may pull a multi-GB CUDA build: take the CPU one.
+    echo "setup: [1/2] PyTorch, CPU build torch==2.13.0 (about 200 MB; 1-2 minutes from a local wheel on 2 cores)"
+    "$PY" -m pip install torch==2.13.0
   fi
 fi
 # ray: the Ray executor is tested when Ray is installed, so the test set-up installs it; where Ray has no
 # wheel for this Python, everything else is installed and the Ray tests skip themselves.
-if ! "$PY" -m pip install -q -e ".[dev,ray]"; then
+echo "setup: [2/2] iotfl-sim (editable), its dependencies, its test tools and Ray"
+if "$PY" -m pip install -e ".[dev,ray]"; then
+  rm -f "$NO_RAY"
+else
   echo "setup: installing with Ray failed; installing without it (the Ray executor's tests will skip)" >&2
-  "$PY" -m pip install -q -e ".[dev]"
+  "$PY" -m pip install -e ".[dev]"
+  touch "$NO_RAY"
 fi
-echo "setup: done; run commands through it with: bash scripts/in-venv iotfl-sim ... | bash scripts/in-venv python -m pytest"
+echo "setup: done in $((SECONDS - T0)) s; run commands through it with: bash scripts/in-venv iotfl-sim ... | bash scripts/in-venv python -m pytest"

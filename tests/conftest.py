@@ -9,6 +9,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+MAX_WORKERS = 8  # past this, each worker's own collection (torch, matplotlib: ~10 s of CPU) outweighs the gain
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto`` (pyproject's addopts): one worker per core this process may use (the CPU affinity, which
+    counts a container's limit where os.cpu_count() counts the host's), at most MAX_WORKERS;
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
+
+
 SHARED_DATA = Path(os.environ.get("IOTFL_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 
 TINY = {

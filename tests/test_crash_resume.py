@@ -16,6 +16,8 @@ import yaml
 from conftest import base_scenario
 from test_resume import assert_same_run, only_run, rounds
 
+pytestmark = pytest.mark.slow  # real processes, each importing torch: the fast subset leaves them out
+
 ROUNDS = 5
 
 
@@ -150,7 +152,9 @@ def test_a_run_never_overwrites_an_existing_folder(tmp_path):
     out.mkdir()
     stamp = time.time()
     mine = []
-    for dt in range(0, 40):  # every name a run started in the next 40 s could take
+    # every name a run started in the next 2 minutes could take (a process start on a machine busy with
+    # parallel test workers can take tens of seconds; a run named later would prove nothing)
+    for dt in range(0, 120):
         folder = out / f"t-{time.strftime('%Y%m%d-%H%M%S', time.localtime(stamp + dt))}"
         folder.mkdir(exist_ok=True)
         (folder / "my_notes.txt").write_text("mine")

@@ -12,6 +12,9 @@ from iotfl_sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+# one worker runs this file's tests (pytest-xdist, --dist loadgroup), so that the 30-round quickstart of the
+# module fixture below runs once, not once per worker that gets one of them
+pytestmark = pytest.mark.xdist_group("e2e_quickstart")
 
 
 def run_dir(parent: Path) -> Path:

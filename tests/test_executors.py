@@ -89,6 +89,7 @@ def test_inline_executor_pins_and_restores_threads(threads):
     assert torch.get_num_threads() == before
 
 
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (test_sweep's Ray tests)
 def test_ray_executor_gives_the_inline_bits(tmp_path, write_scenario):
     pytest.importorskip("ray")
     inline = _rows(tmp_path, write_scenario, "inline", {"kind": "inline"})

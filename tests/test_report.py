@@ -95,6 +95,7 @@ def test_report_is_self_contained(report: Path) -> None:
     assert "fedavg-s3" in html and "ValueError: boom" in html  # the failed run, listed and excluded
 
 
+@pytest.mark.slow  # a real browser, twice (and apt-get install chromium where it is missing)
 def test_report_renders_in_headless_chromium(report: Path, chromium: str, tmp_path: Path) -> None:
     html = report.read_text()
     probed = tmp_path / "probed.html"

@@ -136,6 +136,7 @@ def test_index_failures_and_rerun(tmp_path):
         sweep(read_study(p), tmp_path / "out", progress=False)
 
 
+@pytest.mark.slow
 def test_kill_half_way_then_rerun_completes_only_the_missing(tmp_path):
     """SIGKILL the sweep and its workers (one process group) once some runs are done; running the sweep
     again leaves the finished runs' folders untouched and completes every other run."""
@@ -207,6 +208,8 @@ def rounds_without_host_time(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("host")} for row in rows]
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path):
     """`dispatch: {kind: ray}` runs each point as a Ray task: same index, same results (rounds.csv bit for
     bit but host time) as worker processes; a failing point is recorded and the others finish."""
@@ -236,6 +239,8 @@ def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path):
     assert again.records[0]["error"]
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 def test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes(tmp_path):
     """Ctrl-C to a Ray-dispatched sweep: no new runs start, the running ones (Ray cancels them, which they
     get as Ctrl-C) checkpoint and are marked interrupted; the next sweep resumes them and runs the rest."""
