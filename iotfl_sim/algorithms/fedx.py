@@ -47,6 +47,7 @@ from iotfl_sim.algorithms.base import (
     FleetView,
     Outcome,
     State,
+    TrainWork,
     Update,
     select_uniform,
 )
@@ -117,8 +118,8 @@ class FedX(StrategyBase):
         if cfg.pretrain_epochs == 0:
             return
         specs = [self.specs[x] for x in self.levels if x != "large"] + [self.global_spec]
-        flops = sum(self.recipe.cost(s).train_flops(n * cfg.pretrain_epochs) for s in specs)
-        self.c.server_work.charge("pretrain", flops)
+        for s in specs:  # nested_sgd: one plain-SGD step of every sub-network per batch
+            self.c.server_work.charge("pretrain", TrainWork(self.recipe, s, n, cfg.pretrain_epochs, cfg.server_batch_size))
         if self.server_x is None or not self.state:
             return  # system-only: the work is charged, nothing is trained
         self.state, _ = nested_sgd(
@@ -142,7 +143,7 @@ class FedX(StrategyBase):
         self.wire.sent.clear()
         for a in assignments:
             sub = self.slice_for(self.state, self.recipe, a.spec) if self.state else {}  # {}: system-only
-            self.wire.dispatch(rnd, a, sub, a.bits, self.recipe.cost(a.spec).params)
+            self.wire.dispatch(rnd, a, sub, a.bits, self.recipe)
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
@@ -168,14 +169,13 @@ class FedX(StrategyBase):
         return cfg.fine_tune and cfg.finetune_epochs > 0 and self._server_samples() > 1
 
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
-        """Charge the round's server work (here, so that system-only runs price it too)."""
-        done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
-        if not done:
+        """Charge the round's fine-tuning (here, so that system-only runs price it too; the engine charges the
+        aggregation)."""
+        if not any(o.status == "completed" for o in outcomes):
             return
-        self.c.server_work.charge("aggregate", float(sum(self.recipe.cost(a.spec).params for a in done)))
         if self._fine_tunes():
-            flops = self.recipe.cost(self.global_spec).train_flops(self._finetune_size() * self.cfg.finetune_epochs)
-            self.c.server_work.charge("fine_tune", flops)
+            work = TrainWork(self.recipe, self.global_spec, self._finetune_size(), self.cfg.finetune_epochs, self.cfg.server_batch_size)
+            self.c.server_work.charge("fine_tune", work)
 
     def _finetune_size(self) -> int:
         n = self._server_samples()

@@ -59,7 +59,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "bytes_up": sim.bytes_up,
         "comm_waste": 1.0 - sim.params_back / sim.params_sent if sim.params_sent > 0 else None,
         "server_time_s": sim.server_time,
-        "server_energy_j": sim.server_time * sc.server.compute.power_w,
+        "server_energy_j": sim.server_time * sim.server_cost.power_w,
         "tasks": int(sim.fleet.tasks.sum()),
         "completed": int(sim.fleet.completed.sum()),
         "failures": failures,
