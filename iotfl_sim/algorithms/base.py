@@ -89,6 +89,7 @@ class TrainWork:
     epochs: int = 1
     batch: int = 32
     momentum: float = 0.0  # SGD momentum of the server's optimizer (0: plain SGD)
+    l2_pull: bool = False  # the loss adds an L2 pull of every parameter towards a reference (FedX eq. 5)
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,9 @@ class FedX(StrategyBase):
         if not any(o.status == "completed" for o in outcomes):
             return
         if self._fine_tunes():
-            work = TrainWork(self.recipe, self.global_spec, self._finetune_size(), self.cfg.finetune_epochs, self.cfg.server_batch_size)
+            cfg = self.cfg
+            pull = cfg.gamma > 0  # eq. 5's regulariser adds its ops to every step
+            work = TrainWork(self.recipe, self.global_spec, self._finetune_size(), cfg.finetune_epochs, cfg.server_batch_size, 0.0, pull)
             self.c.server_work.charge("fine_tune", work)
 
     def _finetune_size(self) -> int:

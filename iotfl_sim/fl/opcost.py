@@ -190,11 +190,13 @@ TRACE_CALLS = {"n": 0}  # how many real traces ran (tests check the cache with i
 
 @dataclass(frozen=True)
 class StepOptions:
-    """The parts of a local training step that add operators: SGD momentum, weight decay, gradient clipping."""
+    """The parts of a training step that add operators: SGD momentum, weight decay, gradient clipping, and an L2
+    pull of every parameter towards a reference (FedX's regularised fine-tuning, ``fl.server_train.l2_pull``)."""
 
     momentum: float = 0.9
     weight_decay: bool = False
     clip_grad_norm: bool = False
+    l2_pull: bool = False
 
 
 def trace_module_step(
@@ -210,10 +212,14 @@ def trace_module_step(
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=options.momentum, weight_decay=wd, foreach=False)
     x = torch.zeros(batch, *input_shape, device="meta")
     y = torch.zeros(batch, dtype=torch.long, device="meta")
+    refs = [torch.zeros_like(p) for p in model.parameters()] if options.l2_pull else []
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        _loss(model(x), y).backward()
+        loss = _loss(model(x), y)
+        if refs:
+            loss = loss + 0.5 * sum(((p - r) ** 2).sum() for p, r in zip(model.parameters(), refs, strict=True))
+        loss.backward()
         if options.clip_grad_norm:
             nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         opt.step()

@@ -95,7 +95,7 @@ class ServerCost:
             return Priced(kind, f / self.flops, f)
         r = self.rates
         if isinstance(work, TrainWork):
-            opts = opcost.StepOptions(momentum=work.momentum)
+            opts = opcost.StepOptions(momentum=work.momentum, l2_pull=work.l2_pull)
             flops = opcost.train_flops(work.recipe, work.spec, work.samples, work.epochs, work.batch, opts)
             if r.mem_bw is None:
                 return Priced(kind, flops / r.flops, flops)
