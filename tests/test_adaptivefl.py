@@ -3,12 +3,13 @@ device-side pruning, and short end-to-end runs."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 
 import numpy as np
 import pytest
-from conftest import base_scenario, relative_fleet, strategy_context
+from conftest import TINY, base_scenario, relative_fleet, strategy_context
 from pydantic import ValidationError
 
 from iotfl_sim.algorithms import REGISTRY
@@ -329,3 +330,67 @@ def test_rl_wastes_less_than_greedy(tmp_path, write_scenario):
     assert waste["rl"] < waste["greedy"]
     rows = run(tmp_path, write_scenario, "code", algorithm={"name": "adaptivefl", "reference": "code"}, **common)
     assert len(rows) == 25
+
+
+# ---------------------------------------------------------------- nested-only pruning (paper) vs any smaller (code)
+
+
+def test_nesting_of_the_pool_by_hand():
+    # cnn_small (32, 64, 128 channels), int() rounding: S2 = (0.4, I=0) -> 12/25/51, S1 = (0.4, I=1) -> 32/25/51,
+    # M2 = (0.66, 0) -> 21/42/84, M1 = (0.66, 1) -> 32/42/84, L1 -> 32/64/128. S1 keeps all 32 channels of the
+    # first conv, M2 only 21: S1 is smaller than M2 (fewer parameters) but cannot be cut from it
+    s = make_strategy()
+    assert s.nested.tolist() == [  # rows: the model received; columns: the model cut from it
+        [True, False, False, False, False],
+        [True, True, False, False, False],
+        [True, False, True, False, False],
+        [True, True, True, True, False],
+        [True, True, True, True, True],
+    ]
+
+
+@pytest.mark.parametrize("reference,expect", [("paper", (0, False, "S2")), ("code", (1, False, "S1"))])
+def test_paper_prunes_only_to_models_nested_in_the_received_one(reference, expect):
+    # received M2 (size 30) with Gamma = 25: the largest smaller pool model is S1 (20), which the official
+    # code trains (cut from the global weights); the paper's device prunes M2 itself and can only reach S2 (10)
+    s = sized(reference)
+    assert adapt(s, 2, 25.0) == expect
+    # where the largest smaller model is nested the two agree: M1 (40) with Gamma 25 -> S1 in both
+    assert adapt(s, 3, 25.0) == (1, False, "S1")
+
+
+# ---------------------------------------------------------------- the unconstrained All-Large baseline
+
+
+def all_large_run(tmp_path, write_scenario, memory: str, numerics: str = "torch") -> tuple[int, object]:
+    small = copy.deepcopy(TINY)
+    small["memory"] = {"total_mb": 1, "free_mb": 0.01, "sigma_mb": 0.0}  # 10 kB: cnn_small needs far more
+    data = base_scenario(
+        rounds=1,
+        clients_per_round=3,
+        numerics=numerics,
+        fleet={"groups": [{"name": "small", "count": 3, "profile": small}]},
+        algorithm={"name": "fedavg", "memory": memory},
+        server={"eval_every": 1, "bn_calibration_samples": 100},
+        output={"progress": False, "events": "all"},
+    )
+    out = tmp_path / memory
+    code = main(["run", str(write_scenario(data, f"{memory}.yaml")), "--out", str(out), "--quiet"])
+    return code, out
+
+
+def test_unconstrained_all_large_trains_the_full_model_where_memory_cannot_hold_it(tmp_path, write_scenario, capsys):
+    # exclusive All-Large: no device of this fleet can hold the model, so the run is refused before training
+    code, _ = all_large_run(tmp_path, write_scenario, "exclude")
+    assert code == 2 and "no device can hold any submodel of fedavg" in capsys.readouterr().err
+    # unconstrained All-Large (memory: ignore): all three devices train the full model and it comes back
+    code, out = all_large_run(tmp_path, write_scenario, "ignore")
+    assert code == 0
+    (path,) = list(out.iterdir())
+    events = [json.loads(x) for x in open(path / "events.jsonl")]
+    trained = {e["device"] for e in events if e["event"] == "train_start" and e["level"] == "full"}
+    arrived = [e["free"] for e in events if e["event"] == "arrive"]
+    assert trained == {0, 1, 2} and arrived == [pytest.approx(0.01)] * 3
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["completed"] == 3 and summary["failures"]["oom"] == 0
+    assert 0.0 < summary["final_accuracy"]["acc_full"] <= 1.0

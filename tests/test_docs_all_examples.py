@@ -699,19 +699,22 @@ def test_ready_study_header_command_names_real_files_and_flags(cmd):
         assert (ROOT / cmd.argv[1]).is_file(), cmd.argv[1]
         assert "IOTFL_DATA" not in cmd.env or cmd.env["IOTFL_DATA"] == "../shared/datasets"
     else:  # compare / report read the folder the sweep writes: <--out>/<name>
-        sweep = next(c for c in header_commands(STUDY_FILES[0]) if c.argv[0] == "sweep")
+        source = SCENARIOS / "studies" / cmd.where.rsplit(":", 1)[0]  # the study file the command is in
+        sweep = next(c for c in header_commands(source) if c.argv[0] == "sweep")
         out = sweep.argv[sweep.argv.index("--out") + 1]
         name = yaml.safe_load((ROOT / sweep.argv[1]).read_text())["name"]
         assert cmd.argv[1] == f"{out}/{name}", cmd.argv
 
 
-def test_heterofl_iot_budget_random_is_the_documented_override():
-    """heterofl_iot_budget_random.yaml says it is heterofl_iot_budget.yaml with --set algorithm.selection=random."""
-    (cmd,) = header_commands(SCENARIOS / "heterofl_iot_budget_random.yaml")
+@pytest.mark.parametrize("variant", ["random", "paced"])
+def test_heterofl_iot_budget_variant_is_the_documented_override(variant):
+    """heterofl_iot_budget_<variant>.yaml says it is heterofl_iot_budget.yaml with --set algorithm.selection=<variant>."""
+    (cmd,) = header_commands(SCENARIOS / f"heterofl_iot_budget_{variant}.yaml")
     args = cmd.argv[1:]
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    assert sets == [f"algorithm.selection={variant}"]
     base = load_scenario(ROOT / args[0], sets=sets)
-    ours = load_scenario(SCENARIOS / "heterofl_iot_budget_random.yaml")
+    ours = load_scenario(SCENARIOS / f"heterofl_iot_budget_{variant}.yaml")
     a, b = (resolved_dict(s, resolve_groups(s)) for s in (base, ours))
     a.pop("name"), b.pop("name")
     a.pop("description", None), b.pop("description", None)

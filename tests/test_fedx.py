@@ -70,8 +70,8 @@ def _hand_bytes(state, bits, seed, rnd, device, bucket):
     total = 0
     for t in state.values():
         norms, signed, _ = quantize_levels(t, bits, g, bucket)
-        v = signed.numpy()
-        total += sum(len(encode_bucket(float(norms[i]), v[i * bucket : (i + 1) * bucket])) for i in range(len(norms)))
+        v, step = signed.numpy(), bucket or t.numel()  # None: the whole tensor under one norm
+        total += sum(len(encode_bucket(float(norms[i]), v[i * step : (i + 1) * step])) for i in range(len(norms)))
     return -(-total // 8)
 
 
@@ -158,3 +158,120 @@ def test_fedx_config_errors_name_the_field():
         FedXConfig(name="fedx", bits={"small": 0})
     with pytest.raises(ValueError, match="mix"):
         FedXConfig(name="fedx", mix={"small": 0.0})
+
+
+# ---------------------------------------------------------------------------------------------- FedX itself
+
+MLP = ModelRecipe("mlp", 3, 1, (2, 2), norm="none", scaler=False)  # generic levels: widths 50 / 100 / 200
+
+
+class _AllSelectable:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def selectable_mask(self):
+        return np.ones(self.n, dtype=bool)
+
+
+def _fedx(n: int = 4, ctx_changes: dict | None = None, **cfg):
+    from dataclasses import replace
+
+    from iotfl_sim.algorithms.fedx import FedX
+
+    torch.manual_seed(0)  # the context builds the initial weights from torch's global generator
+    ctx = strategy_context(MLP, n=n, k=n)
+    if ctx_changes:
+        ctx = replace(ctx, **ctx_changes)
+    s = FedX(FedXConfig(name="fedx", **cfg))
+    s.setup(ctx)
+    return s
+
+
+def _update(s, device: int, level: str, value: float, samples: int = 10):
+    from iotfl_sim.algorithms.base import Assignment, Update
+
+    shapes = MLP.shapes(s.specs[level])
+    a = Assignment(device, s.specs[level], level=level, bits=32)
+    return Update(a, {k: torch.full(sh, value) for k, sh in shapes.items()}, samples, np.arange(3), 0.0)
+
+
+def test_eq4_averages_each_entry_over_the_devices_holding_it_unweighted():
+    s = _fedx(mix={"small": 0.5, "medium": 0.5}, server_data=False)
+    before = {k: v.clone() for k, v in s.state.items()}
+    # two small devices (1 and 5; the second with 100x the data) and one medium device (6)
+    s.aggregate(0, [_update(s, 0, "small", 1.0), _update(s, 1, "small", 5.0, samples=1000), _update(s, 2, "medium", 6.0)])
+    w = s.state["hidden.4.weight"]  # 200 x 200 global; small holds [:50, :50], medium [:100, :100]
+    assert torch.all(w[:50, :50] == 4.0)  # (1 + 5 + 6) / 3, counts not data sizes (data-weighted: 5.0)
+    assert torch.all(w[:100, :100][50:, :] == 6.0) and torch.all(w[:50, 50:100] == 6.0)  # medium alone
+    assert torch.equal(w[100:, :], before["hidden.4.weight"][100:, :])  # nobody holds these: unchanged
+    assert torch.equal(w[:, 100:], before["hidden.4.weight"][:, 100:])
+    b = s.state["classifier.bias"]  # 3 entries, held by everyone
+    assert torch.all(b == 4.0)
+
+
+def _on_grid(q: torch.Tensor, ref: torch.Tensor, s: int) -> tuple[bool, bool]:
+    """(every value of q is ||ref|| k / s for an integer k, some k is odd: q is not on the coarser s / 2 grid)."""
+    k = q.double() / (float(ref.norm()) / s)
+    ok = bool(torch.allclose(k, k.round(), atol=1e-3))
+    return ok, bool((k.round().abs() % 2 == 1).any())
+
+
+def test_each_level_bits_reach_the_wire_down_and_up():
+    bits = {"small": 5, "medium": 3}
+    s = _fedx(n=6, mix={"small": 0.5, "medium": 0.5}, bits=bits, server_data=False)
+    assignments = s.select(0, _AllSelectable(6), np.random.default_rng(0))
+    assert {a.level for a in assignments} == {"small", "medium"}
+    s.dispatch(0, assignments)
+    for a in assignments:
+        assert a.bits == bits[a.level]
+        sub = slice_state(s.state, MLP.shapes(a.spec))
+        q = s.payload(a)
+        for k in ("hidden.0.weight", "hidden.4.weight"):  # per tensor: s = 2^bits levels of the tensor's own norm
+            assert _on_grid(q[k], sub[k], 2 ** bits[a.level]) == (True, True), (a.level, k)
+        assert s.wire_bytes(a, up=False) == _hand_bytes(sub, bits[a.level], 0, 0, a.device, None)
+        # the upload: trained weights quantized at the same level's bits on receipt
+        trained = {k: v + 0.01 for k, v in sub.items()}
+        from iotfl_sim.algorithms.base import Update
+
+        up = Update(a, dict(trained), 10, np.arange(3), 0.0)
+        s.receive(0, up)
+        assert _on_grid(up.state["hidden.4.weight"], trained["hidden.4.weight"], 2 ** bits[a.level]) == (True, True)
+
+
+def _server_data(m: int = 96):
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(m, 1, 2, 2, generator=g)
+    y = x.reshape(m, 4)[:, :3].argmax(1)  # a learnable rule
+    return {"data": SimpleNamespace(x_train=x, y_train=y), "proxy_indices": np.arange(m)}
+
+
+def test_fine_tuning_fits_the_server_data_reaches_unheld_entries_and_gamma_pulls_back():
+    import torch.nn.functional as F
+
+    def run(**cfg):
+        s = _fedx(ctx_changes=_server_data(), mix={"small": 1.0}, pretrain_epochs=0, finetune_samples=None,
+                  finetune_epochs=5, finetune_lr=0.1, **cfg)  # fmt: skip
+        ups = [_update(s, 0, "small", 0.02), _update(s, 1, "small", -0.01)]
+        s.aggregate(0, ups)
+        return s
+
+    off, plain, pulled = run(fine_tune=False), run(gamma=0.0), run(gamma=5.0)
+    agg = off.state  # eq. 4 alone: the small prefix is (0.02 - 0.01) / 2, the rest the initial weights
+    assert torch.allclose(agg["hidden.4.weight"][:50, :50], torch.tensor(0.005))
+
+    def loss(state):
+        m = MLP.build(off.global_spec)
+        m.load_state_dict(state)
+        with torch.no_grad():
+            return float(F.cross_entropy(m(off.server_x), off.server_y))
+
+    assert loss(plain.state) < loss(agg) - 0.01  # eq. 5 fits the server's data
+    # every entry of the global model trains, including those outside the only sub-network devices hold
+    assert not torch.equal(plain.state["hidden.4.weight"][50:, 50:], agg["hidden.4.weight"][50:, 50:])
+
+    def dist(state):
+        return sum(float(((state[k] - agg[k]) ** 2).sum()) for k in agg) ** 0.5
+
+    assert 0 < dist(pulled.state) < 0.8 * dist(plain.state)  # (gamma / 2) ||theta - theta_agg||^2 holds it back

@@ -200,3 +200,156 @@ def test_tiny_end_to_end_run(tmp_path, write_scenario):
     # 4 a-nodes (ids 0-3), each picked once at most: 1 per round while they last, the rest level b
     for rnd, m in per_round.items():
         assert m["a"] + m["b"] == 5 and m["a"] == 1, (rnd, m)
+
+
+# ---------------------------------------------------------------- selection: paced (budget pacing)
+
+
+def test_affordable_tasks_and_paced_caps_by_hand():
+    from iotfl_sim.algorithms.heterofl_iot import affordable_tasks, paced_caps
+
+    # level a: three nodes with 4, 4 and 1 J left at 1.5 J a task -> 2 + 2 + 0 = 4 whole tasks;
+    # level b: five nodes with 3 J left at 0.5 J a task -> 6 each, 30 in all; mains power: unlimited
+    assert affordable_tasks(np.array([4.0, 4.0, 1.0]), 1.5).tolist() == [2, 2, 0]
+    assert affordable_tasks(np.full(5, 3.0), 0.5).sum() == 30
+    assert affordable_tasks(np.array([np.inf]), 0.5).tolist() == [np.inf]
+    # 3 rounds left, carries 0.5 and 0: x_a = 4/3 + 0.5 = 1.833 -> cap 1, carry 0.833; x_b = 30/3 = 10 -> 10,
+    # capped by k = 8, carry 0; an unknown budget (nan: no task energy measured yet) -> k, carry 0
+    caps, carry = paced_caps(np.array([4.0, 30.0, np.nan]), 3, np.array([0.5, 0.0, 0.7]), 8)
+    assert caps.tolist() == [1, 8, 8]
+    assert carry == pytest.approx([4 / 3 + 0.5 - 1, 0.0, 0.0])
+    # a level that can afford 4 tasks over 10 rounds, spending what it is given: floor with carry spreads
+    # them as x = 4/10 = .4 -> 0; 4/9 + .4 = .84 -> 0; 4/8 + .84 = 1.34 -> 1; 3/7 + .34 = .77 -> 0;
+    # 3/6 + .77 = 1.27 -> 1; 2/5 + .27 = .67 -> 0; 2/4 + .67 = 1.17 -> 1; 1/3 + .17 = .51 -> 0;
+    # 1/2 + .51 = 1.01 -> 1; 0 + .01 -> 0
+    left, c, seq = 4.0, np.zeros(1), []
+    for r in range(10):
+        cap, c = paced_caps(np.array([left]), 10 - r, c, 10)
+        seq.append(int(cap[0]))
+        left -= cap[0]
+    assert seq == [0, 0, 1, 0, 1, 0, 1, 0, 1, 0]
+
+
+class EnergyTrueState:
+    """The oracle a paced strategy reads: each node's energy left and the energy it drew for tasks."""
+
+    def __init__(self, left: np.ndarray) -> None:
+        self.left = left
+        self.drawn = np.zeros_like(left)
+
+    def alive_mask(self, t: float, devices: np.ndarray | None = None) -> np.ndarray:
+        alive = self.left > 0
+        return alive if devices is None else alive[devices]
+
+    def energy_left(self, t: float, devices: np.ndarray) -> np.ndarray:
+        return self.left[devices]
+
+    def task_energy(self, devices: np.ndarray) -> np.ndarray:
+        return self.drawn[devices]
+
+
+class EnergyView(FakeView):
+    def __init__(self, n: int, budget: float) -> None:
+        super().__init__(n)
+        self.state = EnergyTrueState(np.full(n, budget))
+
+    def true_state(self, strategy: str) -> EnergyTrueState:
+        self.oracle_users.add(strategy)
+        return self.state
+
+
+def test_paced_selection_spreads_each_level_budget_to_the_last_round():
+    """100 nodes with 10 J, a-tasks cost 4 J (2 per a-node: 40 in all), b-tasks 1 J (10 per b-node: 800, more
+    than the 8-10 slots a round can use). Round 0 has no measured task energy: the paper's 2:8. Then level a
+    is paced at 38 tasks over 79 rounds (0.48 a round, 0 or 1 by floor with carry) and b fills the rest."""
+    s = HeteroFLIoT(HeteroFLIoTConfig(name="heterofl_iot", proportions="a2-b8", selection="paced"))
+    s.setup(strategy_context(ModelRecipe("cnn_small", 10, 1, (8, 8)), 100, 10, rounds=80))
+    view = EnergyView(100, 10.0)
+    cost = {"a": 4.0, "b": 1.0}
+    per_round = []
+    for rnd in range(80):
+        out = s.select(rnd, view, np.random.default_rng(rnd))
+        m = mix(out)
+        per_round.append(m["a"])
+        assert m["a"] + m["b"] == 10 and len({a.device for a in out}) == 10
+        for a in out:
+            assert view.state.left[a.device] >= cost[a.level], "a node that cannot pay for its task was picked"
+            view.state.left[a.device] -= cost[a.level]
+            view.state.drawn[a.device] += cost[a.level]
+    assert per_round[0] == 2 and max(per_round[1:]) == 1
+    # 38 tasks over 79 rounds: every 10 consecutive rounds hold floor or ceil of 10 x 38/79 = 4.8, +-1 carry
+    for start in range(1, 71):
+        assert 4 <= sum(per_round[start : start + 10]) <= 6, (start, per_round)
+    assert sum(per_round[70:]) >= 4  # the mix still holds in the last rounds
+    assert view.oracle_users == {"heterofl_iot"}
+
+
+def test_paced_needs_fix_mode_and_the_oracle():
+    with pytest.raises(ValueError, match="mode: fix"):
+        HeteroFLIoTConfig(name="heterofl_iot", selection="paced", mode="dynamic")
+    with pytest.raises(ValueError, match="energy_info: oracle"):
+        HeteroFLIoTConfig(name="heterofl_iot", selection="paced", energy_info="outcomes")
+
+
+def budget_run(tmp_path, write_scenario, selection: str) -> tuple[list[Counter], dict]:
+    node = copy.deepcopy(TINY)
+    node["power"]["idle_w"] = 0.0
+    node["battery"]["capacity_j"] = 10.0
+    data = base_scenario(
+        rounds=12,
+        clients_per_round=5,
+        numerics="none",
+        fleet={"groups": [{"name": "node", "count": 20, "profile": node}]},
+        algorithm={"name": "heterofl_iot", "proportions": "a2-b8", "selection": selection},
+        model={"family": "cnn_small"},
+        output={"progress": False, "events": "all"},
+    )
+    out = tmp_path / selection
+    assert main(["run", str(write_scenario(data, f"{selection}.yaml")), "--out", str(out), "--quiet"]) == 0
+    (path,) = list(out.iterdir())
+    per_round = [Counter() for _ in range(12)]
+    for line in open(path / "events.jsonl"):
+        e = json.loads(line)
+        if e["event"] == "dispatch":
+            per_round[e["round"]][e["level"]] += 1
+    return per_round, json.loads((path / "summary.json").read_text())
+
+
+def test_paced_mix_holds_to_the_last_round_system_only(tmp_path, write_scenario):
+    """20 nodes of 10 J (a2-b8: a-nodes 0-3), 5 a round (quota 1:4), 12 rounds. On this profile an a-task
+    draws ~6.8 J and a b-task ~1.7 J, so an a-node pays for 1 task and a b-node for 5 (80 > the 60 slots).
+    Proportional: a fresh a-node in rounds 0-3, then the four drained ones (3.2 J left) in rounds 4-7, which
+    run dry mid-task, then 0:5. Paced: round 0 sends 1 (no measurement yet); then 3 affordable a-tasks over
+    11 rounds: x = 3/11 = .27, 3/10 + .27 = .57, 3/9 + .57 = .91, 3/8 + .91 = 1.28 -> round 4; 2/7 + .28 = .57,
+    2/6 + .57 = .90, 2/5 + .90 = 1.30 -> round 7; 1/4 + .30 = .55, 1/3 + .55 = .88, 1/2 + .88 = 1.38 -> round 10."""
+    paced, s_paced = budget_run(tmp_path, write_scenario, "paced")
+    prop, s_prop = budget_run(tmp_path, write_scenario, "proportional")
+    assert [m["a"] for m in paced] == [1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0]
+    assert all(m["a"] + m["b"] == 5 for m in paced)
+    assert s_paced["failures"]["depleted"] == 0
+    assert [m["a"] for m in prop] == [1] * 8 + [0] * 4
+    assert s_prop["failures"]["depleted"] == 4
+
+
+def test_fleet_energy_left_and_task_energy_by_hand():
+    """The oracle figures paced reads. 10 J, idle 0.1 W: 1 s of compute at 2 W from t = 0 (2 J; compute power
+    replaces idle), 1 s of radio at 0.5 W from t = 2 (0.5 J + 0.1 J idle on top), idle 1-2 s and 3-5 s
+    (0.1 + 0.2 J): at t = 5, 10 - 2.9 = 7.1 J left, 2.5 J of it drawn by tasks. Then a 100 J task drains it: 0."""
+    import yaml
+
+    from iotfl_sim.fleet.fleet import Fleet
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+
+    profile = copy.deepcopy(TINY)
+    profile["battery"] = {"capacity_j": 10.0}
+    profile["power"]["idle_w"] = 0.1
+    data = base_scenario(fleet={"groups": [{"name": "d", "count": 1, "profile": profile}]}, numerics="none")
+    sc = load_scenario(text=yaml.safe_dump(data))
+    fleet = Fleet.build(resolve_groups(sc), 0)
+    ids = np.array([0])
+    assert fleet.spend(0, 0.0, 1.0, 2.0, "compute") is None
+    assert fleet.spend(0, 2.0, 1.0, 0.5, "radio") is None
+    assert fleet.energy_left(5.0, ids) == pytest.approx([7.1])
+    assert fleet.task_energy(ids) == pytest.approx([2.5])
+    assert fleet.spend(0, 6.0, 50.0, 2.0, "compute") is not None
+    assert fleet.energy_left(60.0, ids).tolist() == [0.0]

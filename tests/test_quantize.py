@@ -107,3 +107,87 @@ def test_quantize_state_bytes_and_passthrough_at_32_bits():
     bits = sum(encoded_bits(quantize_levels(t, 4, g2, 100)[1], 100) for t in state.values())
     assert nbytes == -(-bits // 8)
     assert torch.equal(q["b"], state["b"])  # an all-zero bucket stays zero: norm 0, one run token
+
+
+# ---------------------------------------------------------------------------------------------- per tensor
+
+
+def test_per_tensor_sends_one_norm_the_l2_norm_of_the_whole_tensor():
+    x = torch.full((40, 40), 0.25)  # 1600 values, more than a 512 bucket: ||x|| = 0.25 x 40 = 10 by hand
+    x[0, 0] = -0.25
+    norms, signed, _ = quantize_levels(x, 3, torch.Generator().manual_seed(0), bucket=None)
+    assert norms.tolist() == [10.0]
+    # s |x| / ||x|| = 8 x 0.25 / 10 = 0.2 for every value: level 0 or 1, with the value's sign
+    assert set(signed.tolist()) <= {0, 1, -1} and signed[0] in (0, -1) and signed.numel() == 1600
+    assert quantize_levels(x, 3, torch.Generator().manual_seed(0), bucket=512)[0].numel() == 4  # ceil(1600 / 512)
+
+
+def test_per_tensor_values_land_on_the_s_plus_1_levels_with_their_signs():
+    v = torch.randn(3, 50, generator=torch.Generator().manual_seed(2))
+    bits = 3
+    s, norm = levels_of(bits), float(v.norm())
+    q = qsgd(v, bits, torch.Generator().manual_seed(5), bucket=None)
+    k = q / (norm / s)  # must be integers k in {-s, ..., s}
+    assert torch.allclose(k, k.round(), atol=1e-4)
+    k = k.round()
+    assert k.abs().max() <= s
+    assert torch.all((k == 0) | (torch.sign(k) == torch.sign(v)))  # a non-zero level keeps its value's sign
+    # stochastic rounding: |k| is floor or ceil of s |v| / ||v||
+    exact = s * v.abs() / norm
+    assert torch.all((k.abs() >= exact.floor() - 1e-4) & (k.abs() <= exact.ceil() + 1e-4))
+
+
+def test_per_tensor_qsgd_is_unbiased_within_a_hoeffding_bound():
+    v = torch.randn(20, generator=torch.Generator().manual_seed(3))
+    bits, n = 2, 4000
+    s = levels_of(bits)
+    g = torch.Generator().manual_seed(11)
+    mean = torch.stack([qsgd(v, bits, g, bucket=None) for _ in range(n)]).double().mean(0)
+    # each draw of coordinate i lies in an interval of length ||v|| / s: Hoeffding gives
+    # P(|mean - v_i| >= t) <= 2 exp(-2 n t^2 s^2 / ||v||^2); a union bound over the d = 20 values at total
+    # failure probability 1e-6 gives t = (||v|| / s) sqrt(ln(2 d / 1e-6) / (2 n))
+    t = float(v.norm()) / s * np.sqrt(np.log(2 * 20 / 1e-6) / (2 * n))
+    assert float((mean - v.double()).abs().max()) < t
+    # and it is not trivially met: one draw alone is off by more than t somewhere
+    assert float((qsgd(v, bits, g, bucket=None) - v).abs().max()) > t
+
+
+def test_per_tensor_wire_bytes_of_seven_values_at_3_bits_counted_by_hand():
+    # ||x|| = sqrt(36 + 16 + 4 + 4 + 4) = 8 and s = 2^3 = 8: s |x_i| / ||x|| = |x_i| are whole levels, no draw
+    x = torch.tensor([6.0, 0.0, -4.0, 2.0, 0.0, -2.0, 2.0])
+    norms, signed, _ = quantize_levels(x, 3, torch.Generator().manual_seed(0), bucket=None)
+    assert norms.tolist() == [8.0] and signed.tolist() == [6, 0, -4, 2, 0, -2, 2]
+    expected = (
+        "01000001000000000000000000000000"  # the norm 8.0 as IEEE float32 (0x41000000)
+        + "0" + "0" + "101100"  # run 0 -> omega(1), sign +, omega(6)
+        + "100" + "1" + "101000"  # run 1 -> omega(2), sign -, omega(4)
+        + "0" + "0" + "100"  # run 0, +, omega(2)
+        + "100" + "1" + "100"  # run 1, -, omega(2)
+        + "0" + "0" + "100"  # run 0, +, omega(2); no trailing zeros, no padding
+    )  # fmt: skip
+    assert len(expected) == 67 and encode_bucket(8.0, signed.numpy()) == expected
+    assert encoded_bits(signed, bucket=None) == 67
+    q, nbytes = quantize_state({"w": x}, 3, torch.Generator().manual_seed(0), bucket=None)
+    assert nbytes == 9 and torch.equal(q["w"], x)  # ceil(67 / 8); the levels were exact
+    # two tensors: their bits add up before the rounding to bytes (67 + 67 = 134 bits -> 17 bytes, not 18)
+    assert quantize_state({"a": x, "b": x}, 3, torch.Generator().manual_seed(0), bucket=None)[1] == 17
+
+
+def test_per_tensor_8_bit_error_energy_is_an_order_of_magnitude_above_bucketed():
+    # the point: with 512-value buckets 8 bits lose almost nothing, per tensor they do not
+    from iotfl_sim.fl.fedx_models import build_fedx_model, level_specs
+
+    torch.manual_seed(0)
+    model = build_fedx_model("harwild", level_specs("harwild")["small"], num_classes=6, in_channels=9, image_size=(1, 128))
+    state = {k: v for k, v in model.state_dict().items() if torch.is_floating_point(v)}
+    energy = sum(float((v.double() ** 2).sum()) for v in state.values())
+
+    def error(bucket):
+        q, nbytes = quantize_state(state, 8, torch.Generator().manual_seed(1), bucket)
+        return sum(float(((q[k] - state[k]).double() ** 2).sum()) for k in state) / energy, nbytes
+
+    per_tensor, tensor_bytes = error(None)
+    bucketed, bucket_bytes = error(512)
+    assert per_tensor >= 10 * bucketed
+    assert per_tensor > 0.01 and bucketed < 0.001  # a trade-off left to study vs almost lossless
+    assert tensor_bytes < bucket_bytes  # fewer norms and more zero levels

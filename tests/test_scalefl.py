@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,13 @@ from conftest import base_scenario, strategy_context
 
 from iotfl_sim.algorithms import REGISTRY
 from iotfl_sim.algorithms.base import Assignment, Update
-from iotfl_sim.algorithms.scalefl import ScaleFL, default_levels, kd_active, permutation_levels
+from iotfl_sim.algorithms.scalefl import (
+    ScaleFL,
+    default_levels,
+    kd_active,
+    permutation_levels,
+    permutation_levels_code,
+)
 from iotfl_sim.cli import main
 from iotfl_sim.fl.cost import measure_cost
 from iotfl_sim.fl.early_exit import AlwaysScaler, EarlyExitNet
@@ -22,7 +29,7 @@ from iotfl_sim.fl.models import Scaler, build_model, count_params
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of
 from iotfl_sim.scenario.algorithms import ScaleFLConfig
-from iotfl_sim.scenario.loader import load_scenario
+from iotfl_sim.scenario.loader import ScenarioError, load_scenario
 from iotfl_sim.seeding import stream
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,8 +76,11 @@ def test_conv_ee_parameter_counts_by_hand():
 
 @pytest.mark.parametrize(
     ("family", "channels", "size", "full"),
-    [("conv_ee", 1, (28, 28), 4), ("resnet18_ee", 3, (32, 32), 4), ("vgg16_ee", 3, (32, 32), 5)],
-)
+    [
+        ("conv_ee", 1, (28, 28), 4), ("resnet18_ee", 3, (32, 32), 4), ("vgg16_ee", 3, (32, 32), 5),
+        ("resnet110_ee", 3, (32, 32), 4),
+    ],
+)  # fmt: skip
 def test_exit_models_nest_in_the_global_model(family, channels, size, full):
     kw = {"num_classes": 10, "in_channels": channels, "image_size": size}
     with torch.device("meta"):
@@ -85,6 +95,67 @@ def test_exit_models_nest_in_the_global_model(family, channels, size, full):
             assert prev <= set(shapes)  # deeper models only add keys
             prev = set(shapes)
     assert prev == set(g)  # same keys at full depth whatever the width
+
+
+def resnet110_params(w1: int, w2: int, w3: int, blocks: int, exits: int, head: bool, classes: int = 10) -> int:
+    """Hand count of ScaleFL's CIFAR ResNet110 (3x3 convs without bias, BN weight + bias) up to residual
+    block ``blocks`` with stage widths w1, w2, w3, the first ``exits`` exits and the classifier if ``head``."""
+    conv3 = lambda cin, cout: 9 * cin * cout  # noqa: E731
+    bn = lambda c: 2 * c  # noqa: E731
+    stem = conv3(3, w1) + bn(w1)
+    plain = lambda c: 2 * conv3(c, c) + 2 * bn(c)  # noqa: E731  # an identity-shortcut block
+    # first block of stages 2 and 3: stride-2 conv3x3 cin -> c, conv3x3 c -> c, 1x1 shortcut conv + BN
+    down = lambda cin, c: conv3(cin, c) + conv3(c, c) + 2 * bn(c) + cin * c + bn(c)  # noqa: E731
+    per_block = [plain(w1)] * 18 + [down(w1, w2)] + [plain(w2)] * 17 + [down(w2, w3)] + [plain(w3)] * 17
+    exit_head = lambda c: 3 * (conv3(c, c) + bn(c)) + c * classes + classes  # noqa: E731
+    exit_widths = [w2, w3, w3]  # exits after blocks 30 (stage 2), 38 and 46 (stage 3)
+    return (
+        stem + sum(per_block[:blocks]) + sum(exit_head(c) for c in exit_widths[:exits])
+        + (w3 * classes + classes if head else 0)
+    )  # fmt: skip
+
+
+def test_resnet110_parameter_counts_by_hand():
+    """ScaleFL's official CIFAR-10 configuration (resnet110_4): counts from ``resnet110_params``, which
+    the reference notes' figures (global 1,982,136; levels 157,453 / 325,631 / 783,402) confirm.
+
+    Backbone alone: stem 3*16*9 + 2*16 = 464; stage 1: 18 x (2*16*16*9 + 4*16) = 18 x 4,672 = 84,096;
+    stage 2: 16*32*9 + 32*32*9 + 4*32 + 16*32 + 2*32 = 14,528, then 17 x (2*32*32*9 + 4*32) = 17 x 18,560
+    = 315,520; stage 3: 32*64*9 + 64*64*9 + 4*64 + 32*64 + 2*64 = 57,728, then 17 x 73,984 = 1,257,728;
+    fc 64*10 + 10 = 650: 464 + 84,096 + 330,048 + 1,315,456 + 650 = 1,730,714 (the "1.7M" of ResNet110;
+    the paper's zero-padding shortcuts would drop the 2,752 of the two 1x1 projections with their BN).
+    Exits: 3 x (c*c*9 + 2c) + 10c + 10 = 28,170 at c = 32 and 111,626 at c = 64: 1,730,714 + 28,170 +
+    2 x 111,626 = 1,982,136. Level 1 (width 0.7: int() gives 11, 22, 44 channels; blocks 1-30, exit 1):
+    297 + 22 + 18 x 2,222 + 6,908 + 11 x 8,800 + 13,430 = 157,453.
+    """
+    kw = {"num_classes": 10, "in_channels": 3, "image_size": (32, 32)}
+    assert resnet110_params(16, 32, 64, 54, 0, True) == 1_730_714
+    assert resnet110_params(16, 32, 64, 54, 3, True) == 1_982_136
+    assert resnet110_params(11, 22, 44, 30, 1, False) == 157_453
+    with torch.device("meta"):
+        assert count_params(build_model("resnet110", SubmodelSpec(1.0, rounding="int"), **kw)) == 1_730_714
+        assert count_params(build_model("resnet110_ee", SubmodelSpec(1.0, rounding="int"), **kw)) == 1_982_136
+        got = [
+            count_params(build_model("resnet110_ee", SubmodelSpec(w, depth=d, rounding="int"), **kw))
+            for w, d in default_levels("resnet110")
+        ]
+        # widths int(0.7 C) = 11, 22, 44 and int(0.75 C) = 12, 24, 48; segments end after blocks 30, 38, 46, 54
+        assert got == [
+            resnet110_params(11, 22, 44, 30, 1, False),
+            resnet110_params(11, 22, 44, 38, 2, False),
+            resnet110_params(12, 24, 48, 46, 3, False),
+            resnet110_params(16, 32, 64, 54, 3, True),
+        ]
+        assert got == [157_453, 325_631, 783_402, 1_982_136]  # the notes' figures
+        full = build_model("resnet110_ee", SubmodelSpec(1.0, rounding="int"), **kw)
+    # exit placement: the stem plus blocks 1-30 feed exit 1 (32 channels), blocks 31-38 exit 2 and
+    # 39-46 exit 3 (64 channels), blocks 47-54 the classifier
+    assert full.bounds == [31, 39, 47, 55] and len(full.backbone.features) == 55
+    assert [e.fc.in_features for e in full.exits] == [32, 64, 64]
+    model = build_model("resnet110_ee", SubmodelSpec(0.7, depth=2, rounding="int"), **kw)
+    assert len(model.backbone.features) == 1 + 38 and len(model.exits) == 2
+    outs = model(torch.randn(2, 3, 8, 8))
+    assert [tuple(o.shape) for o in outs] == [(2, 10), (2, 10)]
 
 
 def test_forward_returns_one_logit_tensor_per_exit():
@@ -168,6 +239,54 @@ def test_permutation_assignment_is_seeded_and_fixed():
     assert {x.extras["round"] for x in a} == {0} and {x.extras["round"] for x in b} == {5}
 
 
+def test_code_levels_are_the_official_seeded_permutation():
+    """reference: code: np.random.seed(seed); np.random.permutation(n), consecutive blocks of int(n x share)
+    (git-disl/scale-fl fed.py, Federator.fed_train), leftovers to the last level."""
+    saved = np.random.get_state()
+    try:
+        for seed, n, shares in ((0, 100, [0.25] * 4), (7, 10, [0.3, 0.3, 0.4]), (3, 10, [0.25] * 4)):
+            np.random.seed(seed)  # the official call order, on numpy's legacy global generator
+            order = np.random.permutation(np.arange(n))
+            levels = permutation_levels_code(n, shares, seed)
+            start = 0
+            for i, share in enumerate(shares):
+                end = start + int(n * share)
+                assert (levels[order[start:end]] == i).all()
+                start = end
+            assert (levels[order[start:]] == len(shares) - 1).all()
+    finally:
+        np.random.set_state(saved)
+    # sizes: 100 x 0.25 = 25 each; 10 x 0.3 = 3, 3, 10 x 0.4 = 4; 10 x 0.25 = 2.5 -> 2, 2, 2, and the
+    # last level takes its 2 and the 2 leftovers
+    assert np.bincount(permutation_levels_code(100, [0.25] * 4, 0)).tolist() == [25] * 4
+    assert np.bincount(permutation_levels_code(10, [0.3, 0.3, 0.4], 7)).tolist() == [3, 3, 4]
+    assert np.bincount(permutation_levels_code(10, [0.25] * 4, 3)).tolist() == [2, 2, 2, 4]
+    # int() exactly: 100 x 0.29 = 28.999999999999996 -> 28 in the first level (paper's cut gives 29)
+    assert np.bincount(permutation_levels_code(100, [0.29, 0.71], 0)).tolist() == [28, 72]
+    assert np.bincount(permutation_levels(100, [0.29, 0.71], np.random.default_rng(0))).tolist() == [29, 71]
+
+
+def test_code_mode_defaults_are_the_official_ones():
+    s = make(n=40, reference="code")  # strategy_context's seed is 0
+    assert s.cfg.assignment == "permutation" and s.cfg.gamma == 0.0
+    assert [x.rounding for x in s.specs] == ["int"] * 4 and s.global_spec.rounding == "int"
+    expect = np.empty(40, dtype=np.int64)
+    expect[np.random.RandomState(0).permutation(40)] = np.repeat(np.arange(4), 10)  # 40 x 0.25 = 10 each
+    assert s.fixed.tolist() == expect.tolist()
+    assert np.bincount(s.fixed).tolist() == [10, 10, 10, 10] and s.eligible.all()
+    paper = make(n=40)
+    assert paper.cfg.assignment == "by_capacity" and paper.cfg.gamma == 0.05
+    with pytest.raises(ValueError, match="fractions"):
+        ScaleFLConfig(name="scalefl", reference="code", shares=[1, 1, 1, 2])
+
+
+def test_code_mode_refuses_a_seed_numpys_legacy_generator_cannot_take():
+    recipe = ModelRecipe("conv", 10, 1, (28, 28), scaler=False)
+    ctx = replace(strategy_context(recipe, 8, 4, weights=False), seed=1 << 32)
+    with pytest.raises(ScenarioError, match=r"^seed: .*np\.random\.seed"):
+        ScaleFL(ScaleFLConfig(name="scalefl", reference="code")).setup(ctx)
+
+
 def test_exit_objective_per_round_and_reference():
     s = make(rounds=8, kd_gamma=0.2, temperature=3)
     # KD starts at the first 0-based round r with r > 0.25 x 8 = 2 (strict)
@@ -177,7 +296,10 @@ def test_exit_objective_per_round_and_reference():
     o = objs[-1]
     assert (o.kind, o.temperature, o.weight, o.reduction, o.detach_teacher) == ("exit_kd", 3.0, 0.2, "batchmean", True)
     c = make(rounds=8, reference="code").local_objective(Assignment(0, s.specs[0], extras={"round": 3}))
-    assert (c.reduction, c.detach_teacher, c.kd_active, c.weight) == ("mean", False, True, 0.05)
+    assert (c.reduction, c.detach_teacher, c.kd_active, c.weight) == ("mean", False, True, 0.0)  # KD_gamma 0
+    paper_default = make(rounds=8).local_objective(Assignment(0, s.specs[0], extras={"round": 3}))
+    assert paper_default.weight == 0.05  # the authors' only published KD weight
+    assert make(reference="code", kd_gamma=0.05).cfg.gamma == 0.05  # an explicit value wins in both modes
     assert make(rounds=100, kd_start=0.5).local_objective(Assignment(0, s.specs[0], extras={"round": 50})).kd_active is False
 
 
@@ -248,7 +370,7 @@ def test_models_are_early_exit_nets():
     assert isinstance(s.recipe.build(s.specs[1]), EarlyExitNet)
 
 
-@pytest.mark.parametrize("name", ["scalefl_smoke", "scalefl_cifar10_resnet18"])
+@pytest.mark.parametrize("name", ["scalefl_smoke", "scalefl_cifar10_resnet18", "scalefl_cifar10_resnet110"])
 def test_shipped_scenarios_validate(name):
     sc = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
     assert sc.algorithm.name == "scalefl" and sc.num_devices() == 100 and sc.selection_size() == 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 from iotfl_sim.algorithms.adapterfl import AdapterFL, FedBase
 from iotfl_sim.algorithms.adaptivefl import AdaptiveFL
 from iotfl_sim.algorithms.base import Strategy
+from iotfl_sim.algorithms.dadaquant import DAdaQuant
 from iotfl_sim.algorithms.decoupled import Decoupled
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.feddf import FedDF
@@ -26,6 +27,7 @@ REGISTRY = {
     "fedbase": FedBase,
     "feddf": FedDF,
     "fedx": FedX,
+    "dadaquant": DAdaQuant,
 }
 
 

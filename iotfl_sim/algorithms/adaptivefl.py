@@ -4,8 +4,12 @@ What the paper specifies, and the choices it leaves open:
 
 - Pool (Table 1, p = 3): for each r_w < 1 of ``width_rates`` (levels S, M) and each start layer I of
   ``start_layers`` a model whose prunable groups with 0-based index < I keep every channel and the
-  others keep int(C * r_w) (``rounding="floor"``, no Scaler: the strategy builds its recipe with
-  ``scaler=False`` whatever the scenario says); VGG16's two hidden FC layers always get r_w
+  others keep int(C * r_w) (``reference: code``: Python's int() exactly as the code, and a rate that
+  leaves some layer 0 channels is refused before the run, naming ``algorithm.width_rates``;
+  ``reference: paper``: ``rounding="floor"``, a product within 1e-9 of an integer counts as that
+  integer and a layer keeps at least one channel, the paper giving no arithmetic). No Scaler: the
+  strategy builds its recipe with ``scaler=False`` whatever the scenario says. VGG16's two hidden
+  FC layers always get r_w
   (``models.start_layer_rates``). Plus L_1, the unpruned model. Pool order S_p..S_1, M_p..M_1, L_1
   (r_w ascending, then I ascending), which must be ascending in size (checked in ``setup``); the
   VGG16/CIFAR-10 pool has exactly Table 1's parameter counts. Default start layers: VGG16 {4, 6, 8}
@@ -30,8 +34,13 @@ What the paper specifies, and the choices it leaves open:
   with ``memory_units: relative`` Gamma and sizes are percent of the full model's parameters). Pruning
   never grows a model, so candidates are also capped at the received size. Nothing fits: the device
   refuses (engine status ``refused``). Not every smaller pool model is a prefix of the received one
-  (e.g. (0.4, 8) vs (0.66, 4) in groups 4-7); as in the official code, the device trains the chosen pool
-  model cut from the global weights (the engine slices the server's payload).
+  (e.g. S1 = (0.4, 8) keeps every channel of groups 4-7, M3 = (0.66, 4) only 0.66 of them). Sec. 3.2
+  prunes "the weight of the received model W", argmax over size(prune(W; r_w, I)), so ``reference:
+  paper`` only considers pool models nested in the received one (every tensor a prefix slice of its
+  tensors: ``fl.submodel.is_nested``): a device that received M3 and cannot hold it picks S3, never
+  S1 or S2. ``reference: code`` keeps the official code's choice, the largest smaller pool model whatever
+  its shape, cut from the global weights (the engine slices the server's payload; for a nested model
+  the two cuts are the same weights).
 - Table updates (Algorithm 1, lines 12-25), after the round, from each outcome the server can read:
   ``completed`` (m' = the trained model) and ``refused`` (no model came back: T_c[level(sent)] += 1 and
   T_r is penalised as if m' were a virtual model below the pool, T_r[t] = max(T_r[t] - (t + 1), 0));
@@ -43,7 +52,7 @@ What the paper specifies, and the choices it leaves open:
   Gamma >= size(sent); T_r[L_1] gets its extra p (the code's literal 3) only when the accepted model is
   L_1 (other accepts add nothing extra); R_s of a level divides by its own number of models (so the
   large level is T_r[L_1] / sum, not / (p x sum)); a device whose Gamma is below size(sent) trains the
-  largest pool model with size <= Gamma, and below the smallest still model 0, which the table update
+  largest pool model with size <= Gamma (nested in the sent one or not), and below the smallest still model 0, which the table update
   treats as pruned (even when model 0 was sent). The simulator enforces memory, so that last case
   fails as ``oom``; the code variant still updates its tables from it as the code would (m' = model 0).
   In both references clients are drawn among the selectable devices (the code draws among all clients
@@ -54,6 +63,11 @@ What the paper specifies, and the choices it leaves open:
   with ``avg_over: pool``. Per-round counts of models kept whole / pruned / refused are kept in
   ``AdaptiveFL.history`` (not in rounds.csv: the engine has no hook for strategy columns; the
   engine's comm_waste / comm_waste_cum already measure the waste from the sent and trained specs).
+- Baselines (Sec. 4.2): All-Large "trained the L_1 model with all clients under the classic FedAvg",
+  memory ignored: ``fedavg`` with ``memory: ignore`` (every device trains the full model, no task fails
+  for memory: an upper bound). ``fedavg``'s default ``memory: exclude`` is the resource-respecting
+  variant (only devices whose declared memory holds L_1 take part: exclusive learning). Decoupled,
+  HeteroFL and ScaleFL are their own methods.
 - Resources (paper Sec. 4.1 / code): Gaussian clipped, VGG 8+-1 [6, 11], 16+-1 [13, 19], 35+-2 [25, 40]
   M params. The fleet's model is r = r_M - |u|, u ~ N(0, sigma^2) (percent of the full model): the
   scenarios map each class to r_M = mean + sigma and the paper's sigma, in percent of 33.65 M (weak
@@ -78,11 +92,11 @@ from iotfl_sim.algorithms.base import (
     Outcome,
     Update,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import StrategyBase, contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.models import LAYER_GROUPS, start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.submodel import SubmodelSpec, is_nested, truncation
 from iotfl_sim.scenario.algorithms import AdaptiveFLConfig
 
 DEFAULT_START_LAYERS: dict[str, list[int]] = {
@@ -189,20 +203,26 @@ class AdaptiveFL(StrategyBase):
         self.p = len(starts)
         self.pool: list[SubmodelSpec] = []
         self.level_of: list[int] = []
+        rounding = truncation(self.cfg.reference)
         for lvl, r in enumerate(rates[:-1]):
             for j, start in enumerate(starts):
                 label = f"{names[lvl]}{self.p - j}"
                 layer_rates = start_layer_rates(family, r, start)
-                self.pool.append(SubmodelSpec(rate=r, layer_rates=layer_rates, rounding="floor", name=label))
+                self.pool.append(SubmodelSpec(rate=r, layer_rates=layer_rates, rounding=rounding, name=label))
                 self.level_of.append(lvl)
-        self.pool.append(SubmodelSpec(1.0, rounding="floor", name=f"{names[-1]}1"))
+        if self.cfg.reference == "code":
+            refuse_zero_widths(self.recipe, [(s, "algorithm.width_rates") for s in self.pool])
+        self.pool.append(SubmodelSpec(1.0, rounding=rounding, name=f"{names[-1]}1"))
         self.level_of.append(len(rates) - 1)
         self.members = [[i for i, x in enumerate(self.level_of) if x == lvl] for lvl in range(len(rates))]
         self.sizes = np.array([ctx.memory_need(self.recipe, s) for s in self.pool], dtype=np.float64)
+        shapes = [self.recipe.shapes(s) for s in self.pool]
+        # nested[m, j]: pool model j can be cut from pool model m (every tensor a prefix slice of m's)
+        self.nested = np.array([[is_nested(outer, inner) for inner in shapes] for outer in shapes])
         if np.any(np.diff(self.sizes) <= 0):
             raise ValueError(f"adaptivefl: pool sizes {self.sizes.tolist()} are not ascending; adjust start_layers")
         self.heads = {self.pool[ks[-1]].name for ks in self.members}  # S1, M1, L1
-        self.global_spec = SubmodelSpec(1.0, rounding="floor", name="full")
+        self.global_spec = SubmodelSpec(1.0, rounding=rounding, name="full")
         self.state = ctx.initial_state(self.recipe, self.global_spec)
         n = ctx.num_devices
         self.tc = np.ones((n, len(rates)), dtype=np.float64)
@@ -245,7 +265,10 @@ class AdaptiveFL(StrategyBase):
         if self.sizes[sent] <= gamma:
             back, accepted = sent, True
         else:
-            fit = np.flatnonzero(self.sizes <= min(gamma, self.sizes[sent]))
+            fit = self.sizes <= min(gamma, self.sizes[sent])
+            if self.cfg.reference == "paper":  # the device prunes what it received: only models nested in it
+                fit &= self.nested[sent]
+            fit = np.flatnonzero(fit)
             if len(fit):
                 back = int(fit[np.argmax(self.sizes[fit])])
             elif self.cfg.reference == "code":

@@ -193,9 +193,17 @@ class StrategyContext:
     data: Any = None  # the run's dataset (fl.data.Dataset) for server-side work; None in system-only mode
     parts: list[np.ndarray] | None = None  # each device's train indices (None in system-only mode)
     proxy_indices: np.ndarray | None = None  # train indices held out for the server (config's proxy_fraction)
+    # callable(recipe, spec) -> seconds per device of one local round of spec by each declared profile (the
+    # cost model without jitter: what a server predicts from the profiles devices declare); None: unknown
+    predict_train_seconds: Any = None
 
 
 class Strategy(Protocol):
+    """A method. Optional attributes the engine reads with ``getattr``: ``dispatch``, ``wire_bytes``,
+    ``receive`` (quantized messages, ``common.WireMixin``) and ``ignores_memory`` (True: memory never fails
+    a task and the memory feasibility check is skipped, for an upper-bound baseline such as fedavg's
+    ``memory: ignore``)."""
+
     name: str
 
     def setup(self, ctx: StrategyContext) -> None: ...

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
+import torch
 from torch import nn
 
 from iotfl_sim.algorithms.base import (
@@ -19,7 +20,8 @@ from iotfl_sim.algorithms.base import (
 )
 from iotfl_sim.fl.aggregate import Contribution
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
+from iotfl_sim.fl.submodel import SubmodelSpec, ZeroWidthError, slice_state
+from iotfl_sim.scenario.loader import ScenarioError
 
 
 class StrategyBase:
@@ -80,6 +82,23 @@ def classifier_keys(recipe: ModelRecipe, spec: SubmodelSpec) -> tuple[str, ...]:
     if last is None:
         return ()
     return tuple(k for k in model.state_dict() if k.rsplit(".", 1)[0] == last)
+
+
+def refuse_zero_widths(recipe: ModelRecipe, specs: Sequence[tuple[SubmodelSpec, str]]) -> None:
+    """Raise ScenarioError naming the option behind the first ``rounding="int"`` spec that would keep
+    0 channels in some layer of ``recipe`` (``reference: code``: the official code would build such a
+    layer with no channel; this simulator refuses it before the run rather than train another model).
+    ``specs``: (spec, the scenario field it comes from)."""
+    for spec, field in specs:
+        try:
+            with torch.device("meta"):  # the widths only: no weights allocated
+                recipe.build(spec)
+        except ZeroWidthError as e:
+            raise ScenarioError(
+                f"{field}: {e} of model.family {recipe.family}: reference: code keeps int(channels x rate) "
+                "channels, as the official code, and refuses a layer with none; raise the rate or use "
+                "reference: paper (at least one channel)"
+            ) from None
 
 
 def contributions(updates: Sequence[Update], weighting: str = "data", restrict_labels: bool = False) -> list[Contribution]:

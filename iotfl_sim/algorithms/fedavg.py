@@ -1,7 +1,12 @@
 """FedAvg baselines for heterogeneous fleets.
 
 ``all_large``: everyone trains the full model; devices whose declared memory cannot hold it are
-excluded from selection (exclusive learning). ``smallest``: every device trains the smallest model,
+excluded from selection (exclusive learning). ``memory: ignore`` drops the exclusion and the engine's
+memory checks for this run (no task fails as ``oom``, no feasibility check): every device trains the
+full model whatever its memory, AdaptiveFL's "All-Large" row (Table 2, "we trained the L_1 model with all
+clients under the classic FedAvg"), an upper bound a real fleet cannot reach; ``exclude`` (default) is
+the exclusive-learning baseline (AdapterFL's FedAvg S/M/L, the resource-respecting All-Large).
+The device still draws the full model's compute time and energy. ``smallest``: every device trains the smallest model,
 which is then the global model. ``upload_bits`` / ``download_bits`` < 32 send QSGD-quantized messages
 (``algorithms.wire``: quantized FedAvg). ``family`` trains another model family than ``model.family``
 (AdapterFL's "FedAvg S/M/L with exclusive learning": one prototype per run) and ``width`` narrows the
@@ -38,7 +43,16 @@ class FedAvg(WireMixin, StrategyBase):
             self.recipe = replace(self.recipe, family=self.cfg.family)
         self.spec = SubmodelSpec(rate=rate, name="full")
         self.state = ctx.initial_state(self.recipe, self.spec)
-        self.eligible = self.fits(self.recipe, self.spec, ctx.declared_free_memory)
+        self.eligible = (
+            np.ones(ctx.num_devices, dtype=bool)
+            if self.ignores_memory
+            else self.fits(self.recipe, self.spec, ctx.declared_free_memory)
+        )
+
+    @property
+    def ignores_memory(self) -> bool:
+        """The engine skips every memory check for this method (``memory: ignore``)."""
+        return self.cfg.memory == "ignore"
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.spec)]

@@ -5,15 +5,39 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
 - Sub-networks: FedX's three (Section IV-C): ``ofa_mbv3`` small (d2, e3), medium (d3, e4), large (d4, e6),
   ``harwild`` 32 / 64 / 128 channels (``fl.fedx_models``); any other family gets width rates 0.25 / 0.5 / 1.
   The global model is the large one; every sub-network is a prefix of it (nested, Fig. 1).
-- Assignment (done once, Alg. 1 line 6): ``mix`` gives the share of devices per sub-network (the paper's default
-  and ablation: medium vs small, 50/50); devices get them by a seeded permutation. The paper's selection rule
-  (eq. 2: training-time threshold, then a brute-force search of the least utility drop on server data) is not
-  run: its experiments fix the split, and so does this. A device whose declared memory cannot hold its
-  sub-network is never selected.
-- Bits: ``bits`` per sub-network (smaller sub-networks more bits), used for download and upload. QSGD with
-  s = 2^q intervals, bucketed (512 values per norm), signs and norms apart, Elias-omega / zero-run encoded
-  (``fl.quantize``); bytes on the wire are the real encoded lengths (``algorithms.wire`` explains how the upload
+- Assignment (done once, Alg. 1 line 6, after pretraining), ``assign``:
+  ``shuffle`` (default): ``mix`` gives the share of devices per sub-network and devices get them by a seeded
+  permutation, ``bits`` per sub-network. This is what the paper's experiments run (Section IV-E: "half of the
+  devices use the same small sub-network and half uses the medium one", bits fixed per sub-network, and the
+  Fig. 5 sweep of the medium share), so it stays the default; eq. 2 is its system design (Section III-A).
+  ``eq2``: the paper's selection (``algorithms.fedx_assign``): first the sub-networks of ``mix`` (Theta; the
+  shares are unused) whose predicted training time T(theta_u) is at most mu_u = ``time_threshold_s``, then the
+  brute-force search over (theta_u, q in [1, ``max_bits``]) for the least utility drop P(theta, D_S) -
+  P(Q(theta_u, q), D_S) on the server's data. Open choices: T is the device's own local round (its samples and
+  epochs; the paper writes T(theta_u, D_S), timed on a "backup device" of the same type) predicted from its
+  declared profile by the simulator's cost model (``Simulation.predict_train_seconds``: the roofline or
+  FLOPs / FLOP/s, without the jitter only the run reveals); mu_u and q_u^max are the same for every device
+  (profiles declare no processor bit width; the paper's examples: 10 s per local round, 16 bits); a sub-network
+  whose training memory the device does not declare is also dropped (the paper's "resource capabilities");
+  P is top-1 accuracy after static-BN calibration on the server's data, Q one seeded QSGD draw per
+  (sub-network, q) at the wire's normalisation; the drops are measured once (every device of a round shares
+  them) and charged as server work ``assign``; ties go to the larger sub-network, then to fewer bits; the
+  paper's early termination "when the utility drops below an acceptable level" is ``drop_tolerance`` (first
+  pair within it, larger sub-networks and fewer bits visited first; none: eq. 2's exact argmin); a device with
+  no feasible sub-network is never selected (none in the fleet: an error naming ``time_threshold_s``). The
+  download and upload of a device use its q_u. System-only runs cannot score, so a device takes its largest
+  feasible sub-network at ``max_bits`` (the argmin when drops fall with size and bits).
+  In both modes a device whose declared memory cannot hold its sub-network is never selected.
+- Bits (``shuffle``): ``bits`` per sub-network (smaller sub-networks more bits), used for download and upload. QSGD with
+  s = 2^q intervals, signs and norms apart, Elias-omega / zero-run encoded (``fl.quantize``, which states the
+  wire format); bytes on the wire are the real encoded lengths (``algorithms.wire`` explains how the upload
   is priced at dispatch and booked at its real length after training).
+- QSGD normalisation (``qsgd_bucket``): null by default, each parameter tensor by its own L2 norm (the paper's
+  Q(theta / ||theta||_2), read per tensor: one float32 norm per tensor, no padding), so that 8-11 bits leave a
+  real quantization error and the size-vs-bits trade-off of Figs. 4-5 can show (``fl.quantize`` gives the
+  error energies of both modes). An int gives QSGD's buckets of that many values. FedX has no official code
+  (``shared/reference/official_code_notes.md``), so there is no ``reference: code`` mode; the notes name
+  bucketing as an option, and it stays one.
 - Devices train the quantized sub-network in full precision with plain cross-entropy (eq. 3); the server
   quantizes each device's download (charged as ``quantize``); uploads are quantized at the same bits and
   dequantized before aggregation.
@@ -26,14 +50,16 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   on ``finetune_samples`` (750) of the server's samples, a fresh seeded draw each round (Table IV times the
   fine-tuning on a fixed sample size; all of them when null) with loss CE + (gamma / 2) ||theta - theta_agg||^2. The paper writes gamma ||.||_2 in eq. 5
   but its convergence analysis steps by lambda gamma (theta - G), the gradient of the squared form used here.
-- Server work on the simulated clock: ``pretrain`` (once), ``quantize`` (per download), ``aggregate`` (one
+- Server work on the simulated clock: ``pretrain`` (once), ``assign`` (once, eq2: two forward passes over the
+  server's data per scored model and a QSGD pass per quantized sub-network), ``quantize`` (per download), ``aggregate`` (one
   FLOP per value per contribution, a stated assumption), ``fine_tune`` (3 x forward FLOPs per sample).
 - Quantized FedAvg-S/M/L (baselines): ``server_data: false`` and a one-sub-network mix: no pretraining, no
   fine-tuning, quantization still on the server. The clients keep the same data (the server's classes then
   reach nobody).
 - Evaluation: each sub-network of the mix on the whole test set (``acc_<level>``, averaged in ``acc_avg``,
   the paper's mean over devices of their sub-network's accuracy up to device weighting) and the global model.
-- DAdaQuant and AdaGQ are not implemented (their device-side adaptive quantizers are out of this task's scope).
+- DAdaQuant is a method of its own (``algorithms.dadaquant``, as its paper defines it: one full model, no server
+  data); AdaGQ is not implemented (why: that module's docstring).
 """
 
 from __future__ import annotations
@@ -52,6 +78,7 @@ from iotfl_sim.algorithms.base import (
     select_uniform,
 )
 from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.fedx_assign import search, search_work, utility_drops
 from iotfl_sim.algorithms.wire import QuantizedWire
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.fedx_models import FEDX_FAMILIES, level_specs
@@ -93,10 +120,7 @@ class FedX(StrategyBase):
         self.specs = fedx_levels(self.recipe.family)
         self.global_spec = self.specs["large"]
         self.levels = [x for x in LEVELS if cfg.mix.get(x, 0) > 0]
-        shares = np.array([cfg.mix[x] for x in self.levels], dtype=float)
-        self.level_of = assign_by_share(ctx.num_devices, self.levels, shares, stream(ctx.seed, "fedx_assign"))
         need = np.array([self.c.memory_need(self.recipe, self.specs[x]) for x in self.levels])
-        self.eligible = ctx.declared_free_memory >= need[self.level_of]
         self.state = ctx.initial_state(self.recipe, self.global_spec)
         self.wire = QuantizedWire(ctx.seed, ctx.server_work, cfg.qsgd_bucket)
         self.server_x = self.server_y = None
@@ -105,6 +129,44 @@ class FedX(StrategyBase):
             self.server_x, self.server_y = ctx.data.x_train[idx], ctx.data.y_train[idx]
         if self._server_samples() > 1:
             self._pretrain(self._server_samples())
+        if cfg.assign == "eq2":
+            self.level_of, self.bits_of = self._assign_eq2(need)
+            self.eligible = self.level_of >= 0
+        else:
+            shares = np.array([cfg.mix[x] for x in self.levels], dtype=float)
+            self.level_of = assign_by_share(ctx.num_devices, self.levels, shares, stream(ctx.seed, "fedx_assign"))
+            self.bits_of = np.array([cfg.bits.get(x, 32) for x in self.levels], dtype=np.int64)[self.level_of]
+            self.eligible = ctx.declared_free_memory >= need[self.level_of]
+
+    def _assign_eq2(self, need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. 2 (Alg. 1 line 6, once, after pretraining): feasibility by predicted time and declared memory,
+        then the search over (sub-network, q) on the server's data (``algorithms.fedx_assign``)."""
+        cfg, ctx = self.cfg, self.c
+        if ctx.predict_train_seconds is None:
+            raise ValueError("fedx: assign: eq2 needs the simulator's predicted training times (ctx.predict_train_seconds)")
+        specs = [self.specs[x] for x in self.levels]
+        times = np.stack([np.asarray(ctx.predict_train_seconds(self.recipe, s), dtype=np.float64) for s in specs], 1)
+        mu = np.inf if cfg.time_threshold_s is None else cfg.time_threshold_s
+        feasible = (times <= mu) & (ctx.declared_free_memory[:, None] >= need[None, :])
+        if not feasible.any():
+            raise ValueError(
+                f"fedx: assign: eq2: no device trains any of {self.levels} within time_threshold_s="
+                f"{cfg.time_threshold_s} s and its declared memory (fastest predicted: {times.min():.3g} s); raise "
+                "algorithm.time_threshold_s or use assign: shuffle"
+            )
+        if self.server_x is not None and self.state:
+            drops = utility_drops(
+                self.recipe, specs, self.global_spec, self.state, self.server_x, self.server_y, max_bits=cfg.max_bits,
+                bucket=cfg.qsgd_bucket, seed=ctx.seed, batch_size=cfg.server_batch_size,
+            )  # fmt: skip
+        else:  # system-only: nothing to score; drops that fall with size and bits, the search priced as if run
+            m = len(specs)
+            drops = (np.arange(m, 0, -1)[:, None] * 1.0 + 1.0 / np.arange(1, cfg.max_bits + 1)[None, :]) / (m + 1)
+        n = self._server_samples()
+        for work in search_work(self.recipe, specs, self.global_spec, n, max_bits=cfg.max_bits, batch_size=cfg.server_batch_size):
+            ctx.server_work.charge("assign", work)
+        self.utility_drop = drops  # kept for inspection (rows: self.levels, columns: q = 1 .. max_bits)
+        return search(drops, feasible, cfg.max_bits, cfg.drop_tolerance)
 
     def _server_samples(self) -> int:
         if not self.cfg.server_data:
@@ -135,7 +197,7 @@ class FedX(StrategyBase):
         out = []
         for d in chosen:
             x = self.levels[int(self.level_of[d])]
-            out.append(Assignment(int(d), self.specs[x], level=x, bits=int(self.cfg.bits.get(x, 32))))
+            out.append(Assignment(int(d), self.specs[x], level=x, bits=int(self.bits_of[d])))
         return out
 
     def dispatch(self, rnd: int, assignments: list[Assignment]) -> None:

@@ -1,4 +1,4 @@
-"""HeteroFL-IoT: HeteroFL under a per-node energy budget, with a per-round proportional selection.
+"""HeteroFL-IoT: HeteroFL under a per-node energy budget, with a per-round proportional (or paced) selection.
 
 Source: "关于 HETEROFL 一种用于异构设备联邦学习架构的复现与改进" (a reproduction and extension of HeteroFL,
 Diao et al., ICLR 2021, for IoT nodes with an energy budget).
@@ -23,6 +23,41 @@ What the paper specifies, and how it maps here:
   still have energy. The paper does not say what happens when a level has fewer live nodes than its
   quota; ``shortfall: fill`` (default) gives the free slots to the other levels by their shares, so a
   round keeps K nodes ("保证每轮的训练都有一定量的数据"), ``leave`` leaves them empty.
+- Budget pacing, ``selection: paced`` (not in Algorithm 1; this simulator's reading of §1's knapsack idea,
+  "按权重比例来分配, 保证每轮的训练都有一定量的数据, 不出现前后训练量差距过大的情况": every round has a certain
+  amount of data, with no large differences between rounds). Under a tight budget, ``proportional``
+  spends the top level's energy at the full share and then runs out (in
+  scenarios/heterofl_iot_budget.yaml every level-a node is dry by about round 30 of 80; every later
+  round is 0:10). ``paced`` spreads each level's budget over the rounds left. In round r (0-based, of
+  R rounds, so R - r rounds left, this one included), for each level l (``mode: fix``: the nodes whose
+  fixed level is l):
+
+  - e_l, the expected energy of one task of level l = the task energy (compute + radio, idle excluded)
+    all of the level's nodes have drawn so far / the tasks the server has sent to level l so far
+    (failed ones included: a task that died mid-way drew part of a task's energy);
+  - B_l = sum over the level's nodes of floor(E_d / e_l), E_d the node's energy left now (a node with
+    less than e_l left cannot finish a task, so leftovers are not pooled across nodes);
+  - x_l = B_l / (R - r) + c_l, with c_l the level's carry (0 at the start);
+    cap_l = min(floor(x_l), clients_per_round), and the new carry c_l = x_l - floor(x_l), in [0, 1)
+    (``paced_caps``; floor(x + 1e-9) so float noise never loses a whole task). Summed over rounds this
+    spends B_l exactly by the last round when tasks cost e_l (floor with carry: 4 tasks over 10 rounds
+    go out in rounds 2, 4, 6, 8).
+  - A level with no measured task yet (no task sent, or no energy drawn: mains power) has no cap,
+    and a level of mains-powered nodes (E_d = inf) never gets one: its carry stays 0.
+
+  The round's counts are then the ``proportional`` ones (the quota max(share x K, 1), largest remainder)
+  with each level's available nodes capped by cap_l, and the candidates of a level restricted to
+  the live nodes with floor(E_d / e_l) >= 1; ``shortfall: fill`` hands the slots a level cannot use to
+  the levels with spare nodes under their caps, by their shares (``leave``: empty). Round 0 (nothing
+  measured) is the paper's mix. Deterministic: no randomness besides the uniform draw within each
+  level, the same as ``proportional``'s.
+
+  What the server knows: E_d and the drawn task energy are the simulator's true state, read through the
+  documented oracle path (``FleetView.true_state``: ``Fleet.energy_left``, ``Fleet.task_energy``; the
+  summary's ``oracle_knowledge`` lists the method), as the paper's server knows every node's energy
+  (below). FleetView exposes no battery or power figures, so ``paced`` needs ``energy_info: oracle``
+  and ``mode: fix`` (in dynamic mode a level has no nodes of its own); the config refuses other
+  combinations. The task count per level is the server's own.
 - Baseline (§5.1, Fig. 2-4): HeteroFL with its random selection under the same energy limit:
   ``selection: random`` is that, from the same pool and with the same energy knowledge, so the two
   runs differ by the one option. ``algorithm.name: heterofl`` (plain HeteroFL) knows only what
@@ -103,6 +138,29 @@ def fill_quotas(quota: np.ndarray, avail: np.ndarray, shares: np.ndarray, fill: 
     return take
 
 
+PACE_EPS = 1e-9  # floor(x + PACE_EPS): a pace of 2.9999999999 (float noise) counts as 3
+
+
+def affordable_tasks(energy_left: np.ndarray, per_task: float) -> np.ndarray:
+    """Whole tasks of ``per_task`` J each node can still pay for: floor(E_d / e) (inf for mains power)."""
+    return np.floor(np.asarray(energy_left, dtype=np.float64) / per_task + PACE_EPS)
+
+
+def paced_caps(
+    tasks_left: np.ndarray, rounds_left: int, carry: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Budget pacing, floor with carry: for each level l, x_l = tasks_left_l / rounds_left + carry_l, the
+    level's cap this round is min(floor(x_l), k) and its new carry x_l - floor(x_l), in [0, 1). A level whose
+    budget is unknown or unlimited (``tasks_left`` inf or nan) gets cap k and carry 0. Returns (caps, carry)."""
+    tasks_left = np.asarray(tasks_left, dtype=np.float64)
+    carry = np.asarray(carry, dtype=np.float64)
+    known = np.isfinite(tasks_left)
+    x = np.where(known, tasks_left, 0.0) / max(int(rounds_left), 1) + np.where(known, carry, 0.0)
+    whole = np.floor(x + PACE_EPS)
+    caps = np.where(known, np.minimum(whole, k), k).astype(np.int64)
+    return caps, np.where(known, np.clip(x - whole, 0.0, None), 0.0)
+
+
 class HeteroFLIoT(HeteroFL):
     name = "heterofl_iot"
 
@@ -110,6 +168,11 @@ class HeteroFLIoT(HeteroFL):
         super().__init__(cfg)
         self.cfg: HeteroFLIoTConfig = cfg
         self.clock = 0.0  # end of the last round as the server saw it
+
+    def setup(self, ctx) -> None:
+        super().setup(ctx)
+        self.carry = np.zeros(len(self.levels))  # paced: each level's fractional pace left over
+        self.dispatched = np.zeros(len(self.levels), dtype=np.int64)  # paced: tasks sent to each level so far
 
     # -- which nodes still have energy
 
@@ -136,14 +199,40 @@ class HeteroFLIoT(HeteroFL):
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         if self.cfg.selection == "random":
             return super().select(rnd, fleet, rng)  # HeteroFL's draw, through selection_filter
+        if self.cfg.selection == "paced":
+            return self._paced_fix(rnd, fleet, rng)
         if self.cfg.mode == "fix":
             return self._proportional_fix(self.live_pool(fleet), rng)
         return self._proportional_dynamic(fleet, rng)
 
-    def _proportional_fix(self, pool: np.ndarray, rng: np.random.Generator) -> list[Assignment]:
+    def _paced_fix(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        """``selection: paced`` (module docstring): the proportional selection with each level capped by its pace."""
+        true, now, k = fleet.true_state(self.name), self.now(fleet), self.c.clients_per_round
+        pool = self.live_pool(fleet)
+        keep = np.ones(len(pool), dtype=bool)
+        tasks_left = np.full(len(self.levels), np.inf)
+        for i in range(len(self.levels)):
+            members = np.flatnonzero(self.fixed == i)
+            drawn = float(true.task_energy(members).sum())
+            if self.dispatched[i] == 0 or not drawn > 0:
+                continue  # no task energy measured yet: no cap
+            per_task = drawn / float(self.dispatched[i])
+            tasks_left[i] = float(affordable_tasks(true.energy_left(now, members), per_task).sum())
+            in_level = self.fixed[pool] == i
+            keep[in_level] = affordable_tasks(true.energy_left(now, pool[in_level]), per_task) >= 1
+        caps, self.carry = paced_caps(tasks_left, self.c.rounds - rnd, self.carry, k)
+        out = self._proportional_fix(pool[keep], rng, caps)
+        self.dispatched += np.bincount([self.levels.index(a.level) for a in out], minlength=len(self.levels))
+        return out
+
+    def _proportional_fix(
+        self, pool: np.ndarray, rng: np.random.Generator, caps: np.ndarray | None = None
+    ) -> list[Assignment]:
         k = self.c.clients_per_round
         by_level = [pool[self.fixed[pool] == i] for i in range(len(self.levels))]
         avail = np.array([len(p) for p in by_level], dtype=np.int64)
+        if caps is not None:
+            avail = np.minimum(avail, caps)
         take = fill_quotas(level_quotas(self.props, k), avail, self.props, self.cfg.shortfall == "fill")
         out = []
         for i, (members, n) in enumerate(zip(by_level, take, strict=True)):

@@ -3,32 +3,48 @@
 As in the paper and its official code (git-disl/scale-fl), applied to this simulator's backbones:
 
 - Model: the scenario's family with an exit after every stage (``fl.early_exit``): ``conv`` (4 conv
-  units), ``resnet18`` (4 stages) or ``vgg16`` (5 pool-delimited stages) become ``<family>_ee``
-  (``exit_head: scalefl``, the code's 3 x [conv3x3 -> Scaler -> BN -> ReLU] -> avgpool -> fc heads)
-  or ``<family>_ee_light`` (``exit_head: light``, avgpool -> fc). A family already written as
-  ``*_ee``/``*_ee_light`` in the scenario is used as written (``exit_head`` is then not consulted).
-  The code's models are ResNet110 and MSDNet24; AdaptiveFL and FlexFL ran ScaleFL's rules on their
-  own VGG16/ResNet backbones, and so does this module. The full-depth model's last exit is the
-  backbone's own classifier, as in the code.
-- Levels: a list of (width, depth): each prunable layer keeps ``int(width * C)`` channels (floor, as
-  the code's int()) and the first ``depth`` stages with their exits. Default: the code's widths
-  [0.7, 0.7, 0.75, 1] with exits [1, 2, 3, 4] for conv and resnet18, and with stages [2, 3, 4, 5] for
-  vgg16 (4 levels over its 5 stages: the paper leaves the mapping open; an exit after VGG's first
-  two 64-channel convs would be nearly useless). Level labels are ``l1``, ``l2``, ... smallest first.
-- Assignment: ``by_capacity`` (default, for IoT fleets): a device's fixed level is the largest that
-  fits its *declared* free memory; devices that fit none are never selected. ``permutation``: the
-  code's fixed level per device: a seeded permutation of the devices, cut into blocks by ``shares``
-  (equal by default, the code's 0.25 each), leftovers to the last level. Either way the level is
-  fixed for the run and there is no device-side adaptation: a device whose current free memory is
-  below its level's need fails the task as out-of-memory (ScaleFL has no such mechanism).
+  units), ``resnet18`` (4 stages), ``vgg16`` (5 pool-delimited stages) or ``resnet110`` (the code's
+  CIFAR ResNet110, ``fl.resnet_cifar``: its 4 segments end after residual blocks 30, 38, 46 and 54,
+  the code's ``ee_layer_locations`` [30, 38, 46]) become ``<family>_ee`` (``exit_head: scalefl``, the
+  code's 3 x [conv3x3 -> Scaler -> BN -> ReLU] -> avgpool -> fc heads) or ``<family>_ee_light``
+  (``exit_head: light``, avgpool -> fc). A family already written as ``*_ee``/``*_ee_light`` in the
+  scenario is used as written (``exit_head`` is then not consulted). The code's models are ResNet110
+  and MSDNet24; AdaptiveFL and FlexFL ran ScaleFL's rules on their own VGG16/ResNet backbones, and so
+  can this module. The full-depth model's last exit is the backbone's own classifier, as in the code.
+- Levels: a list of (width, depth): each prunable layer keeps ``width * C`` channels truncated and
+  the first ``depth`` stages with their exits. ``reference: code`` truncates exactly as the code's
+  ``int(C * width)`` (``SubmodelSpec`` rounding ``int``: 0.29 x 100 = 28.999999999999996 keeps 28)
+  and refuses, before the run, a level whose width leaves some layer with 0 channels (a scenario
+  error naming ``algorithm.levels[i].width``). ``reference: paper``: the paper gives no arithmetic,
+  so the truncation counts a product within 1e-9 of an integer as that integer and keeps at least
+  one channel (rounding ``floor``). Default levels: the code's widths [0.7, 0.7, 0.75, 1] with exits
+  [1, 2, 3, 4] for conv, resnet18 and resnet110, and with stages [2, 3, 4, 5] for vgg16 (4 levels over
+  its 5 stages: the paper leaves the mapping open; an exit after VGG's first two 64-channel convs
+  would be nearly useless). Level labels are ``l1``, ``l2``, ... smallest first.
+- Assignment (``assign``; null: ``by_capacity`` for ``reference: paper``, ``permutation`` for
+  ``code``): ``by_capacity`` (for IoT fleets): a device's fixed level is the largest that fits its
+  *declared* free memory; devices that fit none are never selected. ``permutation``: the code's
+  fixed level per device: a seeded permutation of the devices, cut into consecutive blocks by
+  ``shares`` (equal by default, the code's 0.25 each), leftovers to the last level (the code's
+  ``get_level`` returns -1 for them, which indexes the last level). ``reference: code`` draws it as
+  the code's ``Federator.fed_train`` does: ``np.random.seed(seed)`` (numpy's legacy generator,
+  seeded right before the draw) then ``np.random.permutation(devices)``, blocks of
+  ``int(devices * share)`` with the shares as written (``permutation_levels_code``), so a seed puts
+  the same clients in the same levels as the code run with ``--seed`` (read here from
+  ``numpy.random.RandomState``, which leaves the global generator alone). ``reference: paper``
+  draws the permutation from the run's ``scalefl-levels`` stream and cuts blocks of
+  floor(devices x normalised share). Either way the level is fixed for the run and there is no
+  device-side adaptation: a device whose current free memory is below its level's need fails the
+  task as out-of-memory (ScaleFL has no such mechanism).
 - Selection: ``clients_per_round`` devices uniformly without replacement among the selectable ones.
 - Scaler: ScaleFL's, always on (train and eval) where the width rate is below 1 (option ``scaler``,
   which overrides the scenario's ``model.scaler``: HeteroFL's train-only Scaler is not ScaleFL's).
 - Local objective (``fl.objectives`` ``exit_kd``): last exit CE x n, exit j (1-based) [CE + gamma T^2
   KL(p_last || p_j)] x j, over n(n+1)/2; T = 3. KD is on only in 0-based rounds r > ``kd_start`` x
   rounds (the code's 0.25, strict; the paper is silent on a warm-up, so both modes keep it).
-  ``kd_gamma`` defaults to 0.05: the code's default is 0 (KD off), but the paper's method has KD on
-  and 0.05 is the only value the authors publish (their BERT command).
+  ``kd_gamma`` (null) is 0.05 with ``reference: paper`` (the paper's method has KD on and 0.05 is the
+  only value the authors publish, their BERT command) and 0 with ``reference: code`` (the code's
+  default KD_gamma, which its README's CIFAR command keeps: KD off).
   ``reference: paper``: KL per sample (batchmean) and the teacher (last exit) detached, so the KD
   term trains only the earlier exits: the paper writes the last exit's prediction as the target
   and leaves the gradient question open. ``reference: code``: ``nn.KLDivLoss()``'s 'mean' reduction
@@ -55,17 +71,21 @@ from iotfl_sim.algorithms.base import (
     Update,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import StrategyBase, contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.early_exit import split_family
 from iotfl_sim.fl.models import EE_BASES, EE_FAMILIES, FULL_DEPTH
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.submodel import SubmodelSpec, truncation
 from iotfl_sim.scenario.algorithms import ScaleFLConfig
+from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.seeding import stream
 
 CODE_WIDTHS = (0.7, 0.7, 0.75, 1.0)
-DEFAULT_DEPTHS: dict[str, tuple[int, ...]] = {"conv": (1, 2, 3, 4), "resnet18": (1, 2, 3, 4), "vgg16": (2, 3, 4, 5)}
+DEFAULT_DEPTHS: dict[str, tuple[int, ...]] = {
+    "conv": (1, 2, 3, 4), "resnet18": (1, 2, 3, 4), "vgg16": (2, 3, 4, 5), "resnet110": (1, 2, 3, 4),
+}  # fmt: skip
+LEGACY_SEEDS = 1 << 32  # numpy's legacy np.random.seed takes 0 .. 2**32 - 1
 
 
 def default_levels(base: str) -> list[tuple[float, int]]:
@@ -96,6 +116,20 @@ def permutation_levels(num_devices: int, shares: list[float], rng: np.random.Gen
     return out
 
 
+def permutation_levels_code(num_devices: int, shares: list[float], seed: int) -> np.ndarray:
+    """The code's fixed levels (fed.py, ``Federator.fed_train``): ``np.random.seed(seed)``, then
+    ``np.random.permutation(num_devices)`` cut into consecutive blocks of ``int(num_devices * share)``
+    with the shares as given; devices past the last block get the last level."""
+    order = np.random.RandomState(seed).permutation(num_devices)  # the legacy global generator's draw
+    out = np.full(num_devices, len(shares) - 1, dtype=np.int64)
+    start = 0
+    for i, share in enumerate(shares):
+        end = start + int(num_devices * share)
+        out[order[start:end]] = i
+        start = end
+    return out
+
+
 def kd_active(rnd: int, rounds: int, kd_start: float) -> bool:
     """The code's ``round_idx > 0.25 * num_rounds`` (0-based, strict)."""
     return rnd > kd_start * rounds
@@ -121,18 +155,32 @@ class ScaleFL(StrategyBase):
         for _, d in levels:
             if d > full:
                 raise ValueError(f"scalefl level depth {d} exceeds {family}'s {full} stages")
+        code = self.cfg.reference == "code"
+        rounding = truncation(self.cfg.reference)
         self.specs = [
-            SubmodelSpec(rate=w, depth=None if d == full else d, rounding="floor", name=f"l{i + 1}")
+            SubmodelSpec(rate=w, depth=None if d == full else d, rounding=rounding, name=f"l{i + 1}")
             for i, (w, d) in enumerate(levels)
         ]
-        self.global_spec = SubmodelSpec(rate=1.0, rounding="floor", name="full")
+        if code:
+            fields = [f"algorithm.levels[{i}].width" if self.cfg.levels else "algorithm.levels" for i in range(len(levels))]
+            refuse_zero_widths(self.recipe, list(zip(self.specs, fields, strict=True)))
+        self.global_spec = SubmodelSpec(rate=1.0, rounding=rounding, name="full")
         self.state = ctx.initial_state(self.recipe, self.global_spec)
         n = ctx.num_devices
-        if self.cfg.assign == "permutation":
-            shares = self.cfg.shares or [1.0] * len(self.specs)
+        if self.cfg.assignment == "permutation":
+            equal = 1.0 / len(self.specs) if code else 1.0  # the code's 0.25 each; paper: normalised below
+            shares = self.cfg.shares or [equal] * len(self.specs)
             if len(shares) != len(self.specs):
                 raise ValueError(f"scalefl: {len(shares)} shares for {len(self.specs)} levels")
-            self.fixed = permutation_levels(n, shares, stream(ctx.seed, "scalefl-levels"))
+            if code:
+                if ctx.seed >= LEGACY_SEEDS:
+                    raise ScenarioError(
+                        f"seed: {ctx.seed} is too large for reference: code's levels, drawn as the code's "
+                        f"np.random.seed(seed), which takes 0 .. {LEGACY_SEEDS - 1}; use a smaller seed"
+                    )
+                self.fixed = permutation_levels_code(n, shares, ctx.seed)
+            else:
+                self.fixed = permutation_levels(n, shares, stream(ctx.seed, "scalefl-levels"))
             self.eligible = np.ones(n, dtype=bool)
         else:
             self.fixed = np.full(n, -1, dtype=np.int64)
@@ -162,7 +210,7 @@ class ScaleFL(StrategyBase):
         return LocalObjective(
             "exit_kd",
             temperature=self.cfg.temperature,
-            weight=self.cfg.kd_gamma,
+            weight=self.cfg.gamma,
             reduction="mean" if code else "batchmean",
             kd_active=kd_active(int(assignment.extras.get("round", 0)), self.c.rounds, self.cfg.kd_start),
             detach_teacher=not code,

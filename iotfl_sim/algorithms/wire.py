@@ -13,6 +13,7 @@ the trained weights at the upload's bits and returns their real encoded length, 
 round's ``bytes_up`` in place of the estimate (the air time stays as priced). Every random draw of the quantizer
 comes from a stream of (seed, direction, round, device): numerics never depend on simulated durations.
 
+``bucket``: the QSGD normalisation group (``fl.quantize``: ``None`` one norm per tensor, an int QSGD buckets).
 ``bits >= 32`` means raw float32 (4 bytes per value), i.e. no quantization; bytes then equal the engine's
 ``params x 32 / 8``. Server work: each quantized download is charged as ``quantize`` (``QsgdWork``: encoding at
 the server profile's measured rate); the engine charges decoding every accepted quantized upload
@@ -46,7 +47,7 @@ def raw_bytes(state: State) -> float:
 class QuantizedWire:
     """Per-round quantized payloads and message sizes (bytes without the engine's header)."""
 
-    def __init__(self, seed: int, server_work: ServerWork, bucket: int = DEFAULT_BUCKET) -> None:
+    def __init__(self, seed: int, server_work: ServerWork, bucket: int | None = DEFAULT_BUCKET) -> None:
         self.seed = seed
         self.server_work = server_work
         self.bucket = bucket

@@ -1,8 +1,9 @@
 """Early-exit (multi-exit) models: a prunable backbone with a classifier after every stage (ScaleFL).
 
 Families ``<base>_ee`` and ``<base>_ee_light`` for base ``conv`` (stage i = conv unit i with its
-max-pool), ``resnet18`` (its 4 residual stages, the stem counted in stage 1) and ``vgg16`` (its 5
-pool-delimited stages). A model built for ``spec.depth = k`` (default: the full depth) holds the
+max-pool), ``resnet18`` (its 4 residual stages, the stem counted in stage 1), ``vgg16`` (its 5
+pool-delimited stages) and ``resnet110`` (ScaleFL's CIFAR configuration: 4 segments ending after
+residual blocks 30, 38, 46 and 54, so exits read 32, 64 and 64 channels; ``fl.resnet_cifar``). A model built for ``spec.depth = k`` (default: the full depth) holds the
 backbone truncated after stage k and one exit per stage 1..k; ``forward`` returns the list of their
 logits, shallowest first, so ``fl.objectives.final_logits`` picks the deepest.
 
@@ -37,11 +38,13 @@ STAGE_GROUPS: dict[str, tuple[int, ...]] = {
     "conv": (0, 1, 2, 3),
     "resnet18": (0, 1, 2, 3),
     "vgg16": (1, 3, 6, 9, 12),
+    "resnet110": (1, 2, 2, 2),
 }
 STAGE_CHANNELS: dict[str, tuple[int, ...]] = {
     "conv": m.CONV_HIDDEN,
     "resnet18": m.RESNET_HIDDEN,
     "vgg16": (64, 128, 256, 512, 512),
+    "resnet110": (32, 64, 64, 64),
 }
 EXIT_CONVS = 3  # ScaleFL's exit heads
 
@@ -107,6 +110,8 @@ class EarlyExitNet(nn.Module):
             self.bounds = [2, 4, 6, 7][:depth]  # unit, pool, unit, pool, unit, pool, unit
         elif base == "vgg16":
             self.bounds = [i + 1 for i, item in enumerate(m.VGG16_CFG) if item == "M"][:depth]
+        elif base == "resnet110":
+            self.bounds = [1 + end for end in m.RESNET110_SEGMENT_ENDS][:depth]  # features[0] is the stem
 
     def stage_outputs(self, x: torch.Tensor) -> list[torch.Tensor]:
         outs = []

@@ -19,8 +19,12 @@ Families (see ``FAMILIES`` and ``EE_FAMILIES``):
 - ``cnn2``: AdapterFL's small prototype, a LeNet-style 2-conv CNN (two 5x5 convs with 64 channels, each
   followed by a 2x2 max-pool, then FC 64 -> classes); 210,442 parameters without norm on CIFAR-10,
   AdapterFL's "0.21 M" (Table I). Not in ``FAMILIES`` (its pooled map needs images of at least 16 px).
-- ``conv_ee``, ``resnet18_ee``, ``vgg16_ee`` (and ``*_ee_light``): the same backbones with an early
-  exit after every stage (ScaleFL); built by ``fl.early_exit``, their forward returns a list of logits.
+- ``resnet110``: ScaleFL's CIFAR ResNet110 (16-32-64 post-activation basic blocks, 18 per stage; built by
+  ``fl.resnet_cifar``); 3 prunable groups (the stages, the stem in the first), depth 1-4 = the segments
+  that ScaleFL's exits close. Not in ``FAMILIES`` (110 layers are too slow for the generic tests).
+- ``conv_ee``, ``resnet18_ee``, ``vgg16_ee``, ``resnet110_ee`` (and ``*_ee_light``): the same backbones
+  with an early exit after every stage (ScaleFL); built by ``fl.early_exit``, their forward returns a
+  list of logits.
 """
 
 from __future__ import annotations
@@ -34,18 +38,24 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_small", "mlp")
 # Early-exit variants (``fl.early_exit``): ScaleFL's exit heads after every stage of a base family;
 # ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models. Their forward returns a list.
-EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16")
+EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "resnet110")
 EE_FAMILIES: tuple[str, ...] = tuple(f"{b}_ee" for b in EE_BASES) + tuple(f"{b}_ee_light" for b in EE_BASES)
 # FedX's global models (``fl.fedx_models``): the OFA MobileNetV3 supernet (sub-networks (d, e)) and HAR-Wild.
 FEDX_FAMILIES: tuple[str, ...] = ("ofa_mbv3", "harwild")
-# AdapterFL's 2-conv CNN (``TwoConvCNN``); kept out of FAMILIES because 8x8 inputs are too small for it.
-EXTRA_FAMILIES: tuple[str, ...] = ("cnn2",)
+# AdapterFL's 2-conv CNN (``TwoConvCNN``), kept out of FAMILIES because 8x8 inputs are too small for it,
+# and ScaleFL's ResNet110 (``fl.resnet_cifar``), too slow for the generic model tests.
+EXTRA_FAMILIES: tuple[str, ...] = ("cnn2", "resnet110")
 ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES + FEDX_FAMILIES + EXTRA_FAMILIES
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
 RESNET_HIDDEN = (64, 128, 256, 512)
 RESNET_BLOCKS = (2, 2, 2, 2)
+# ScaleFL's CIFAR ResNet110 (``fl.resnet_cifar``): stage widths, 18 blocks per stage, and the blocks that
+# end its 4 segments (ScaleFL's exits after blocks 30, 38, 46, then the classifier after 54).
+RESNET110_HIDDEN = (16, 32, 64)
+RESNET110_BLOCKS = (18, 18, 18)
+RESNET110_SEGMENT_ENDS = (30, 38, 46, 54)
 VGG16_CFG: tuple[int | str, ...] = (
     64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M",
 )  # fmt: skip
@@ -70,6 +80,7 @@ LAYER_GROUPS: dict[str, int] = {
     "cnn_small": len(CNN_SMALL_HIDDEN),
     "mlp": len(MLP_HIDDEN),
     "cnn2": len(CNN2_HIDDEN),
+    "resnet110": len(RESNET110_HIDDEN),
 }
 # Prunable groups that are hidden fully connected layers: AdaptiveFL scales them by r_w whatever the
 # start layer (its VGG head 512r -> 4096r -> 4096r -> classes).
@@ -78,6 +89,7 @@ FC_GROUPS: dict[str, tuple[int, ...]] = {"vgg16": (VGG16_CONVS, VGG16_CONVS + 1)
 # VGG pool-delimited stages, MobileNetV2 bottleneck stages).
 FULL_DEPTH: dict[str, int] = {
     "conv": len(CONV_HIDDEN), "resnet18": len(RESNET_HIDDEN), "vgg16": 5, "mobilenetv2": len(MOBILENETV2_CFG),
+    "resnet110": len(RESNET110_SEGMENT_ENDS),
 }  # fmt: skip
 
 
@@ -632,7 +644,7 @@ def build_model(
     (AdaptiveFL has none) and ``mobilenetv2``; ``True``/``False`` force it on/off for any family.
     ``norm`` is ``bn`` (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln``
     or ``none``. ``spec.depth`` (conv: conv units 1..4 with their pools, resnet18: stages 1..4, vgg16:
-    stages 1..5, mobilenetv2: bottleneck stages 1..7) keeps only the first stages and drops the head
+    stages 1..5, mobilenetv2: bottleneck stages 1..7, resnet110: segments 1..4) keeps only the first stages and drops the head
     (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
     (``fl.early_exit``) return one logit tensor per exit. ``reassembled:...`` families are AdapterFL's
     reassembled models (``fl.reassemble``).
@@ -711,14 +723,17 @@ def build_model(
             norm=norm,
             track_bn=track_bn,
         )
-    elif family == "resnet18":
-        widths = [spec.width(c, layer) for layer, c in enumerate(RESNET_HIDDEN)]
-        model = PreActResNet(
+    elif family in ("resnet18", "resnet110"):
+        from iotfl_sim.fl.resnet_cifar import CifarResNet  # resnet_cifar builds on this module
+
+        hidden, net = (RESNET_HIDDEN, PreActResNet) if family == "resnet18" else (RESNET110_HIDDEN, CifarResNet)
+        widths = [spec.width(c, layer) for layer, c in enumerate(hidden)]
+        model = net(
             widths,
             rates,
             in_channels=in_channels,
             num_classes=num_classes,
-            depth=depth or FULL_DEPTH["resnet18"],
+            depth=depth or FULL_DEPTH[family],
             scaler=use_scaler,
             norm=norm,
             track_bn=track_bn,

@@ -16,6 +16,19 @@ from dataclasses import dataclass
 import torch
 
 Shapes = dict[str, tuple[int, ...]]
+ROUNDINGS: tuple[str, ...] = ("ceil", "floor", "int")
+
+
+class ZeroWidthError(ValueError):
+    """A ``rounding="int"`` layer would keep no channel (the official code would build 0 channels)."""
+
+
+def truncation(reference: str) -> str:
+    """The rounding of the int()-truncating methods (ScaleFL, AdaptiveFL, FlexFL) per ``reference``:
+    ``code``: ``int`` (the official code's arithmetic exactly); ``paper``: ``floor`` (the papers give no
+    arithmetic, so a product within 1e-9 of an integer counts as that integer and a layer keeps at
+    least one channel)."""
+    return "int" if reference == "code" else "floor"
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,9 @@ class SubmodelSpec:
 
     ``rate`` is relative to the *full* architecture (1.0 = all channels). ``layer_rates`` overrides it
     per prunable layer (FlexFL). ``depth`` keeps only the first ``depth`` blocks/exits (DepthFL,
-    ScaleFL). ``rounding`` is ``ceil`` (HeteroFL) or ``floor`` (ScaleFL, AdaptiveFL, FlexFL use int()).
+    ScaleFL). ``rounding`` (see :meth:`width`) is ``ceil`` (HeteroFL), ``floor`` (ScaleFL, AdaptiveFL,
+    FlexFL in ``reference: paper``) or ``int`` (their ``reference: code``: Python's ``int()`` exactly,
+    as the official code computes it; :func:`truncation` picks between the last two).
     Specs are hashable, so costs and model skeletons are cached per spec.
     """
 
@@ -37,8 +52,8 @@ class SubmodelSpec:
     def __post_init__(self) -> None:
         if not 0.0 < self.rate <= 1.0:
             raise ValueError(f"submodel rate must be in (0, 1], got {self.rate}")
-        if self.rounding not in ("ceil", "floor"):
-            raise ValueError(f"rounding must be 'ceil' or 'floor', got {self.rounding!r}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {ROUNDINGS}, got {self.rounding!r}")
 
     @property
     def label(self) -> str:
@@ -50,8 +65,23 @@ class SubmodelSpec:
         return self.layer_rates[min(layer, len(self.layer_rates) - 1)]
 
     def width(self, channels: int, layer: int = 0) -> int:
-        """Channels kept out of ``channels`` at prunable layer ``layer`` (at least one)."""
+        """Channels kept out of ``channels`` at prunable layer ``layer``.
+
+        ``ceil`` and ``floor`` round the float product ``channels x rate`` to the nearest integer
+        first when it lies within 1e-9 of one (so 0.7 x 10 = 7.000000000000001 keeps 7 under ceil, and
+        0.29 x 100 = 28.999999999999996 keeps 29 under floor) and keep at least one channel. ``int``
+        is the official code's ``int(channels * rate)``, bit for bit: no tolerance (28.99...96 keeps
+        28) and no minimum: a product below 1 raises :class:`ZeroWidthError` instead of building a
+        model the official code would not build.
+        """
         scaled = channels * self.layer_rate(layer)
+        if self.rounding == "int":
+            kept = int(scaled)
+            if kept == 0:
+                raise ZeroWidthError(
+                    f"int({channels} x {self.layer_rate(layer):g}) = 0 channels at layer group {layer}"
+                )
+            return kept
         kept = math.ceil(scaled - 1e-9) if self.rounding == "ceil" else int(scaled + 1e-9)
         return max(1, min(channels, kept))
 
@@ -69,9 +99,22 @@ def slice_state(global_state: Mapping[str, torch.Tensor], shapes: Shapes) -> dic
     return {k: global_state[k][prefix_index(s)] for k, s in shapes.items()}
 
 
-def check_nested(global_shapes: Shapes, sub_shapes: Shapes) -> None:
-    """Raise if ``sub_shapes`` is not a prefix sub-shape of ``global_shapes`` (a programming error)."""
+def _not_nested(global_shapes: Shapes, sub_shapes: Shapes) -> str | None:
+    """The first tensor of ``sub_shapes`` that is not a prefix sub-shape of ``global_shapes``'s, or None."""
     for k, s in sub_shapes.items():
         g = global_shapes.get(k)
         if g is None or len(g) != len(s) or any(a > b for a, b in zip(s, g, strict=True)):
-            raise ValueError(f"tensor {k}: submodel shape {s} is not nested in global shape {g}")
+            return k
+    return None
+
+
+def is_nested(outer: Shapes, inner: Shapes) -> bool:
+    """Whether every tensor of ``inner`` is a prefix slice of ``outer``'s (``inner`` can be cut from ``outer``)."""
+    return _not_nested(outer, inner) is None
+
+
+def check_nested(global_shapes: Shapes, sub_shapes: Shapes) -> None:
+    """Raise if ``sub_shapes`` is not a prefix sub-shape of ``global_shapes`` (a programming error)."""
+    k = _not_nested(global_shapes, sub_shapes)
+    if k is not None:
+        raise ValueError(f"tensor {k}: submodel shape {sub_shapes[k]} is not nested in global shape {global_shapes.get(k)}")

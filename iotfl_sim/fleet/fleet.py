@@ -379,6 +379,23 @@ class Fleet:
         """Which devices (all, or those of the index array ``devices``) still have energy at ``t``."""
         return self.depleted_at > t if devices is None else self.depleted_at[devices] > t
 
+    def energy_left(self, t: float, devices: np.ndarray) -> np.ndarray:
+        """Battery energy (J) the index array ``devices`` have left at ``t``: capacity minus every joule
+        used, idle draw up to ``t`` included (inf: mains powered; 0 once depleted). A harvesting device's
+        figure is its battery level at its last settled instant (harvest and idle draw since then not
+        counted). Reads state only."""
+        used = self.energy["compute"][devices] + self.energy["radio"][devices] + self.energy["idle"][devices]
+        idle_more = np.clip(np.minimum(self.depleted_at[devices], t) - self.settled_at[devices], 0.0, None)
+        left = self.capacity_j[devices] - (used + idle_more * self.idle_w[devices])
+        harvesting = np.array([h is not None for h in self.harvests], dtype=bool)
+        if harvesting.any():
+            left = np.where(harvesting[self.group_of[devices]], self.level[devices], left)
+        return np.where(self.depleted_at[devices] > t, np.maximum(left, 0.0), 0.0)
+
+    def task_energy(self, devices: np.ndarray) -> np.ndarray:
+        """Energy (J) the index array ``devices`` have drawn for tasks so far: compute and radio, no idle."""
+        return self.energy["compute"][devices] + self.energy["radio"][devices]
+
     # ------------------------------------------------------------ draws
 
     def sample_free_memory(self, d: int, t: float, rnd: int) -> float:
@@ -432,10 +449,6 @@ class Fleet:
             return None
         kernels = self.kernels[self.group_of[d]] if self.kernels else ()
         return float(self.flops[d]), float(bw), float(self.op_overhead_s[d]), kernels
-
-    def compute_time(self, d: int, flops: float, rnd: int) -> float:
-        """Training time of ``flops`` FLOPs at the device's FLOP/s (the rule without a roofline), jittered."""
-        return self.jittered(d, flops / self.flops[d], rnd)
 
     def jittered(self, d: int, base: float, rnd: int) -> float:
         """``base`` seconds times the device's compute jitter for round ``rnd``."""

@@ -81,7 +81,13 @@ class _Wire(Strict):
     download_bits: int = Field(
         32, ge=1, le=32, description="bits q of the QSGD-quantized downloads (2^q intervals); 32: float32"
     )
-    qsgd_bucket: int = Field(512, ge=1, le=MAX_BUCKET, description="QSGD bucket size: values sharing one norm")
+    qsgd_bucket: int | None = Field(
+        512,
+        ge=1,
+        le=MAX_BUCKET,
+        description="QSGD normalisation: values sharing one float32 norm (QSGD's bucketing); null: one norm per "
+        "tensor, no padding (fl.quantize states the wire format of both)",
+    )
 
 
 class FedAvgConfig(_Wire):
@@ -99,6 +105,12 @@ class FedAvgConfig(_Wire):
         "per run; with all_large only devices whose declared memory fits it take part)",
     )
     width: float = Field(1.0, gt=0, le=1, description="width rate of the all_large model (1: the full model)")
+    memory: Literal["exclude", "ignore"] = Field(
+        "exclude",
+        description="exclude: devices whose declared free memory cannot hold the model are never selected "
+        "(exclusive learning) and memory can still fail a task (oom); ignore: every device may be selected and "
+        "memory never fails a task (AdaptiveFL's unconstrained All-Large, an upper bound no real fleet reaches)",
+    )
 
 
 class DecoupledConfig(_Levels):
@@ -129,10 +141,12 @@ class HeteroFLIoTConfig(HeteroFLConfig):
     configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
 
     name: Literal["heterofl_iot"]  # type: ignore[assignment]
-    selection: Literal["proportional", "random"] = Field(
+    selection: Literal["proportional", "paced", "random"] = Field(
         "proportional",
         description="proportional: each round takes max(share x clients_per_round, 1) nodes of every level among "
-        "the nodes that still have energy (HeteroFL-IoT's ClientSelect); random: plain HeteroFL's uniform draw "
+        "the nodes that still have energy (HeteroFL-IoT's ClientSelect); paced: the same, with each level capped "
+        "by a budget pace (its affordable tasks spread over the rounds left, floor with carry) so the mix holds "
+        "to the last round (needs mode: fix and energy_info: oracle); random: plain HeteroFL's uniform draw "
         "from the same pool (the paper's baseline)",
     )
     energy_info: Literal["oracle", "outcomes"] = Field(
@@ -152,6 +166,13 @@ class HeteroFLIoTConfig(HeteroFLConfig):
         if self.selection == "proportional" and self.mode == "dynamic" and self.assign == "by_capacity":
             raise ValueError(
                 "selection: proportional with mode: dynamic needs assign: by_id (use mode: fix with by_capacity)"
+            )
+        if self.selection == "paced" and self.mode != "fix":
+            raise ValueError("selection: paced needs mode: fix (a level's energy is that of its nodes); set mode: fix")
+        if self.selection == "paced" and self.energy_info != "oracle":
+            raise ValueError(
+                "selection: paced needs energy_info: oracle (the server reads the nodes' remaining energy); "
+                "set energy_info: oracle or use selection: proportional"
             )
         return self
 
@@ -181,8 +202,9 @@ class AdaptiveFLConfig(Strict):
     success_cap: float = Field(0.5, gt=0, le=1, description="cap on R_s when combined with R_c (the paper's 50 %)")
     reference: Literal["paper", "code"] = Field(
         "paper",
-        description="paper: Algorithm 1 and Section 3 as written; code: the official code's table updates, "
-        "large-level reward and device-side fallback",
+        description="paper: Algorithm 1 and Section 3 as written (a device prunes the received model: only pool "
+        "models nested in it); code: the official code's table updates, large-level reward and device-side "
+        "fallback (any smaller pool model, cut from the global weights)",
     )
     avg_over: Literal["levels", "pool"] = Field(
         "levels", description="acc_avg over the level heads S1, M1, L1 (paper Table 2) or over every pool model"
@@ -207,8 +229,16 @@ class AdaptiveFLConfig(Strict):
 class ScaleFLLevel(Strict):
     """One ScaleFL complexity level: a width rate and the number of stages/exits kept."""
 
-    width: float = Field(gt=0, le=1, description="width rate of every prunable layer (channels kept: floor)")
+    width: float = Field(
+        gt=0,
+        le=1,
+        description="width rate of every prunable layer (channels kept: floor, at least one; reference: code: "
+        "the code's int(C x width) exactly, and a width giving 0 channels is refused)",
+    )
     depth: int = Field(ge=1, le=MAX_INDEX, description="stages kept, one exit after each (the deepest is the level's prediction)")
+
+
+SCALEFL_PAPER_KD_GAMMA = 0.05  # the only KD weight the authors publish (their BERT command)
 
 
 class ScaleFLConfig(Strict):
@@ -218,21 +248,26 @@ class ScaleFLConfig(Strict):
     levels: list[ScaleFLLevel] | None = Field(
         None,
         description="complexity levels, smallest first; null: the code's [0.7, 0.7, 0.75, 1] widths with exits "
-        "[1, 2, 3, 4] (conv, resnet18) or [2, 3, 4, 5] (vgg16)",
+        "[1, 2, 3, 4] (conv, resnet18, resnet110) or [2, 3, 4, 5] (vgg16)",
     )
     shares: list[float] | None = Field(
-        None, description="share of devices per level (assign: permutation); null: equal shares (the code's 0.25 each)"
+        None,
+        description="share of devices per level (assign: permutation); null: equal shares (the code's 0.25 each); "
+        "reference: code uses them as written (the code's client_split_ratios: fractions summing to at most 1)",
     )
-    assign: Literal["by_capacity", "permutation"] = Field(
-        "by_capacity",
+    assign: Literal["by_capacity", "permutation"] | None = Field(
+        None,
         description="by_capacity: each device gets the largest level that fits its declared free memory; "
-        "permutation: the code's fixed level per device from a seeded permutation and the shares",
+        "permutation: a fixed level per device from a seeded permutation and the shares (reference: code: the "
+        "code's np.random.seed(seed); np.random.permutation(devices) cut into consecutive chunks); "
+        "null: by_capacity (paper), permutation (code)",
     )
-    kd_gamma: float = Field(
-        0.05,
+    kd_gamma: float | None = Field(
+        None,
         ge=0,
-        description="weight of the exit self-distillation (the code's KD_gamma: 0 by default, 0.05 in its only "
-        "published command with KD; the paper's method has KD on)",
+        description="weight of the exit self-distillation (the code's KD_gamma); null: 0.05 with reference: paper "
+        "(the paper's method has KD on; 0.05 is the authors' only published value, their BERT command), "
+        "0 with reference: code (the code's default, KD off)",
     )
     temperature: float = Field(3.0, gt=0, description="KD temperature T (the code's KD_T)")
     kd_start: float = Field(
@@ -250,9 +285,24 @@ class ScaleFLConfig(Strict):
     )
     reference: Literal["paper", "code"] = Field(
         "paper",
-        description="paper: KL with batchmean reduction and a detached teacher (last exit); code: KLDivLoss() "
-        "'mean' reduction and the teacher not detached, as the official code",
+        description="paper: KL with batchmean reduction and a detached teacher (last exit); code: the official "
+        "code's KLDivLoss() 'mean' reduction, teacher not detached, int() channel counts, KD_gamma 0 and "
+        "seeded-permutation levels by default",
     )
+
+    @property
+    def gamma(self) -> float:
+        """``kd_gamma``, its null resolved per ``reference``."""
+        if self.kd_gamma is not None:
+            return self.kd_gamma
+        return 0.0 if self.reference == "code" else SCALEFL_PAPER_KD_GAMMA
+
+    @property
+    def assignment(self) -> str:
+        """``assign``, its null resolved per ``reference``."""
+        if self.assign is not None:
+            return self.assign
+        return "permutation" if self.reference == "code" else "by_capacity"
 
     @model_validator(mode="after")
     def _levels_ok(self) -> ScaleFLConfig:
@@ -268,6 +318,11 @@ class ScaleFLConfig(Strict):
                 raise ValueError(f"shares has {len(self.shares)} entries for {n} levels")
             if any(x < 0 for x in self.shares) or sum(self.shares) <= 0:
                 raise ValueError("shares must be non-negative and not all zero")
+            if self.reference == "code" and sum(self.shares) > 1 + 1e-9:
+                raise ValueError(
+                    f"shares sum to {sum(self.shares):g}; reference: code uses them as the code's client_split_ratios "
+                    "(fractions of the devices, summing to at most 1): write them as fractions"
+                )
         return self
 
 
@@ -425,9 +480,39 @@ class FedXConfig(Strict):
         description="classes held by the server only (the paper's disjoint split, e.g. CIFAR-10 [8, 9]); every "
         "train sample of these classes goes to the server and none to the devices",
     )
-    qsgd_bucket: int = Field(512, ge=1, le=MAX_BUCKET, description="QSGD bucket size: values sharing one norm")
+    qsgd_bucket: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BUCKET,
+        description="QSGD normalisation: null (the paper's): each tensor by its own L2 norm, one float32 norm per "
+        "tensor, no padding; an int: QSGD's buckets of that many values, each with its own norm (8-10 bit "
+        "messages then lose almost nothing)",
+    )
     system_only_server_samples: int = Field(
         750, ge=0, le=MAX_SAMPLES, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
+    )
+    assign: Literal["shuffle", "eq2"] = Field(
+        "shuffle",
+        description="shuffle: mix's shares dealt by a seeded permutation, bits per sub-network (the paper's "
+        "experiments); eq2: the paper's selection (eq. 2): per device, the sub-networks named in mix whose "
+        "predicted training time is within time_threshold_s, then the (sub-network, q) of least utility drop on "
+        "the server's data (mix's shares and bits are then unused)",
+    )
+    time_threshold_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="eq2: mu_u, seconds of one local round (the paper's example: 10 s), the same for every device; "
+        "a device's time is predicted from its declared profile by the simulator's cost model; null: no limit",
+    )
+    max_bits: int = Field(
+        16, ge=1, le=32, description="eq2: q_u^max, the most QSGD bits searched (the paper's example: 16-bit devices)"
+    )
+    drop_tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="eq2: stop the search at the first (sub-network, q) whose utility drop (accuracy, 0-1) is at "
+        "most this, visiting larger sub-networks first and fewer bits first (the paper's early termination); "
+        "null: the exact argmin of eq. 2",
     )
 
     @field_validator("mix")
@@ -444,6 +529,45 @@ class FedXConfig(Strict):
             raise ValueError(f"bits must be in [1, 32], got {v}")
         return v
 
+    @model_validator(mode="after")
+    def _eq2_needs_server_data(self) -> FedXConfig:
+        if self.assign == "eq2" and not (self.server_data and (self.proxy_fraction > 0 or self.proxy_classes)):
+            raise ValueError(
+                "assign: eq2 scores the sub-networks on the server's data: set server_data: true and proxy_fraction "
+                "> 0 (or proxy_classes), or use assign: shuffle"
+            )
+        return self
+
+
+class DAdaQuantConfig(Strict):
+    """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
+    time and clients (``iotfl_sim.algorithms.dadaquant``)."""
+
+    name: Literal["dadaquant"]
+    adapt: Literal["both", "time", "clients", "none"] = Field(
+        "both",
+        description="both: DAdaQuant; time: DAdaQuant_time (one level per round); clients: DAdaQuant_clients "
+        "(Theorem 1 levels around q_max); none: Federated QSGD at q_max (the static baseline)",
+    )
+    q_min: int = Field(1, ge=1, le=2**16, description="first level q_1 (intervals per sign; the paper: 1, or q_max / 2 for datasets that need precision early)")
+    q_max: int = Field(
+        8, ge=1, le=2**16, description="highest level, and the static level of adapt: none / clients (the paper: the lowest "
+        "static q of a grid 1, 2, 4, ... at which Federated QSGD matches uncompressed accuracy)",
+    )
+    psi: float = Field(0.9, ge=0, lt=1, description="weight of the loss moving average (the paper: 0.9)")
+    phi: int | None = Field(
+        None, ge=1, description="rounds compared for a plateau and held after a doubling; null: a tenth of the rounds (the paper)"
+    )
+    loss_batch_size: int = Field(
+        100, ge=1, le=MAX_BATCH, description="batch size of the pass that computes each client's loss F_k(p_t)"
+    )
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> DAdaQuantConfig:
+        if self.q_min > self.q_max:
+            raise ValueError(f"q_min ({self.q_min}) must not exceed q_max ({self.q_max})")
+        return self
+
 
 AlgorithmConfig = Annotated[
     FedAvgConfig
@@ -456,7 +580,8 @@ AlgorithmConfig = Annotated[
     | AdapterFLConfig
     | FedBaseConfig
     | FedDFConfig
-    | FedXConfig,
+    | FedXConfig
+    | DAdaQuantConfig,
     Field(discriminator="name"),
 ]
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
@@ -471,5 +596,6 @@ ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
     "fedbase": FedBaseConfig,
     "feddf": FedDFConfig,
     "fedx": FedXConfig,
+    "dadaquant": DAdaQuantConfig,
 }
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)

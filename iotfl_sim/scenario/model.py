@@ -27,7 +27,7 @@ DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "fem
 MODEL_FAMILIES = (
     "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
     "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
-    "ofa_mbv3", "harwild",
+    "ofa_mbv3", "harwild", "resnet110", "resnet110_ee", "resnet110_ee_light",
 )  # fmt: skip
 
 
@@ -208,11 +208,12 @@ class Model(Strict):
     family: Literal[
         "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
         "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
-        "ofa_mbv3", "harwild", "cnn2",
+        "ofa_mbv3", "harwild", "cnn2", "resnet110", "resnet110_ee", "resnet110_ee_light",
     ] = Field(
         "cnn_small",
         description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL); ofa_mbv3, harwild: "
-        "FedX's OFA MobileNetV3 supernet and HAR-Wild CNN; cnn2: AdapterFL's 2-conv CNN (images of at least 16 px)",
+        "FedX's OFA MobileNetV3 supernet and HAR-Wild CNN; cnn2: AdapterFL's 2-conv CNN (images of at least 16 px); "
+        "resnet110: ScaleFL's CIFAR ResNet110 (resnet110_ee: its 4 exits after blocks 30, 38, 46, 54)",
     )  # fmt: skip
     norm: Literal["bn", "none"] = "bn"
     scaler: bool = Field(True, description="HeteroFL's train-only Scaler (output / rate)")

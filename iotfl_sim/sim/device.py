@@ -37,6 +37,25 @@ class Task:
     hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
 
 
+def declared_train_seconds(sim: Simulation, recipe: Any, spec: Any, d: int) -> float:
+    """Seconds of device ``d``'s local training of ``spec`` by its declared profile, before jitter.
+
+    With ``fleet.cost_model: roofline`` and a memory bandwidth in the profile every step is priced per
+    operator (``fl.opcost``: roofline plus dispatch overhead, batch by batch as ``train_local`` runs them);
+    without one, 3 x forward FLOPs / FLOP/s. This is what a server can predict from the declared profile
+    (FedX's T(theta_u) of eq. 2, ``Simulation.predict_train_seconds``); a task's real duration adds the
+    round's compute jitter (``DeviceTasks.compute_cost``).
+    """
+    f = sim.fleet
+    per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
+    rates = f.roofline(d) if sim.sc.fleet.cost_model == "roofline" else None
+    if rates is None:
+        return float(recipe.cost(spec).train_flops(per_epoch * epochs) / f.flops[d])
+    flops_s, bw, overhead, kernels = rates
+    batch, opts = sim.sc.local.batch_size, sim.step_options
+    return opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, flops_s, bw, overhead, opts, kernels)
+
+
 class DeviceTasks:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -135,22 +154,16 @@ class DeviceTasks:
     # ------------------------------------------------------------ the task
 
     def compute_cost(self, recipe: Any, spec: Any, d: int, rnd: int) -> tuple[float, float]:
-        """(training FLOPs, jittered seconds) of device ``d``'s local training of ``spec``.
-
-        With ``fleet.cost_model: roofline`` and a memory bandwidth in the profile every step is priced per operator (``fl.opcost``: roofline
-        plus dispatch overhead, batch by batch as ``train_local`` runs them); without one, as before,
-        3 x forward FLOPs / FLOP/s. Energy follows: the caller charges training power for this duration.
-        """
+        """(training FLOPs, jittered seconds) of device ``d``'s local training of ``spec``
+        (``declared_train_seconds`` times the round's jitter). Energy follows: the caller charges training
+        power for this duration."""
         sim, f = self.sim, self.fleet
-        per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
-        rates = f.roofline(d) if sim.sc.fleet.cost_model == "roofline" else None
-        if rates is None:
-            flops = recipe.cost(spec).train_flops(per_epoch * epochs)
-            return flops, f.compute_time(d, flops, rnd)
-        batch, opts = sim.sc.local.batch_size, sim.step_options
-        flops_s, bw, overhead, kernels = rates
-        base = opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, flops_s, bw, overhead, opts, kernels)
-        return opcost.train_flops(recipe, spec, per_epoch, epochs, batch, opts), f.jittered(d, base, rnd)
+        if sim.sc.fleet.cost_model == "roofline" and f.roofline(d) is not None:
+            per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
+            flops = opcost.train_flops(recipe, spec, per_epoch, epochs, sim.sc.local.batch_size, sim.step_options)
+        else:
+            flops = recipe.cost(spec).train_flops(int(sim.numerics.samples_per_device[d]) * sim.sc.local.epochs)
+        return flops, f.jittered(d, declared_train_seconds(sim, recipe, spec, d), rnd)
 
     def run(self, task: Task):
         sim, f, a = self.sim, self.fleet, task.assignment
@@ -180,15 +193,16 @@ class DeviceTasks:
                 return
             task.trained = b
             recipe_b = sim.strategy.recipe_for(b)
-            need = sim.memory_need(recipe_b, b.spec)
-            if need > free:
+            need = None if sim.memory_ignored else sim.memory_need(recipe_b, b.spec)
+            if need is not None and need > free:
                 self.fail(task, "oom", need=round(need / sim.memory_scale, 4), free=round(free / sim.memory_scale, 4))
                 return
             flops, duration = self.compute_cost(recipe_b, b.spec, d, rnd)
             sim.event(rnd, d, "train_start", level=b.level, flops=flops)
             reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
             if reason is not None:
-                self.fail(task, reason, at=at, phase="train", **({"need": round(need / sim.memory_scale, 4)} if reason == "oom" else {}))
+                oom = {"need": round(need / sim.memory_scale, 4)} if reason == "oom" and need is not None else {}
+                self.fail(task, reason, at=at, phase="train", **oom)
                 return
             sim.event(rnd, d, "train_end")
             nbytes = sim.wire_bytes(b, recipe_b, up=True)

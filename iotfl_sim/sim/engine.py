@@ -46,7 +46,7 @@ from iotfl_sim.output.run_dir import RunLock, RunRecorder, new_run_dir
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
-from iotfl_sim.sim.device import DeviceTasks, Task
+from iotfl_sim.sim.device import DeviceTasks, Task, declared_train_seconds
 from iotfl_sim.sim.server_cost import ServerCost
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
@@ -195,12 +195,16 @@ class Simulation:
             data=self.numerics.dataset,
             parts=self.numerics.parts or None,
             proxy_indices=self.numerics.proxy,
+            predict_train_seconds=self.predict_train_seconds,
         )
         self.server_work = ctx.server_work
         if sc.server.compute is None and not isinstance(sc.server.profile, dict):
             resolve_server(sc, base_dir / "device_profiles" if base_dir is not None else None)
         self.server_cost = ServerCost.of(sc.server)
         self.strategy.setup(ctx)
+        # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
+        # then no task fails for memory and no feasibility check applies
+        self.memory_ignored = bool(getattr(self.strategy, "ignores_memory", False))
         self._check_feasible()
         self.view = _View(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
@@ -284,6 +288,16 @@ class Simulation:
         torch.manual_seed(int_seed(self.sc.seed, "init"))
         return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}
 
+    def predict_train_seconds(self, recipe: ModelRecipe, spec: SubmodelSpec) -> np.ndarray:
+        """Seconds of one local round of ``spec`` for every device, by its declared profile without jitter
+        (``sim.device.declared_train_seconds``), computed once per distinct (compute rates, group, samples)."""
+        f = self.fleet
+        bw = np.nan_to_num(f.mem_bw, nan=-1.0)
+        keys = np.stack([f.flops, bw, f.op_overhead_s, f.group_of, self.numerics.samples_per_device], axis=1)
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        seconds = np.array([declared_train_seconds(self, recipe, spec, int(d)) for d in first])
+        return seconds[inverse.reshape(-1)]
+
     @property
     def step_options(self) -> opcost.StepOptions:
         loc = self.sc.local
@@ -295,6 +309,8 @@ class Simulation:
             # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
             for recipe, spec in specs:
                 opcost.affine_trace(recipe, spec, self.step_options)
+        if self.memory_ignored:
+            return
         needs = [self.memory_need(r, s) for r, s in specs]
         smallest = min(needs)
         if not (self.fleet.mem_free >= smallest).any():

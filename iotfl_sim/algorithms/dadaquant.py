@@ -1,0 +1,226 @@
+"""DAdaQuant (Hönig, Zhao, Mullins, ICML 2022, "DAdaQuant: Doubly-adaptive quantization for communication-efficient
+Federated Learning"): FedAvg whose client->server updates are Federated-QSGD-quantized at a level that adapts over
+time and over clients. FedX compares against it (Section IV-D); no official code is public (reference notes).
+
+What the paper fixes, followed here:
+
+- Federated QSGD (Section 3.3): a client sends its update p_{t+1}^k - p_t (difference coding), quantized with q
+  intervals per sign ("splits R>=0 and R<=0 into q intervals each"): Q_q(p / ||p||_2) with unbiased stochastic
+  rounding, signs and the norm apart, then 0-run-length and Elias-omega coding. The server adds the weighted
+  quantized updates: p_{t+1} = p_t + sum_k w_k Q_{q_k}(p_{t+1}^k - p_t), w_k proportional to |D_k|.
+- Time-adaptive level (Section 3.4): q_1 = q_min; the loss estimate G^_t = sum_k w_k F_k(p_t) over the round's
+  clients, its moving average G^^_t = psi G^^_{t-1} + (1 - psi) G^_t; when G^^_t >= G^^_{t+1-phi} (no decrease over
+  a window of phi rounds) the level doubles, q <- min(2 q, q_max), and then stays fixed for at least phi rounds.
+  Defaults as in its experiments: psi = 0.9, phi = 1/10 of the rounds, q_min = 1.
+- Client-adaptive levels (Section 3.5, Theorem 1): for the round's level q and client weights w_i,
+  q_i = max(1, round(sqrt(a / b) w_i^(2/3))) with a = sum_j w_j^(2/3), b = sum_j w_j^2 / q^2: the least
+  sum_i q_i for which E[Var] = t^2/6 sum_i w_i^2 / q_i^2 equals static quantization's at q (scale-free in w).
+- ``adapt``: both (DAdaQuant), time (DAdaQuant_time), clients (DAdaQuant_clients) or none (Federated QSGD at
+  q_max, the static baseline). Downloads are float32 (the paper compresses the uplink only).
+
+Choices the paper leaves open, made here:
+
+- Normalisation: one L2 norm per parameter tensor (the paper's "vector p" is not said to be the whole model or a
+  layer; its implementation trains with Flower, whose parameters are per-tensor arrays). Wire format per tensor:
+  the norm as 32 bits, then for each non-zero level the zero run before it as Elias-omega(run + 1), a sign bit
+  and Elias-omega(|level|), then the trailing zero run (``fl.quantize.encoded_bits`` with one group per tensor).
+  The stochastic rounding is ``fl.quantize``'s, here with s = q intervals for any natural q (``fl.quantize``
+  takes bits, s = 2^bits, and q_i from Theorem 1 need not be a power of two).
+- Weights w_k: |D_k| normalised over the round's selected clients for the levels (Theorem 1 does not depend on
+  the scale of w) and over the updates that arrived for the aggregation (FedAvg's data weighting).
+- F_k(p_t), the client's loss of the received model on its own data (the paper's "additional evaluation epoch"),
+  is computed where the simulator keeps the client's data, after training, with static-BN calibration on that
+  data (``fl.evaluate``); the device-side time and energy of that pass are not priced (the paper measures about
+  1 % of training). G^^_1 = G^_1 (the paper does not say how the average starts); a round in which no update
+  arrives leaves the schedule as it was. System-only runs have no losses: the level stays at q_min.
+- round() is half-up. The level a client uses is decided at selection, from the schedule after the last round.
+- Upload size: the engine prices a message's air time at dispatch, before the update exists; the estimate is the
+  encoded size of the last aggregated global update (the initial weights in round 1) at the client's level, and
+  the real encoded size replaces it in ``bytes_up`` after training (as ``algorithms.wire`` does). System-only
+  runs price (1 + ceil(log2(q + 1))) bits per value plus a 32-bit norm per tensor.
+- Local training: plain FedAvg SGD (the paper runs FedProx with mu = 1 on Synthetic / FEMNIST / Sent140 and
+  mu = 0 on CelebA; the proximal term is not part of DAdaQuant). The simulated system heterogeneity of its
+  experiments (fewer epochs on 90 % of the clients) is the fleet's business here.
+
+FedX's comparison runs DAdaQuant with FedX's two sub-networks and server fine-tuning without regularisation
+(FedX Section IV-D); this module is DAdaQuant as its own paper defines it, on one full model.
+
+AdaGQ (Liu, He, Cao, INFOCOM 2023; FedX's other quantization baseline) is not implemented, because it cannot be
+done faithfully here yet: its rule consumes each client's measured local-training, upload and download times of
+the last round and the round's elapsed time (eqs. 12-14), which the engine does not hand to strategies (they see
+outcomes, not per-phase durations); every client evaluates the loss of the model after a quantized gradient step
+at two levels (s_k and s_k / 2) each round, a gradient-upload protocol rather than FedAvg's local epochs; and the
+per-client bits of eq. 13 are fixed relative to an anchor client under the condition that the mean level equals
+s_{k+1}, without saying which client anchors or how the pair is solved and rounded. Adding it needs those
+durations exposed to strategies and a stated solution of eq. 13.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, select_uniform
+from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.fl.aggregate import aggregate_nested
+from iotfl_sim.fl.evaluate import evaluate
+from iotfl_sim.fl.quantize import NORM_BITS, encoded_bits
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.algorithms import DAdaQuantConfig
+from iotfl_sim.seeding import int_seed
+
+State = dict[str, torch.Tensor]
+
+
+def client_levels(weights: np.ndarray, q: float) -> np.ndarray:
+    """Theorem 1, rounded: q_i = max(1, round(sqrt(a / b) w_i^(2/3))), a = sum w^(2/3), b = sum w^2 / q^2."""
+    w = np.asarray(weights, dtype=np.float64)
+    a = float(np.sum(w ** (2.0 / 3.0)))
+    b = float(np.sum(w**2)) / float(q) ** 2
+    return np.maximum(1, np.floor(math.sqrt(a / b) * w ** (2.0 / 3.0) + 0.5)).astype(np.int64)
+
+
+@dataclass
+class LevelSchedule:
+    """DAdaQuant's time-adaptive level: ``q`` is the level of the next round; ``observe`` takes a round's loss
+    estimate G^_t. ``averages`` holds G^^_1 .. G^^_t, ``held`` the rounds the current level has been used."""
+
+    q_min: int
+    q_max: int
+    psi: float
+    phi: int
+    q: int = 0
+    held: int = 0
+    averages: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.q == 0:
+            self.q = min(self.q_min, self.q_max)
+
+    def observe(self, loss: float) -> int:
+        """Fold in G^_t; double the level when G^^_t >= G^^_{t+1-phi} after at least phi rounds at it."""
+        avg = loss if not self.averages else self.psi * self.averages[-1] + (1.0 - self.psi) * loss
+        self.averages.append(float(avg))
+        self.held += 1
+        if self.held >= self.phi and self.q < self.q_max and avg >= self.averages[-self.phi]:
+            self.q = min(2 * self.q, self.q_max)
+            self.held = 0
+        return self.q
+
+
+def quantize_update(delta: State, q: int, generator: torch.Generator) -> tuple[State, int]:
+    """(Q_q(delta), encoded bits): per floating tensor v, levels l in {0..q} by unbiased stochastic rounding of
+    q |v_i| / ||v||_2, value ||v||_2 sgn(v_i) l_i / q; other tensors raw."""
+    out: State = {}
+    nbits = 0
+    for k, t in delta.items():
+        if not torch.is_floating_point(t):
+            out[k] = t.clone()
+            nbits += t.numel() * t.element_size() * 8
+            continue
+        v = t.detach().reshape(-1).to(torch.float32)
+        norm = v.norm()
+        scaled = (v.abs() * (q / norm.clamp_min(1e-30))).clamp_max(q)
+        low = scaled.floor()
+        u = torch.rand(v.shape, generator=generator, dtype=torch.float32)
+        signed = low.add_((u < scaled.sub_(low)).to(torch.float32)).copysign_(v)
+        out[k] = (signed * (norm / q)).reshape(t.shape).to(t.dtype)
+        nbits += encoded_bits(signed.to(torch.int64), max(v.numel(), 1))
+    return out, nbits
+
+
+class DAdaQuant(StrategyBase):
+    name = "dadaquant"
+
+    def __init__(self, cfg: DAdaQuantConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def setup(self, ctx) -> None:
+        self.ctx = ctx
+        cfg = self.cfg
+        self.recipe = self.recipe_at(1.0)
+        self.spec = SubmodelSpec(rate=1.0, name="full")
+        self.state = ctx.initial_state(self.recipe, self.spec)
+        self.eligible = self.fits(self.recipe, self.spec, ctx.declared_free_memory)
+        phi = cfg.phi if cfg.phi is not None else max(1, math.floor(ctx.rounds / 10 + 0.5))  # a tenth, half-up
+        q_min = cfg.q_min if cfg.adapt in ("both", "time") else cfg.q_max
+        self.schedule = LevelSchedule(q_min, cfg.q_max, cfg.psi, phi)
+        self.last_update: State = {}  # p_t - p_{t-1}: prices the next uploads
+        self.estimates: dict[int, float] = {}  # device -> priced upload bytes, this round
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        return [(self.recipe, self.spec)]
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
+        q = self.schedule.q
+        if self.cfg.adapt in ("both", "clients") and len(chosen):
+            levels = client_levels(self.c.samples_per_device[chosen].astype(np.float64), q)
+        else:
+            levels = np.full(len(chosen), q, dtype=np.int64)
+        return [
+            Assignment(int(d), self.spec, level="full", extras={"q": int(lv)}) for d, lv in zip(chosen, levels, strict=True)
+        ]
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipe
+
+    def payload(self, assignment: Assignment) -> State:
+        return self.state
+
+    def dispatch(self, rnd: int, assignments: list[Assignment]) -> None:
+        """Price each upload at its client's level (the real encoded size replaces it after training)."""
+        self.estimates = {}
+        ref = self.last_update or self.state
+        for a in assignments:
+            q = int(a.extras["q"])
+            if ref:
+                gen = torch.Generator().manual_seed(int_seed(self.c.seed, "dadaquant_price", rnd, a.device))
+                self.estimates[a.device] = -(-quantize_update(ref, q, gen)[1] // 8)
+            else:  # system-only
+                tensors, params = len(self.recipe.shapes(self.spec)), self.recipe.cost(self.spec).params
+                self.estimates[a.device] = (params * (1 + math.ceil(math.log2(q + 1))) + NORM_BITS * tensors) / 8.0
+
+    def wire_bytes(self, assignment: Assignment, up: bool) -> float | None:
+        return float(self.estimates[assignment.device]) if up and assignment.device in self.estimates else None
+
+    def receive(self, rnd: int, update: Update) -> float:
+        """Quantize the client's update p_{t+1}^k - p_t at its level; the update becomes p_t + Q(delta)."""
+        q = int(update.assignment.extras["q"])
+        delta = {k: update.state[k] - self.state[k] for k in update.state}
+        gen = torch.Generator().manual_seed(int_seed(self.c.seed, "dadaquant_up", rnd, update.assignment.device))
+        qd, nbits = quantize_update(delta, q, gen)
+        update.state = {k: self.state[k] + qd[k] for k in qd}
+        return float(-(-nbits // 8))
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        if not updates:
+            return
+        loss = self._loss_estimate(updates)
+        new = aggregate_nested(self.state, contributions(updates, "data"))
+        self.last_update = {k: new[k] - self.state[k] for k in new}
+        self.state = new
+        if loss is not None:
+            self.schedule.observe(loss)
+
+    def _loss_estimate(self, updates: list[Update]) -> float | None:
+        """G^_t = sum_k w_k F_k(p_t), w_k = |D_k| over the arrived updates; None without data."""
+        c = self.c
+        if c.data is None or c.parts is None or not self.state:
+            return None
+        total, weight = 0.0, 0.0
+        for u in updates:
+            idx = torch.as_tensor(c.parts[u.assignment.device])
+            x, y = c.data.x_train[idx], c.data.y_train[idx]
+            _, f_k = evaluate(self.recipe, self.spec, self.state, x, x, y, self.cfg.loss_batch_size)
+            total += u.num_samples * f_k
+            weight += u.num_samples
+        return total / weight
+
+    def eval_targets(self) -> list[EvalTarget]:
+        return [EvalTarget("full", self.spec, self.state, self.recipe)]
