@@ -324,7 +324,7 @@ def test_end_to_end_digits(tmp_path, write_scenario, reference):
     assert float(rows[1]["server_train_s"]) == 0 and float(rows[1]["server_infer_s"]) == 0
     assert float(rows[1]["server_time_s"]) == pytest.approx(float(rows[1]["server_aggregate_s"]))
     events = [json.loads(x) for x in (path / "events.jsonl").read_text().splitlines()]
-    assert {e["what"] for e in events if e["event"] == "server_work"} == {"pretrain", "apoz"}
+    assert {e["what"] for e in events if e["event"] == "server_work"} == {"pretrain", "apoz", "aggregate"}
     levels = {e["level"] for e in events if e["event"] == "train_start"}
     assert levels <= {"M1", "M2'", "M2", "M3'", "M3"} and levels
     summary = json.loads((path / "summary.json").read_text())

@@ -24,11 +24,12 @@ import torch
 
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.measure import _repeat
-from iotfl_sim.fl.quantize import DEFAULT_BUCKET, dequantize_levels, quantize_levels, quantize_state
+from iotfl_sim.fl.quantize import dequantize_levels, quantize_levels, quantize_state
 
 CLIENTS = 10
 VALUES = 1 << 20  # about a million values: a small CNN, past every cache
 BITS = 8
+BUCKET = None  # one norm per tensor: FedX's QSGD, the paper's
 # A state shaped like a small CNN's: a few large tensors and some small ones (biases, norms), 1,048,576 values.
 SHAPES = ((512, 1024), (256, 1024), (64, 64, 3, 3), (32, 32, 3, 3), (1024,), (512,), (256,), (64,), (10, 512))
 TINY = 200  # tensors of TINY_VALUES values each: a state whose cost is all per-tensor overhead
@@ -74,15 +75,15 @@ def aggregate_rates(seconds: float) -> tuple[float, float, str]:
 
 
 def _encode(state: dict[str, torch.Tensor], gen: torch.Generator) -> None:
-    quantize_state(state, BITS, gen)
+    quantize_state(state, BITS, gen, BUCKET)
 
 
 def _decoder(state: dict[str, torch.Tensor], gen: torch.Generator):  # noqa: ANN202
-    levels = {k: quantize_levels(t, BITS, gen) for k, t in state.items()}
+    levels = {k: quantize_levels(t, BITS, gen, BUCKET) for k, t in state.items()}
 
     def decode() -> None:
         for k, (norms, signed, _) in levels.items():
-            dequantize_levels(norms, signed, BITS, tuple(state[k].shape), DEFAULT_BUCKET)
+            dequantize_levels(norms, signed, BITS, tuple(state[k].shape), BUCKET)
 
     return decode
 
@@ -101,7 +102,8 @@ def qsgd_rates(seconds: float) -> tuple[tuple[float, float], tuple[float, float]
         out.append(_split(t0, n0, t1, n1, values))
         notes.append(f"{name} {t0 * 1e3:.2f} ms for {TINY} tiny tensors, {t1 * 1e3:.1f} ms for {values:,} values")
     return out[0], out[1], (
-        f"fl.quantize.quantize_state at {BITS} bits (quantize + exact encoded length) and dequantize_levels: "
+        f"fl.quantize.quantize_state at {BITS} bits, one norm per tensor (quantize + exact encoded length) and "
+        "dequantize_levels: "
         + "; ".join(notes) + ", fastest of the repeats"
     )
 
