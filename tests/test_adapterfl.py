@@ -175,9 +175,12 @@ TABLE2 = {"S-S": 0.22, "S-M": 2.20, "S-L": 10.52, "M-S": 0.28, "M-M": 2.26, "M-L
 
 
 def test_reassembled_sizes_match_table_2() -> None:
-    # The prototypes: our cnn2 is 210,698 parameters with BatchNorm (210,442 without; Table I: 0.21 M),
-    # mobilenetv2 2,236,682 (Table I: 2.25 M), resnet18 11,172,170 (Table I: 11.17 M).
-    assert count_params(_meta("cnn2", cin=3)) == 210_698
+    # cnn2 on 32x32x3 (Table I: 0.21 M), by hand: conv1 5x5 3->64 with bias (3*64*25 + 64) and BN (2*64);
+    # conv2 5x5 64->64 (64*64*25 + 64 + 2*64); the map shrinks 32 -> 28 -> 14 -> 10 -> 5, so the hidden
+    # FC sees 64*5*5 = 1600 inputs (1600*64 + 64); the classifier 64*10 + 10.
+    conv1, conv2, fc, cls = 3 * 64 * 25 + 64 + 2 * 64, 64 * 64 * 25 + 64 + 2 * 64, 1600 * 64 + 64, 64 * 10 + 10
+    assert count_params(_meta("cnn2", cin=3)) == conv1 + conv2 + fc + cls  # = 210,698
+    assert count_params(_meta("cnn2", cin=3, size=(36, 36))) == conv1 + conv2 + 64 * 6 * 6 * 64 + 64 + cls
     for ex, ce in TABLE2_CUTS.items():
         for ad, ca in TABLE2_CUTS.items():
             m = _meta(reassembled_family(ex, ce, ad, ca))
@@ -230,11 +233,11 @@ def test_selector_follows_the_levels_and_reaches_every_model() -> None:
     assert counts[1] == 1 and all(level[d] >= j for d, j in pairs) and sum(counts) == 6
 
 
-def _strategy(cls=AdapterFL, weighting: str = "count", declared=None) -> AdapterFL:
+def _strategy(cls=AdapterFL, weighting: str = "count", declared=None, fit: str = "memory") -> AdapterFL:
     recipe = ModelRecipe("cnn_small", 10, 1, (8, 8))
     cfg_cls = AdapterFLConfig if cls is AdapterFL else FedBaseConfig
     cfg = cfg_cls(name=cls.name, prototypes=["mobilenetv2", "resnet18", "vgg16"], width=0.0625, cuts=[4, 3, 2],
-                  weighting=weighting)  # fmt: skip
+                  weighting=weighting, fit=fit)  # fmt: skip
     need = {0: 1.0, 1: 2.0, 2: 3.0}
 
     def memory_need(r, s):
@@ -260,6 +263,91 @@ def test_setup_orders_the_group_and_gives_devices_their_level() -> None:
     assert s.model_state("L-S")["ex.stage1.0.conv.weight"] is s.model_state("L-L")["ex.stage1.0.conv.weight"]
     fb = _strategy(FedBase)
     assert any(k.startswith("L-S/ex.") for k in fb.state) and not any(k.startswith("ex.") for k in fb.state)
+
+
+# Parameters of Table II's L-group (CIFAR-10, cuts cnn2 1, mobilenetv2 4, resnet18 3), counted by hand.
+# Shared block: ResNet18's stem conv 3*64*9, layer1 (two pre-activation blocks of BN 2*64 + conv 64*64*9,
+# twice), layer2 (BN 2*64, conv 64*128*9, BN 2*128, conv 128*128*9, 1x1 shortcut 64*128; then BN 2*128,
+# conv 128*128*9 twice with their BNs).
+EX = 3 * 64 * 9 + 2 * 2 * (2 * 64 + 64 * 64 * 9) + (128 + 64 * 128 * 9 + 256 + 128 * 128 * 9 + 64 * 128) + 2 * (256 + 128 * 128 * 9)
+
+
+def _adapter(c_ex: int, c_ad: int) -> int:  # two 1x1 convs without bias, each with its BN
+    return c_ex * c_ex + 2 * c_ex + c_ex * c_ad + 2 * c_ad
+
+
+def _preact_stage(cin: int, cout: int) -> int:  # two pre-activation blocks, the first with a 1x1 shortcut
+    return (2 * cin + cin * cout * 9 + 2 * cout + cout * cout * 9 + cin * cout) + 2 * (2 * cout + cout * cout * 9)
+
+
+def _inverted(cin: int, cout: int, t: int = 6) -> int:  # MobileNetV2 block: expand, depthwise 3x3, project (+ BNs)
+    h = cin * t
+    return cin * h + 2 * h + 9 * h + 2 * h + h * cout + 2 * cout
+
+
+# L-S: cnn2's conv2 (64 -> 64 on a 14x14 map) and head; L-M: MobileNetV2's layers 4-7 ((t, c, n) = (6, 64, 4),
+# (6, 96, 3), (6, 160, 3), (6, 320, 1)), the 1x1 conv 320 -> 1280 with BN and the classifier;
+# L-L: ResNet18's layer3 and layer4, the final BN and the classifier.
+AD_S = 64 * 64 * 25 + 64 + 2 * 64 + 1600 * 64 + 64 + 64 * 10 + 10
+AD_M = (
+    _inverted(32, 64) + 3 * _inverted(64, 64) + _inverted(64, 96) + 2 * _inverted(96, 96) + _inverted(96, 160)
+    + 2 * _inverted(160, 160) + _inverted(160, 320) + 320 * 1280 + 2 * 1280 + 1280 * 10 + 10
+)  # fmt: skip
+AD_L = _preact_stage(128, 256) + _preact_stage(256, 512) + 2 * 512 + 512 * 10 + 10
+PARAMS = {"L-S": EX + _adapter(128, 64) + AD_S, "L-M": EX + _adapter(128, 32) + AD_M, "L-L": EX + _adapter(128, 128) + AD_L}
+# toy training memory (bytes), shaped like the real measurement at batch 50: the MobileNetV2 block is the
+# hungriest, so memory orders the models L-S < L-L < L-M while parameters order them L-S < L-M < L-L
+TOY_MEMORY = {"L-S": 383e6, "L-M": 735e6, "L-L": 602e6}
+
+
+def _table2_group(fit: str, declared: list[float]) -> AdapterFL:
+    recipe = ModelRecipe("cnn2", 10, 3, (32, 32))
+    s = AdapterFL(AdapterFLConfig(name="adapterfl", cuts=[1, 4, 3], fit=fit))
+    def memory_need(r, spec):
+        return TOY_MEMORY[f"L-{LETTER[parse_family(r.family)[2]]}"]
+
+    s.setup(strategy_context(recipe, n=len(declared), k=len(declared), memory_need=memory_need, declared=declared,
+                             weights=False))  # fmt: skip
+    return s
+
+
+class _View:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def selectable_mask(self) -> np.ndarray:
+        return np.ones(self.n, dtype=bool)
+
+
+def test_fit_by_parameters_gives_each_device_the_model_its_capacity_holds() -> None:
+    # the hand counts are the models' real sizes (Table II: 0.91, 2.89, 11.21 M)
+    assert PARAMS == {"L-S": 905_546, "L-M": 2_876_874, "L-L": 11_205_450}
+    for ad, cut in TABLE2_CUTS.items():
+        assert count_params(_meta(reassembled_family("resnet18", 3, ad, cut))) == PARAMS[f"L-{LETTER[ad]}"]
+    # beta = the largest bytes per parameter: L-S's 383e6 / 905,546 = 422.9 (L-M 255.5, L-L 53.7), so
+    # the needs are L-S 383e6, L-M 2,876,874 x 422.9 = 1.2168e9, L-L 11,205,450 x 422.9 = 4.7393e9
+    declared = [300e6, 400e6, 650e6, 1.2e9, 1.3e9, 4.7e9, 5e9]
+    s = _table2_group("params", declared)
+    beta = 383e6 / 905_546
+    assert s.bytes_per_param == pytest.approx(beta)
+    assert s.labels == ["L-S", "L-M", "L-L"]
+    assert s.need == pytest.approx([383e6, 2_876_874 * beta, 11_205_450 * beta])
+    assert s.level.tolist() == [-1, 0, 0, 0, 1, 1, 2]
+    got = {a.device: a.level for a in s.select(0, _View(7), np.random.default_rng(0))}
+    assert got == {1: "L-S", 2: "L-S", 3: "L-S", 4: "L-M", 5: "L-M", 6: "L-L"}  # device 0 holds nothing
+    # no device is given a model its declared memory cannot train: beta x |m| >= memory(m) for every m
+    assert all(s.need[i] >= TOY_MEMORY[x] for i, x in enumerate(s.labels))
+    # fit by memory: the same fleet, ordered by training memory; L-M is now the scarce model
+    s = _table2_group("memory", declared)
+    assert s.labels == ["L-S", "L-L", "L-M"] and s.bytes_per_param is None
+    assert s.level.tolist() == [-1, 0, 1, 2, 2, 2, 2]
+    got = {a.device: a.level for a in s.select(0, _View(7), np.random.default_rng(0))}
+    assert got == {1: "L-S", 2: "L-L", 3: "L-M", 4: "L-M", 5: "L-M", 6: "L-M"}
+
+
+def test_fit_by_parameters_refuses_a_fleet_that_holds_no_model() -> None:
+    with pytest.raises(ValueError, match=r"holds the smallest model L-S \(905546 parameters x 422.9 B = 365.3 MB\)"):
+        _table2_group("params", [300e6, 380e6])
 
 
 # --- block-wise aggregation on hand-made tensors ------------------------------------------------------------

@@ -17,6 +17,7 @@ from iotfl_sim.algorithms.base import DeviceState
 from iotfl_sim.algorithms.flexfl import FlexFL, pool_names
 from iotfl_sim.cli import main
 from iotfl_sim.fl import apoz as ap
+from iotfl_sim.fl.objectives import objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FlexFLConfig
@@ -158,14 +159,32 @@ def test_registered():
     assert [x[0] for x in pool_names(3, False)] == ["M1", "M2", "M3"]
 
 
-@pytest.mark.parametrize("recipe", [CONV, VGG], ids=["conv", "vgg16"])
-def test_pool_hits_its_targets_paper(recipe):
-    s = make(recipe)
+def conv_params(rates, groups_only: bool = False) -> int:
+    """CONV's parameters by hand: group l is a 3x3 conv int(C_l x rate) channels wide with bias and BN
+    (cin * cout * 9 + 3 cout), C = 64, 128, 256, 512 on a 1-channel input; then the classifier
+    cout * 62 + 62 (outside the layer groups)."""
+    cin, total = 1, 0
+    for c, r in zip((64, 128, 256, 512), rates, strict=True):
+        cout = max(1, int(c * r))
+        total, cin = total + cin * cout * 9 + 3 * cout, cout
+    return total if groups_only else total + cin * 62 + 62
+
+
+def test_pool_paper_rule_by_a_hand_count():
+    s = make(CONV)
     assert [p.name for p in s.pool] == ["M1", "M2'", "M2", "M3'", "M3"]
-    frac = ap.size_fraction(recipe, groups_only=False)
-    got = [frac(p.spec.layer_rates) if p.spec.layer_rates else 1.0 for p in s.pool]
-    assert got == pytest.approx([0.25, 0.4, 0.5, 0.9, 1.0], abs=0.01)
     assert s.pool[-1].spec.layer_rates is None  # M3 is the global model
+    full = conv_params((1, 1, 1, 1))
+    assert full == 1_583_550
+    # targets 0.25, 0.5 and the adaptive models at target - Gamma: 0.5 - 0.1, 1 - 0.1
+    for p, target in zip(s.pool[:-1], (0.25, 0.4, 0.5, 0.9), strict=True):
+        rates = np.array(p.spec.layer_rates)
+        free = (rates > 0.01) & (rates < 1)  # rates = clamp(s x gamma): gamma from an unclamped one
+        k = round(float(rates[free][0] / s.scores[free][0]) / 0.01)
+        assert rates == pytest.approx(np.clip(s.scores * k * 0.01, 0.01, 1))
+        assert abs(conv_params(rates) / full - target) <= 0.01  # Algorithm 1's stop, by the hand count
+        prev = np.clip(s.scores * (k - 1) * 0.01, 0.01, 1)  # and gamma is the first grid point that stops
+        assert conv_params(prev) / full < target - 0.01
     for a, b in zip(s.pool[:-2], s.pool[1:-1], strict=True):  # nested: rates never shrink up the pool
         assert all(x <= y for x, y in zip(a.spec.layer_rates, b.spec.layer_rates, strict=True))
 
@@ -184,9 +203,17 @@ def test_pool_code_rule_on_the_official_vgg_preset():
 
 def test_pool_code_rule_counts_groups_only():
     s = make(CONV, reference="code")
-    frac = ap.size_fraction(CONV, groups_only=True)
-    for p in s.pool[:-1]:
-        assert p.target - 0.05 <= frac(p.spec.layer_rates) <= p.target + 0.05
+    full = conv_params((1, 1, 1, 1), groups_only=True)
+    assert full == 1_551_744  # without the classifier's 512 * 62 + 62
+    for p, target in zip(s.pool[:-1], (0.25, 0.4, 0.5, 0.9), strict=True):
+        rates = np.array(p.spec.layer_rates)
+        free = (rates > 0.01) & (rates < 1)  # rates = clamp(s x 100 / g): the integer g from an unclamped one
+        g = round(float(100 * s.scores[free][0] / rates[free][0]))
+        assert rates == pytest.approx(np.clip(s.scores * 100 / g, 0.01, 1))
+        # the code's window, on the layer groups only, by the hand count; g - 1 is still above it
+        assert target - 0.05 <= conv_params(rates, groups_only=True) / full <= target + 0.05
+        prev = np.clip(s.scores * 100 / (g - 1), 0.01, 1)
+        assert conv_params(prev, groups_only=True) / full > target + 0.05
 
 
 def test_ablations_change_the_scores():
@@ -276,7 +303,7 @@ def test_self_kd_wiring_paper_and_code():
         return s.local_objective(s.adapt(a, DeviceState(0, relative_need(CONV, spec[name]), 1.0)))
 
     o = obj("M3")
-    assert (o.kind, o.teachers, o.divisor, o.reduction) == ("self_kd", (spec["M1"], spec["M2"]), 2.0, "batchmean")
+    assert (o.kind, o.teachers, o.divisor, o.reduction) == ("self_kd", (spec["M1"], spec["M2"]), 2.0, "mean")
     assert (o.temperature, o.weight) == (3.0, 10.0)
     assert obj("M3'").teachers == (spec["M1"], spec["M2"]) and obj("M3'").divisor == 2.0
     assert obj("M2").teachers == (spec["M1"],) and obj("M2").divisor == 1.0
@@ -288,8 +315,40 @@ def test_self_kd_wiring_paper_and_code():
     assert o.teachers == (spec["M1"], spec["M2'"], spec["M2"], spec["M3'"]) and o.divisor == 4.0
     assert o.reduction == "mean"
     assert obj("M2").teachers == (spec["M1"], spec["M2'"]) and obj("M2").divisor == 2.0
+    # the reduction is its own option, whichever reference picks the teachers
+    for reference in ("paper", "code"):
+        s = make(CONV, reference=reference, kd_reduction="batchmean")
+        spec = {p.name: p.spec for p in s.pool}
+        assert obj("M3").reduction == "batchmean"
     s = make(CONV, self_kd=False)
     assert obj("M3").kind == "ce"
+
+
+def test_kd_reduction_mean_is_batchmean_over_the_classes_by_hand():
+    # FEMNIST's 62 classes, T = 3, lambda = 10, M2's one teacher M1 (divisor 1). Teacher logits 0: its
+    # softened distribution is uniform, 1/62. Student logits [3 ln 2, 0, ..., 0]: softened by T = 3,
+    # softmax([ln 2, 0, ...]) = [2/63, 1/63, ..., 1/63].
+    # KL(teacher || student) = 1/62 ln((1/62) / (2/63)) + 61/62 ln((1/62) / (1/63)) per sample.
+    c = 62
+    kl = math.log(63 / 124) / 62 + 61 / 62 * math.log(63 / 62)
+    student = torch.zeros(2, c, dtype=torch.float64)  # float64: the KL here is a small difference of logs
+    student[:, 0] = 3 * math.log(2)  # the same two samples: batchmean = the per-sample value
+    teacher = torch.zeros(2, c, dtype=torch.float64)
+    y = torch.tensor([0, 5])
+    # CE: -log softmax(student)[y]; softmax at T = 1 of [3 ln 2, 0, ...] = [8/69, 1/69, ...]
+    ce = (-math.log(8 / 69) - math.log(1 / 69)) / 2
+    kd = {}
+    for reduction in ("mean", "batchmean"):
+        s = make(CONV, kd_reduction=reduction)
+        spec = {p.name: p.spec for p in s.pool}
+        a = s.select(0, View([110.0] * 10), np.random.default_rng(0))[0]
+        o = s.local_objective(s.adapt(a, DeviceState(0, relative_need(CONV, spec["M2"]), 1.0)))
+        assert (o.teachers, o.divisor, o.weight, o.temperature) == ((spec["M1"],), 1.0, 10.0, 3.0)
+        loss = float(objective_loss(o, student, y, teachers=lambda x: [teacher], x=torch.zeros(2, 1)))
+        kd[reduction] = (loss - ce) / 10.0
+    assert kd["batchmean"] == pytest.approx(9 * kl, rel=1e-9)  # T^2 x KL per sample
+    assert kd["mean"] == pytest.approx(9 * kl / c, rel=1e-9)  # KLDivLoss(): / batch x classes
+    assert kd["batchmean"] / kd["mean"] == pytest.approx(c, rel=1e-9)  # 62x stronger on FEMNIST
 
 
 def test_config_rejects_gamma_above_the_target_gap():

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import TINY, base_scenario, strategy_context
 
 from iotfl_sim.algorithms import REGISTRY
-from iotfl_sim.algorithms.base import Outcome
+from iotfl_sim.algorithms.base import Assignment, Outcome, Update
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT, fill_quotas, level_quotas
 from iotfl_sim.cli import main
@@ -67,10 +68,23 @@ def mix(assignments) -> Counter:
     return Counter(a.level for a in assignments)
 
 
-def test_registered_and_reuses_heterofl():
+def test_registered_and_aggregates_as_heterofl_by_hand():
     assert REGISTRY["heterofl_iot"] is HeteroFLIoT
     assert issubclass(HeteroFLIoT, HeteroFL)
-    assert HeteroFLIoT.aggregate is HeteroFL.aggregate  # HeteroFL's numerics, not a copy
+    # HeteroFL's aggregation on hand-made tensors: every entry averaged, unweighted, over the clients
+    # whose (nested, prefix) submodel holds it; a classifier row only over the clients holding that label.
+    s = make_strategy(n=4, k=2)
+    s.state = {"w": torch.zeros(4), "cls": torch.zeros(3, 2)}
+    s.classifier = ("cls",)
+    full = Update(Assignment(0, s.specs["a"], level="a"), {"w": torch.full((4,), 4.0),
+                  "cls": torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])}, 10, np.array([0, 1]), 0.0)  # fmt: skip
+    half = Update(Assignment(1, s.specs["b"], level="b"), {"w": torch.full((2,), 2.0),
+                  "cls": torch.tensor([[5.0], [6.0], [7.0]])}, 30, np.array([1, 2]), 0.0)  # fmt: skip
+    s.aggregate(0, [full, half])
+    assert s.state["w"].tolist() == [3.0, 3.0, 4.0, 4.0]  # (4 + 2) / 2 where both hold it: counts, not 10 vs 30
+    # row 0: label 0 only on the full client; row 1: both, column 1 only the full one; row 2: label 2 only
+    # on the half client, and its column 1 nobody trained: kept at 0
+    assert s.state["cls"].tolist() == [[1.0, 1.0], [4.0, 2.0], [7.0, 0.0]]
 
 
 def test_quotas_follow_the_paper():

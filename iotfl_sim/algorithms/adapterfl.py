@@ -21,14 +21,32 @@ No public code exists; this follows the paper's text, and every choice it leaves
   choice; Algorithm 1 picks it at random) feature-extraction block with each prototype's adaptation
   block, joined by a two-conv adapter (``fl.reassemble.Adapter``): the group ``<X>-S``, ``<X>-M``,
   ``<X>-L``.
-- Model & client selector (Sec. IV-C): a model fits a device when its training memory need
-  (``ctx.memory_need``) is at most the device's declared free memory (the selector's "table of the
-  hardware resource of each device" is the declared profiles; no oracle access: a device whose
-  current memory has dropped below the need fails the task as out-of-memory). Every
-  selectable device that fits at least the smallest model is eligible; its *level* is the largest
-  model it fits. The round's k slots are shared among the models in proportion to how many
-  selectable devices have that level (largest remainder), and every model that some selectable
-  device fits gets at least one slot (taken from the model with the most). Models are filled largest
+- Which device fits which model (``fit``). The selector's "table of the hardware resource of each
+  device" is the declared profiles (no oracle access). Sec. IV-C states the rule as |m_ij| <= Gamma_k
+  with |m_ij| "the required memory for the deployment of m_ij" and Gamma_k "the available memory of
+  the k-th device"; Sec. IV-E (Algorithm 1) says |m_ij| "means the number of parameters". The paper
+  thus equates the memory a model needs with its parameter count, by a constant it does not state.
+  ``params`` (default, the paper's reading): need(m) = beta x |m| against the declared free memory,
+  i.e. capacity Gamma_k = free memory / beta parameters, with beta the largest training memory per
+  parameter among the pool's models (``bytes_per_param``: max over m of ``ctx.memory_need(m)`` / |m|,
+  in the fleet's memory units). That beta is the smallest constant under which the reading never
+  gives a device a model its declared memory cannot train (memory_need(m) <= beta |m| for every m);
+  4 bytes (the float32 weights alone) would not do: the weights are a small part of training memory
+  at batch 50, so every device that can train anything would fit the largest model. Models are then
+  ordered by parameters, the paper's S < M < L, and the largest (L) is the scarce one. With the
+  Table II prototypes at batch 50 beta is L-S's (443 B per parameter, activations dominating the
+  small models), so L-S, L-M, L-L need 383, 1215, 4734 MB of declared free memory
+  (``scenarios/adapterfl_cifar10.yaml``).
+  ``memory``: a model fits when its training memory need (``ctx.memory_need``) is at most the
+  declared free memory, models ordered by that need; activations make MobileNetV2's blocks the most
+  memory-hungry, so L-M, not L-L, is then the scarce model.
+  Either way a device whose current memory has dropped below the model's training need fails the
+  task as out-of-memory.
+- Model & client selector (Sec. IV-C): every selectable device that fits at least the smallest model
+  is eligible; its *level* is the largest model it fits. The round's k slots are shared among the
+  models in proportion to how many selectable devices have that level (largest remainder), and
+  every model that some selectable device fits gets at least one slot (taken from the model with
+  the most). Models are filled largest
   first, from devices of their own level, then from unchosen devices of higher levels; unfilled
   slots pass to the next smaller model. With 40/40/20 % of the devices at levels S/M/L, 10 slots
   become 4/4/2, as in the paper ("we will also deliver these heterogeneous models according to this
@@ -72,6 +90,7 @@ from iotfl_sim.fl.reassemble import (
 )
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fleet.fleet import MB
 from iotfl_sim.scenario.algorithms import AdapterFLConfig
 from iotfl_sim.seeding import int_seed, stream
 
@@ -127,6 +146,34 @@ class ModelPoolRounds(StrategyBase):
     """Rounds over a labelled pool of models (``labels``, ``recipes``, ``specs``), each device given the
     largest model its level fits (``level``, ``select_by_fit``): shared by AdapterFL, FedBase and FedDF."""
 
+    def order_pool(self, models: list[tuple[str, ModelRecipe, SubmodelSpec]]) -> None:
+        """Order the pool smallest first by ``cfg.fit`` and give each device its level: the largest model
+        whose need (``need``, in the fleet's memory units) its declared free memory holds (-1: none).
+        ``params``: need = beta x parameters with beta (``bytes_per_param``) the largest training memory
+        per parameter among the pool's models; ``memory``: each model's training memory (module docstring)."""
+        ctx = self.c
+        params = np.array([r.cost(s).params for _, r, s in models], dtype=np.float64)
+        memory = np.array([ctx.memory_need(r, s) for _, r, s in models], dtype=np.float64)
+        if self.cfg.fit == "params":
+            self.bytes_per_param: float | None = float(np.max(memory / params))
+            need = self.bytes_per_param * params
+        else:
+            self.bytes_per_param = None
+            need = memory
+        order = sorted(range(len(models)), key=lambda j: (float(need[j]), j))
+        self.labels = [models[j][0] for j in order]
+        self.recipes = {models[j][0]: models[j][1] for j in order}
+        self.specs = {models[j][0]: models[j][2] for j in order}
+        self.need = [float(need[j]) for j in order]
+        declared = np.asarray(ctx.declared_free_memory, dtype=np.float64)
+        self.level = (declared[:, None] >= np.asarray(self.need)[None, :]).sum(1) - 1  # needs ascend: a prefix fits
+        if self.cfg.fit == "params" and not (self.level >= 0).any():
+            raise ValueError(
+                f"fit params: no device's declared free memory holds the smallest model {self.labels[0]} "
+                f"({int(params[order[0]])} parameters x {self.bytes_per_param:.4g} B = {self.need[0] / MB:.4g} MB); "
+                "raise the groups' memory.free or set algorithm.fit: memory"
+            )
+
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipes[x], self.specs[x]) for x in self.labels]
 
@@ -163,12 +210,8 @@ class AdapterFL(ModelPoolRounds):
             recipe = replace(
                 ctx.recipe, family=reassembled_family(cfg.prototypes[i], cuts[i], fam, cuts[j]), global_rate=cfg.width
             )
-            spec = SubmodelSpec(rate=cfg.width, name=label)
-            models.append((ctx.memory_need(recipe, spec), j, label, recipe, spec))
-        models.sort(key=lambda m: (m[0], m[1]))  # the selector's order: smallest training need first
-        self.labels = [m[2] for m in models]
-        self.recipes = {m[2]: m[3] for m in models}
-        self.specs = {m[2]: m[4] for m in models}
+            models.append((label, recipe, SubmodelSpec(rate=cfg.width, name=label)))
+        self.order_pool(models)
         self.state: dict[str, torch.Tensor] = {}
         self.keys: dict[str, list[str]] = {}
         for label in self.labels:
@@ -176,8 +219,6 @@ class AdapterFL(ModelPoolRounds):
             self.keys[label] = list(init)
             for k, v in to_group(init, label, self.shared_blocks).items():
                 self.state.setdefault(k, v)  # the shared block: one copy (every model's is the same seeded init)
-        fits = np.stack([self.fits(self.recipes[x], self.specs[x], ctx.declared_free_memory) for x in self.labels], 1)
-        self.level = np.where(fits.any(1), fits.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1), -1)
         self.largest = max(self.labels, key=lambda x: self.recipes[x].cost(self.specs[x]).params)
 
     # -- partition (eq. 3)

@@ -2,8 +2,8 @@
 2020) over heterogeneous prototypes, as AdapterFL's baseline.
 
 - Prototypes S, M, L (``prototypes``, ``width`` as in AdapterFL); each has its own global model. The
-  selector is AdapterFL's (``algorithms.adapterfl.select_by_fit``): a device trains the prototype of
-  its level, every prototype that fits some selectable device gets at least one client per round.
+  selector is AdapterFL's (``algorithms.adapterfl.select_by_fit``, with its ``fit`` rule: by
+  parameters or by training memory): a device trains the prototype of its level, every prototype that fits some selectable device gets at least one client per round.
 - Local training: plain cross-entropy with the scenario's ``local`` settings.
 - Server, every round: each prototype's received models are averaged (FedAvg, weighted by data size
   by default); that average is the student. The teachers are all received local models, of every
@@ -55,18 +55,11 @@ class FedDF(ModelPoolRounds):
     def setup(self, ctx) -> None:
         self.ctx = ctx
         cfg = self.cfg
-        models = []
-        for j, fam in enumerate(cfg.prototypes):
-            recipe = replace(ctx.recipe, family=fam, global_rate=cfg.width)
-            spec = SubmodelSpec(rate=cfg.width, name=LETTERS[j])
-            models.append((ctx.memory_need(recipe, spec), j, LETTERS[j], recipe, spec))
-        models.sort(key=lambda m: (m[0], m[1]))
-        self.labels = [m[2] for m in models]
-        self.recipes = {m[2]: m[3] for m in models}
-        self.specs = {m[2]: m[4] for m in models}
+        self.order_pool([
+            (LETTERS[j], replace(ctx.recipe, family=fam, global_rate=cfg.width), SubmodelSpec(rate=cfg.width, name=LETTERS[j]))
+            for j, fam in enumerate(cfg.prototypes)
+        ])  # fmt: skip
         self.states = {x: ctx.initial_state(self.recipes[x], self.specs[x]) for x in self.labels}
-        fits = np.stack([self.fits(self.recipes[x], self.specs[x], ctx.declared_free_memory) for x in self.labels], 1)
-        self.level = np.where(fits.any(1), fits.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1), -1)
         if ctx.data is not None and (ctx.proxy_indices is None or len(ctx.proxy_indices) == 0):
             raise ValueError("feddf: distillation needs a proxy set; set algorithm.proxy_fraction > 0")
 

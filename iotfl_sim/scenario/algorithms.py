@@ -332,9 +332,9 @@ class FlexFLConfig(Strict):
     name: Literal["flexfl"]
     reference: Literal["paper", "code"] = Field(
         "paper",
-        description="paper: Algorithm 1's search and eq. 4 as written; code: the official code's search (gamma "
-        "1..199, window +-0.05, fraction over the prunable groups only) and self-KD (all smaller pool models, "
-        "KLDivLoss 'mean')",
+        description="paper: Algorithm 1's search and eq. 4's teachers as written; code: the official code's search "
+        "(gamma 1..199, window +-0.05, fraction over the prunable groups only) and self-KD teachers (all smaller "
+        "pool models); the KL reduction is kd_reduction, in both",
     )
     targets: list[float] = Field(
         default_factory=lambda: [0.25, 0.5, 1.0],
@@ -356,6 +356,12 @@ class FlexFLConfig(Strict):
     self_kd: bool = Field(True, description="ablation 'w/o self-KD' when false (plain CE)")
     kd_lambda: float = Field(10.0, ge=0, description="lambda of eq. 4")
     kd_temperature: float = Field(3.0, gt=0, description="tau of eq. 4")
+    kd_reduction: Literal["mean", "batchmean"] = Field(
+        "mean",
+        description="reduction of each KL term of eq. 4: mean (the official code's KLDivLoss(), divided by batch x "
+        "classes: the weight under which lambda = 10 was tuned and the paper's numbers were produced) or batchmean "
+        "(the true KL per sample, C times stronger with C classes)",
+    )
     adaptive_models: bool = Field(True, description="ablation 'w/o adaptive model' when false (pool M1, M2, M3)")
     apoz: bool = Field(
         True,
@@ -384,6 +390,13 @@ class _Prototypes(Strict):
     width: float = Field(1.0, gt=0, le=1, description="width rate applied to every prototype (1: the paper's models)")
     weighting: Literal["data", "count"] = Field(
         "count", description="aggregation weights (AdapterFL eqs. 6-7: plain means over clients; data: by data size)"
+    )
+    fit: Literal["params", "memory"] = Field(
+        "params",
+        description="which models a device fits: params (Algorithm 1's |m| <= Gamma_k with |m| the number of "
+        "parameters: capacity Gamma_k = declared free memory / beta, beta = the largest training bytes per "
+        "parameter among the pool's models; models ordered by parameters, as the paper's S < M < L) or memory "
+        "(each model's measured training memory against the declared free memory, ordered by it)",
     )
 
     @field_validator("prototypes")
