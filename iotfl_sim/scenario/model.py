@@ -301,6 +301,8 @@ class Server(Strict):
     def _one_server_model(self) -> Server:
         if self.profile is not None and self.compute is not None:
             raise ValueError("give server.profile or server.compute, not both (compute is the old FLOP rule)")
+        if self.power_mode is not None and self.compute is not None:
+            raise ValueError("server.power_mode picks a mode of server.profile; the FLOP rule (server.compute) has none")
         return self
 
 
