@@ -153,3 +153,19 @@ def test_charge_accepts_typed_work_and_non_negative_flops_only():
     for bad in (-1.0, float("nan"), True, "3"):
         with pytest.raises(ValueError):
             w.charge("x", bad)
+
+
+def test_rounds_split_server_time_by_kind_and_the_summary_adds_them_up(tmp_path):
+    from iotfl_sim.sim.summary import summarize
+
+    data = base_scenario(numerics="none", rounds=2, clients_per_round=4, server={"profile": copy.deepcopy(SERVER)})
+    sc = load_scenario(text=yaml.safe_dump(data))
+    sim = Simulation(sc, resolve_groups(sc))
+    sim.run()
+    for row in sim.rows:
+        split = sum(row[f"server_{k}_s"] for k in ("train", "infer", "aggregate", "qsgd", "other"))
+        assert row["server_time_s"] == pytest.approx(split)
+        assert row["server_aggregate_s"] > 0  # fedavg has no work of its own: the engine's aggregation only
+    by_kind = summarize(sim, 1.0)["server_time_by_kind_s"]
+    assert by_kind["aggregate"] == pytest.approx(sum(r["server_aggregate_s"] for r in sim.rows))
+    assert by_kind["train"] == 0.0
