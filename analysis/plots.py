@@ -582,6 +582,8 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     t_max = ev.t_last
     if not ev.truncated:
         t_max = max(t_max, _nanmax([run.column("sim_time_s")]))
+    for phases, _, _ in data.values():  # a span that starts at the last event still ends inside the axes
+        t_max = max([t_max, *(s + w for spans in phases.values() for s, w in spans if np.isfinite(s + w))])
     unit, div = _time_unit(t_max)
 
     fig, ax = _new_figure(height=max(3.2, 1.6 + 0.28 * len(rows)))
@@ -636,8 +638,8 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     if ends is not None and 0 < ends.size <= 60:
         handles.append(Line2D([], [], color="0.6", lw=0.8, ls=":", label="round end"))
     if handles:
-        fig.legend(
-            handles=handles, loc="outside lower center", ncol=len(handles), fontsize="small", frameon=False
+        fig.legend(  # at most 5 a row: the server's kinds of work would push a single row off the figure
+            handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize="small", frameon=False
         )
     n_fleet = next((len(v) for v in run.devices.values()), 0)
     n_rows = len([d for d in rows if d != SERVER])

@@ -409,12 +409,12 @@ class Simulation:
                     self.event(rnd, d, "upload_encoded", bytes=real, priced=priced)
             else:
                 updates = self._train(rnd, outcomes)
+                self._charge_aggregation(outcomes)  # on the clock before what the method does with the average
                 if len(updates) >= sc.server.min_participants:
                     t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
                     self.strategy.aggregate(rnd, updates)
                     self.host["aggregate"] += time.perf_counter() - t0
                 self.strategy.observe(rnd, outcomes)
-                self._charge_aggregation(outcomes)
             server_s += yield from self._serve(rnd)  # aggregation-side work
             round_end = self.env.now
             row = self._row(rnd, round_start, round_end, outcomes, updates, e_before, down0, up0)
