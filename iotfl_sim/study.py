@@ -22,6 +22,11 @@ file as given), ``study.resolved.yaml`` (the base with every default filled in, 
 with ``id``, ``overrides``, ``status`` (pending | running | done | failed | interrupted), ``run_dir``
 (relative to the study folder), ``error`` and ``host_s``. Running the same study again skips complete
 runs, resumes interrupted or killed ones (``sim.engine.resume_run``) and runs the rest.
+
+One sweep at a time writes a study folder: it holds the folder's lock (``lock_study``, the run folder's
+``FolderLock``) from before its first write; a second sweep is refused before it changes anything. A run
+folder appears whole under its id (``output.run_dir.new_run_dir_whole``), so the sweep never deletes one: a
+folder in a run's way that is not a run fails that point.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from iotfl_sim.output.run_dir import write_atomic
+from iotfl_sim.output.run_dir import NEW_SUFFIX, FolderLock, write_atomic
+from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml
 from iotfl_sim.scenario.model import plain_name
 from iotfl_sim.scenario.profile import Strict
@@ -366,7 +372,7 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
     from iotfl_sim.scenario.loader import resolved_dict
     from iotfl_sim.sim.engine import resume_run, run_scenario
 
-    rid, run_dir = task["id"], Path(task["run_dir"])
+    rid, run_dir = task["id"], Path(task["run_dir"])  # never removed here: a run folder appears whole
     if _STOP is not None and _STOP.is_set():  # queued before the sweep was stopped: leave it pending
         return {"id": rid, "status": "pending", "error": None, "host_s": None}
     if _EVENTS is not None:
@@ -377,8 +383,6 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
         if task["resume"]:
             _, summary = resume_run(run_dir, progress=False)
         else:
-            if run_dir.exists():  # made but killed before its scenario was written: start it over
-                shutil.rmtree(run_dir)
             with contextlib.redirect_stderr(io.StringIO()):  # the sweep printed load notes once already
                 sc, groups = load_point(task["base"], task["sets"])
             _, summary = run_scenario(
@@ -429,10 +433,27 @@ class SweepResult:
         return sum(r["status"] == status for r in self.records)
 
 
+def study_folder(study: Study, out: str | Path) -> Path:
+    return Path(out) / study.spec.name
+
+
+def lock_study(folder: Path) -> FolderLock:
+    """Make the study folder if need be and take its lock (``output.run_dir.FolderLock``, as a run folder's):
+    one sweep at a time writes a study; a second is refused before it changes anything."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ScenarioError(f"sweep --out: cannot make the study folder {folder} ({e.strerror}); give another --out") from None
+    return FolderLock(
+        folder, f"{folder}: another `iotfl-sim sweep` is running this study (it holds {folder / FolderLock.NAME}); "
+        "wait for it to end, or give another --out",
+    )  # fmt: skip
+
+
 def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
-    """Make (or reopen) the study folder; the index records, with runs complete on disk marked done."""
-    folder = Path(out) / study.spec.name
-    folder.mkdir(parents=True, exist_ok=True)
+    """Reopen (or fill) the study folder, whose lock the caller holds (``lock_study``); the index records,
+    with runs complete on disk marked done. Checks before it writes: a refusal leaves the folder as it was."""
+    folder = study_folder(study, out)
     resolved_path = folder / "study.resolved.yaml"
     resolved = {
         "name": study.spec.name,
@@ -453,6 +474,9 @@ def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
             )
     write_atomic(folder / "study.yaml", study.text)
     write_atomic(resolved_path, yaml.safe_dump(resolved, sort_keys=False))
+    runs = folder / "runs"
+    for tmp in runs.glob(f".*{NEW_SUFFIX}") if runs.is_dir() else []:  # a run folder a killed sweep was making
+        shutil.rmtree(tmp, ignore_errors=True)
     records = []
     for p in study.points:
         rec = _record(p)
@@ -475,9 +499,24 @@ def sweep(
     ``dispatch.kind``). Ctrl-C (or SIGTERM to this process) stops launching runs; running ones finish their
     round, checkpoint and are marked ``interrupted``; run the sweep again to go on.
     """
+    lock = lock_study(study_folder(study, out))
+    wrote = False
+    try:
+        folder, records = prepare(study, out)
+        wrote = True
+        return _sweep_locked(study, folder, records, workers, progress, dispatch)
+    except OSError as e:
+        raise no_space(e, f"run the sweep again (runs resume where they stopped): iotfl-sim sweep {study.source}") or e from None
+    finally:
+        lock.release(wrote=wrote)
+
+
+def _sweep_locked(
+    study: Study, folder: Path, records: list[dict[str, Any]], workers: int | None, progress: bool | None,
+    dispatch: str | None,
+) -> SweepResult:
     from tqdm import tqdm
 
-    folder, records = prepare(study, out)
     todo = [r for r in records if r["status"] != "done"]
     for r in todo:  # the index says what is left before anything starts
         r["status"] = "pending"

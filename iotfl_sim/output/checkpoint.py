@@ -27,6 +27,7 @@ import torch
 
 from iotfl_sim import faults
 from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.output.space import writing
 
 FORMAT = 1
 
@@ -41,7 +42,7 @@ def sha256(path: Path) -> str:
 
 def _write_bytes(path: Path, data: bytes, fault_point: str | None = None) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with writing(path), open(tmp, "wb") as f:
         if fault_point is not None:
             if faults.armed(fault_point):
                 f.write(data[: len(data) // 2])
@@ -89,7 +90,8 @@ class CheckpointStore:
     ) -> list[dict[str, Any]]:
         """Write the checkpoint after round ``rnd``; ``chunks`` lists the tape files so far, and ``tape_chunk``
         holds the answers recorded since round ``tape_from``. Returns the tape files now listed."""
-        self.dir.mkdir(exist_ok=True)
+        with writing(self.dir):
+            self.dir.mkdir(exist_ok=True)
         chunks = list(chunks)
         if tape_from < rnd:
             name = f"tape-{tape_from:06d}-{rnd:06d}.pt"
@@ -99,7 +101,8 @@ class CheckpointStore:
         tmp = self.dir / f".tmp-round-{rnd:06d}-{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
-        tmp.mkdir()
+        with writing(tmp):
+            tmp.mkdir()
         _write_bytes(tmp / "state.pt", _tensor_bytes(state), fault_point="checkpoint_write")
         meta = {**meta, "format": FORMAT, "round": rnd, "tape": chunks, "state_sha256": sha256(tmp / "state.pt")}
         _write_bytes(tmp / "meta.json", (json.dumps(meta, indent=1, default=_plain) + "\n").encode())
@@ -121,6 +124,15 @@ class CheckpointStore:
 
     # ------------------------------------------------------------ reading
 
+    def check_folder(self) -> None:
+        """A ``checkpoints`` path that is there but not a folder is refused (a resume would otherwise take the
+        run for one killed before its first checkpoint and start it over)."""
+        if os.path.lexists(self.dir) and not self.dir.is_dir():
+            raise CheckpointError(
+                f"{self.dir}: not a folder; a run keeps its checkpoints in this folder: move that file away "
+                "(the run then starts over on --resume), or start a new run"
+            )
+
     def rounds(self) -> list[int]:
         if not self.dir.is_dir():
             return []
@@ -141,7 +153,8 @@ class CheckpointStore:
                 p.unlink(missing_ok=True)
 
     def load_latest(self) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, list]]] | None:
-        """(meta, state, tape chunks) of the newest checkpoint, verified; None if there is none."""
+        """(meta, state, tape chunks) of the newest checkpoint, verified; None if there is none. Reads only."""
+        self.check_folder()
         rounds = self.rounds()
         if not rounds:
             return None

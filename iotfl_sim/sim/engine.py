@@ -42,7 +42,18 @@ from iotfl_sim.fleet.selection import SAMPLED_SELECTION_MIN_DEVICES, SampleStats
 from iotfl_sim.output import codec
 from iotfl_sim.output.checkpoint import CheckpointStore
 from iotfl_sim.output.codec import CheckpointError
-from iotfl_sim.output.run_dir import RunLock, RunRecorder, new_run_dir
+from iotfl_sim.output.run_dir import (
+    RunLock,
+    RunRecorder,
+    check_offsets,
+    new_run_dir,
+    new_run_dir_whole,
+    read_origin,
+    scenario_sha256,
+    write_origin,
+    write_scenario,
+)
+from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
@@ -660,7 +671,7 @@ class Simulation:
             "offsets": self.recorder.offsets(),
             "digest": self.digest(),
             "tape_counts": self.tape.counts(),
-            "scenario_sha256": self.recorder.scenario_sha256(),
+            "scenario_sha256": scenario_sha256(self.recorder.path),
         }
         self._tape_files = self.checkpoints.write(
             done, state, meta, self._tape_files, codec.encode(self.tape.new_chunk()), self._tape_from
@@ -686,7 +697,7 @@ class Simulation:
         left = self.tape.unconsumed()
         if self.recorder is not None and self.recorder.replay_pending:
             left["event lines"] = self.recorder.replay_pending
-        if left or self.digest() != meta["digest"]:
+        if left or self.digest() != meta.get("digest"):
             raise CheckpointError(
                 f"checkpoint of round {self.resume_round}: replaying the run does not reproduce it "
                 f"({'unused answers: ' + str(left) if left else 'the fleet state differs'}); the code or the data "
@@ -707,6 +718,11 @@ class Simulation:
         self._t_created -= saved["total"]
         self._resume = None
         self._last_checkpoint = (self.resume_round, time.perf_counter())
+        # every check passed: from here on the run writes (its files cut back to the checkpoint's offsets)
+        if self.checkpoints is not None:
+            self.checkpoints.clean_partial()
+        if self.recorder is not None:
+            self.recorder.begin()
 
     # ------------------------------------------------------------ run
 
@@ -718,6 +734,11 @@ class Simulation:
             torch.set_num_threads(self.sc.executor.threads)
         proc = self.env.process(self.server())
         self.env.run(until=proc)
+        if self._resume is not None:  # the run ended (stalled) before the replay reached the checkpoint
+            raise CheckpointError(
+                f"checkpoint of round {self.resume_round}: replaying the run does not reproduce it (it stops "
+                "earlier); the code or the data changed since the run started: start a new run"
+            )
         if not self.interrupted:
             faults.hit("summary")
         host_total = time.perf_counter() - self._t_created  # set-up counts as bookkeeping
@@ -780,39 +801,68 @@ def run_scenario(
     run_dir: Path | None = None,
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
-    ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``)."""
+    ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``; it appears whole,
+    its scenario in it, or not at all)."""
     from tqdm import tqdm
 
     bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
     recorder = None
     path = None
     lock = None
+    ok = False
     try:
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)  # fails on bad input before any folder is made
         if run_dir is not None:
-            path = Path(run_dir)
-            path.mkdir(parents=True)  # never into an existing folder
+            path = new_run_dir_whole(Path(run_dir), resolved, base_dir)
         elif out_parent is not None:
             path = new_run_dir(out_parent, sc.name)
+            write_scenario(path, resolved)
+            write_origin(path, base_dir)
         if path is not None:
             lock = RunLock(path)
             recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_energy_columns(sim))
-            recorder.scenario(resolved)
-            recorder.origin(base_dir)
             sim.recorder = recorder
             sim.checkpoints = _store(sc, path)
         sim.tape.recording = sim.checkpoints is not None
-        return path, _run_interruptible(sim, path)
+        result = path, _run_interruptible(sim, path)
+        ok = True
+        return result
+    except OSError as e:
+        raise _os_error(e, path) from None
     finally:
         bar.close()
+        _finish(recorder, lock, ok, path)
+
+
+def _os_error(e: OSError, path: Path | None) -> Exception:
+    """No space left (``output.space``): one line naming the file, and how to continue; else ``e`` itself."""
+    if path is not None and (path / "scenario.resolved.yaml").is_file():
+        then = f"continue with: iotfl-sim run --resume {path}"
+    else:
+        then = "start the run again"
+    return no_space(e, then) or e
+
+
+def _finish(recorder: RunRecorder | None, lock: RunLock | None, ok: bool, path: Path | None) -> None:
+    """Close the run's files and drop its lock. After an error (``ok`` False) closing raises nothing."""
+    wrote = ok or (recorder is not None and recorder.writing)
+    try:
         if recorder is not None:
-            recorder.close()
+            try:
+                recorder.close(failed=not ok)
+            except OSError as e:
+                raise _os_error(e, path) from None
+    finally:
         if lock is not None:
-            lock.release()
+            lock.release(wrote=wrote)
 
 
 def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str, Any]]:
-    """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none)."""
+    """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none).
+
+    Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s,
+    the scenario's hash, the files' offsets) and the replay of the checkpoint's rounds. A refused resume
+    leaves every file of the folder as it was; only then are the files cut back to the checkpoint."""
     from tqdm import tqdm
 
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
@@ -820,41 +870,46 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
     path = Path(path)
     if not (path / "scenario.resolved.yaml").is_file():
         raise ScenarioError(f"--resume {path}: not a run folder (no scenario.resolved.yaml); give a folder that `iotfl-sim run` made")
-    lock = RunLock(path)
+    lock = RunLock(path)  # writes nothing if the lock file is there; else the file goes again on release
     recorder = None
     bar = None
+    ok = False
     try:
         summary_path = path / "summary.json"
         if summary_path.is_file() and _json_meta(summary_path).get("status", "complete") == "complete":
             raise ScenarioError(f"--resume {path}: this run is already complete (summary.json); nothing to resume")
         sc = load_scenario(path / "scenario.resolved.yaml")
         groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))
-        base_dir = RunRecorder.read_origin(path)
+        base_dir = read_origin(path)
         store = CheckpointStore(path, sc.output.checkpoint.keep)
-        store.clean_partial()
-        loaded = store.load_latest()
+        loaded = store.load_latest()  # refuses a checkpoints path that is not a folder
+        if loaded is not None:
+            meta, state, tape = loaded
+            if meta.get("scenario_sha256") != scenario_sha256(path):
+                raise CheckpointError(f"{path / 'scenario.resolved.yaml'}: changed since the checkpoint was written; "
+                                      "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
+            check_offsets(path, meta.get("offsets"), sc.output.events)
         bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
         labels, energy = _labels(sim), _energy_columns(sim)
+        sim.checkpoints = store if _store(sc, path) is not None else None
         if loaded is None:  # killed before its first checkpoint: start again in the same folder
+            store.clean_partial()
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy)
             sim.recorder = recorder
-        else:
-            meta, state, tape = loaded
+        else:  # the recorder writes nothing until the replay of the checkpoint's rounds has passed its checks
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy, offsets=meta["offsets"])
-            if meta.get("scenario_sha256") != recorder.scenario_sha256():
-                raise CheckpointError(f"{path / 'scenario.resolved.yaml'}: changed since the checkpoint was written; "
-                                      "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
             sim.resume_from(meta, state, tape, recorder)
-        sim.checkpoints = store if _store(sc, path) is not None else None
         sim.tape.recording = sim.checkpoints is not None or loaded is not None
-        return path, _run_interruptible(sim, path)
+        result = path, _run_interruptible(sim, path)
+        ok = True
+        return result
+    except OSError as e:
+        raise _os_error(e, path) from None
     finally:
         if bar is not None:
             bar.close()
-        if recorder is not None:
-            recorder.close()
-        lock.release()
+        _finish(recorder, lock, ok, path)
 
 
 def _run_interruptible(sim: Simulation, path: Path | None) -> dict[str, Any]:
