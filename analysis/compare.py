@@ -162,6 +162,7 @@ class RunMetrics:
     sim_time_s: float
     comm_waste: float
     failures: dict[str, float]
+    server_s: dict[str, float] = field(default_factory=dict)  # kind of server work -> simulated seconds in the run
 
 
 def _last_finite(a: np.ndarray | None) -> float:
@@ -202,6 +203,11 @@ def run_metrics(run: Run, targets: Sequence[float], column: str = "acc_full") ->
             c[len("failed_") :]: float(np.nansum(v)) for c, v in run.rounds.items() if c.startswith("failed_")
         }
     to = {t: cr for t in targets if (cr := crossing(run, t, column)) is not None}
+    server = {
+        c[len("server_") : -len("_s")]: float(np.nansum(v))
+        for c, v in run.rounds.items()
+        if c.startswith("server_") and c.endswith("_s") and c != "server_time_s"
+    }
     return RunMetrics(
         final_acc=accs,
         to_target=to,
@@ -211,6 +217,7 @@ def run_metrics(run: Run, targets: Sequence[float], column: str = "acc_full") ->
         sim_time_s=_last_finite(run.column("sim_time_s")),
         comm_waste=float(waste),
         failures=failures,
+        server_s=server,
     )
 
 
@@ -406,6 +413,24 @@ def build_tables(
             note="At the end of each run; communication waste = 1 − Σ size(returned) / Σ size(sent) over the run.",
         )
     )
+
+    # --- the server's own compute, by kind of work (runs written before the split have no such columns)
+    kinds = [k for k in dict.fromkeys(k for ms in metrics.values() for rm in ms for k in rm.server_s)
+             if any(rm.server_s.get(k, 0.0) for ms in metrics.values() for rm in ms)]  # fmt: skip
+    if kinds:
+        tables.append(
+            Table(
+                "server",
+                "Server compute time by kind of work (simulated seconds per run)",
+                kinds,
+                {m: {k: Cell([rm.server_s.get(k, math.nan) for rm in ms]) for k in kinds} for m, ms in metrics.items()},
+                _num,
+                better="min",
+                note="train: server training (pretraining, fine-tuning, distillation); infer: forward passes (APoZ, "
+                "teachers, CKA); aggregate: averaging the updates; qsgd: encoding downloads and decoding uploads; "
+                "other: work priced in FLOPs. Priced by the run's server profile (server.profile) or FLOP rule.",
+            )
+        )
 
     # --- failures by reason
     # a reason no run ever hit is a column of zeros: left out, and said so in the note

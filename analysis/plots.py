@@ -46,7 +46,14 @@ MAX_TIMELINE_DEVICES = 20
 # LoRaWAN uploads would otherwise be thinner than a pixel (phases after a widened bar shift right to follow it)
 MIN_BAR_FRACTION = 0.004
 
-PHASE_COLORS = {"download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A", "server": "#B276B2"}
+# The server's row is split by kind of work (the server_work events' ``kind``; runs written before the split: other).
+SERVER_KIND_COLORS = {
+    "train": "#6A3D9A", "infer": "#B276B2", "aggregate": "#E377C2", "qsgd": "#8C564B", "other": "#BCBD22",
+}  # fmt: skip
+PHASE_COLORS = {
+    "download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A",
+    **{f"server: {k}": c for k, c in SERVER_KIND_COLORS.items()},
+}  # fmt: skip
 SERVER = -1  # the device id of the server's own events (server_work)
 FAIL_COLOR = "#D62728"
 LATE_COLOR = "#7B3294"
@@ -521,16 +528,18 @@ def _tasks_of(
 def _server_spans(
     events: list[dict[str, Any]],
 ) -> tuple[dict[str, list[tuple[float, float]]], list[float], list[float]]:
-    """The server's compute spans (start, duration) from its server_work events, shaped like ``_tasks_of``."""
-    spans = []
+    """The server's compute spans (start, duration) by kind of work from its server_work events, shaped like
+    ``_tasks_of``. Consecutive items of work follow each other on the simulated clock."""
+    spans: dict[str, list[tuple[float, float]]] = {}
     for e in events:
         t, d = e.get("t"), e.get("duration")
         if e.get("event") == "server_work" and isinstance(t, int | float) and isinstance(d, int | float) and d > 0:
-            spans.append((float(t), float(d)))
-    return {"server": spans}, [], []
+            kind = e.get("kind") if e.get("kind") in SERVER_KIND_COLORS else "other"
+            spans.setdefault(f"server: {kind}", []).append((float(t), float(d)))
+    return spans, [], []
 
 
-_PHASE_ORDER = {"server": 0, "download": 1, "train": 2, "upload": 3}
+_PHASE_ORDER = {**{f"server: {k}": 0 for k in SERVER_KIND_COLORS}, "download": 1, "train": 2, "upload": 3}
 
 
 def widen_spans(
@@ -573,6 +582,8 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     t_max = ev.t_last
     if not ev.truncated:
         t_max = max(t_max, _nanmax([run.column("sim_time_s")]))
+    for phases, _, _ in data.values():  # a span that starts at the last event still ends inside the axes
+        t_max = max([t_max, *(s + w for spans in phases.values() for s, w in spans if np.isfinite(s + w))])
     unit, div = _time_unit(t_max)
 
     fig, ax = _new_figure(height=max(3.2, 1.6 + 0.28 * len(rows)))
@@ -627,8 +638,8 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     if ends is not None and 0 < ends.size <= 60:
         handles.append(Line2D([], [], color="0.6", lw=0.8, ls=":", label="round end"))
     if handles:
-        fig.legend(
-            handles=handles, loc="outside lower center", ncol=len(handles), fontsize="small", frameon=False
+        fig.legend(  # at most 5 a row: the server's kinds of work would push a single row off the figure
+            handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize="small", frameon=False
         )
     n_fleet = next((len(v) for v in run.devices.values()), 0)
     n_rows = len([d for d in rows if d != SERVER])

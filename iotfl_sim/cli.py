@@ -78,6 +78,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if sc.fleet.cost_model == "roofline":
         for w in dict.fromkeys(w for g in groups for w in g.profile.cost_model_warnings()):
             print(f"warning: {w}", file=sys.stderr)
+    from iotfl_sim.sim.server_cost import server_warnings
+
+    for w in server_warnings(sc.server):
+        print(f"warning: {w}", file=sys.stderr)
     print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
     return 0
 
@@ -207,6 +211,11 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     name = args.name or (out.stem if out is not None else measure.default_name())
     m = measure.measure(args.seconds, args.family, args.batch)
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
+    if args.server:
+        from iotfl_sim.fl.measure_server import server_work_rates
+
+        data["server_work"], notes = server_work_rates(args.seconds / 2)
+        data["sources"][1:1] = notes
     text = yaml.safe_dump(data, sort_keys=False, width=200)
     try:  # what we write must load back as a profile
         DeviceProfile.model_validate(safe_yaml.load(text, "measured profile").data)
@@ -218,9 +227,16 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
         with open(out, "x") as f:  # "x": never overwrite, even if the file appeared meanwhile
             f.write(text)
         c = data["compute"]
+        extra = ""
+        if "server_work" in data:
+            w = data["server_work"]
+            extra = (
+                f"; aggregation {w['aggregate_gbs']:.2f} GB/s, QSGD encode {w['qsgd_encode_values_per_s'] / 1e6:.1f} M "
+                f"values/s, decode {w['qsgd_decode_values_per_s'] / 1e6:.1f} M values/s"
+            )
         print(
             f"wrote {out}: {c['flops'] / 1e9:.1f} GFLOP/s, {c['mem_bw_gbs']:.1f} GB/s, "
-            f"{c['op_overhead_us']:.1f} us/op"
+            f"{c['op_overhead_us']:.1f} us/op{extra}"
         )
     return 0
 
@@ -316,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="measure: batch size of that training step")
     p.add_argument(
         "--threads", type=int, help="measure: torch threads to measure with (default: torch's; match how you will train)"
+    )
+    p.add_argument(
+        "--server",
+        action="store_true",
+        help="measure: also time a server's own work (aggregation, QSGD encode/decode) for use as server.profile",
     )
     p.add_argument("--device-class", default="server", choices=["mcu", "sbc", "edge_gpu", "phone", "server"])
     p.add_argument("--idle-w", type=float, help="measure: idle power to record, W (not measured)")

@@ -54,6 +54,9 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
             "failed_oom": 1, "failed_depleted": 0, "alive": alive, "acc_full": a, "acc_avg": round(a - 0.05, 4),
             "energy_j": energy(rnd, seed), "bytes_down": bytes_down(rnd, seed), "bytes_up": bytes_up(rnd, seed),
             "bytes_down_round": 1000.0, "bytes_up_round": 500.0, "comm_waste_cum": 0.1 * (seed + 1),
+            "server_time_s": 0.5 * (seed + 1) + (2.0 if rnd == 1 and algorithm == "heterofl" else 0.0),
+            "server_aggregate_s": 0.5 * (seed + 1), "server_qsgd_s": 0.0,
+            "server_train_s": 2.0 if rnd == 1 and algorithm == "heterofl" else 0.0,
         }  # fmt: skip
         names = level_names if level_names is not None else (("a", "b") if algorithm == "heterofl" else ())
         if levels:

@@ -171,6 +171,16 @@ def test_costs_waste_and_failures(study: Path) -> None:
     ].std == pytest.approx(1.0)
 
 
+def test_server_time_by_kind_per_run(study: Path) -> None:
+    _, t = _tables(study)
+    s = t["server"]
+    assert s.columns == ["aggregate", "train"]  # qsgd is 0 in every run: left out
+    rounds = {algo: len(next(iter(seeds.values()))) for algo, seeds in ACC.items()}
+    # 0.5 x (seed + 1) s of aggregation a round: seeds 0-2 average 1.0 s a round
+    assert s.rows["fedavg"]["aggregate"].mean == pytest.approx(1.0 * rounds["fedavg"])
+    assert s.rows["heterofl"]["train"].mean == pytest.approx(2.0) and s.rows["fedavg"]["train"].mean == 0.0
+
+
 def test_compare_cli_writes_markdown_and_csv(
     study: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -40,7 +40,8 @@ def test_round_ends_at_slowest_device_hand_computed():
     ]
     row = sim.rows[0]
     assert row["completed"] == 8
-    assert row["sim_time_s"] == pytest.approx(max(per_device), rel=1e-12)
+    assert row["server_time_s"] == row["server_aggregate_s"] > 0  # the round closes after the server's aggregation (priced on its own in test_server_cost)
+    assert row["sim_time_s"] == pytest.approx(max(per_device) + row["server_aggregate_s"], rel=1e-12)
 
 
 def test_deadline_drops_slow_devices_and_ends_round_at_deadline():
@@ -55,7 +56,7 @@ def test_deadline_drops_slow_devices_and_ends_round_at_deadline():
     sim = make_sim(data)
     sim.run()
     row = sim.rows[0]
-    assert row["sim_time_s"] == pytest.approx(deadline)
+    assert row["sim_time_s"] == pytest.approx(deadline + row["server_aggregate_s"])  # the round closes after the server's aggregation (priced on its own in test_server_cost)
     assert row["completed"] == 4 and row["failed_deadline"] == 4
     # the dropped devices still finish (and spend energy) after the deadline
     assert sim.fleet.energy["compute"][:4].sum() > 0

@@ -17,6 +17,7 @@ from iotfl_sim.cli import main
 from iotfl_sim.fl.data import load_dataset
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.scenario.algorithms import FedAvgConfig, FedDFConfig
+from iotfl_sim.sim.server_cost import ServerCost
 
 RECIPE = ModelRecipe("cnn_small", 10, 1, (8, 8))
 # width 0.125 (see tests/test_adapterfl.py for why not narrower with ResNet18 on 1-channel images)
@@ -76,10 +77,13 @@ def test_distillation_moves_each_student_toward_the_ensemble_and_is_charged() ->
     s.distill(0, ups)
     after = {x_: kl(x_) for x_ in s.labels}
     assert all(after[x_] < before[x_] for x_ in s.labels), (before, after)
-    ((what, flops),) = s.c.server_work.drain()
+    work = s.c.server_work.drain()
+    assert {what for what, _ in work} == {"distill"}
     fwd = {x_: s.recipes[x_].cost(s.specs[x_]).flops_forward_per_sample for x_ in s.labels}
-    assert what == "distill"
+    # each teacher's forward passes over the 40 proxy samples, each student's 30 steps of 20 samples
+    flops = sum(ServerCost(None, flops=1.0).price(w).seconds for _, w in work)
     assert flops == pytest.approx(sum(fwd.values()) * 40 + sum(3 * f * 20 * 30 for f in fwd.values()))
+    assert sorted((type(w).__name__, w.samples) for _, w in work) == [("InferWork", 40)] * 3 + [("TrainWork", 600)] * 3
 
 
 def test_aggregate_averages_each_prototype_before_distilling() -> None:

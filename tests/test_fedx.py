@@ -145,11 +145,11 @@ def test_fedx_end_to_end_is_deterministic_and_charges_its_server_work(write_scen
         return [[r[i] for i in keep] for r in rows]
     assert strip(a) == strip(b)
     work = {e["what"] for e in ev if e["event"] == "server_work"}
-    assert work == {"pretrain", "quantize", "aggregate", "fine_tune"}
+    assert work == {"pretrain", "quantize", "dequantize", "aggregate", "fine_tune"}
     _, ev = _fedx_run(write_scenario, tmp_path, "noft", fine_tune=False)
-    assert {e["what"] for e in ev if e["event"] == "server_work"} == {"pretrain", "quantize", "aggregate"}
+    assert {e["what"] for e in ev if e["event"] == "server_work"} == {"pretrain", "quantize", "dequantize", "aggregate"}
     _, ev = _fedx_run(write_scenario, tmp_path, "qfedavg", mix={"large": 1.0}, server_data=False)
-    assert {e["what"] for e in ev if e["event"] == "server_work"} == {"quantize", "aggregate"}
+    assert {e["what"] for e in ev if e["event"] == "server_work"} == {"quantize", "dequantize", "aggregate"}
     assert {e["level"] for e in ev if e["event"] == "dispatch"} == {"large"}
 
 

@@ -21,6 +21,7 @@ from iotfl_sim.fl.objectives import objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FlexFLConfig
+from iotfl_sim.sim.server_cost import ServerCost
 
 # The official code's stored APoZ preset for VGG16 on CIFAR-10 (Training_FlexFL.py, --apoz 9).
 VGG_CIFAR10_APOZ = [
@@ -231,9 +232,13 @@ def test_system_only_charges_pretraining_and_apoz_flops():
     s = make(CONV)
     work = dict(s.c.server_work.drain())
     cost = s.recipe.cost(s.global_spec)
-    # proxy = 1 % of 10 x 100 samples = 10; 8 train x 100 epochs, 2 for APoZ
-    assert work["pretrain"] == pytest.approx(3 * cost.flops_forward_per_sample * 8 * 100)
-    assert work["apoz"] == pytest.approx(cost.flops_forward_per_sample * 2)
+    # proxy = 1 % of 10 x 100 samples = 10; 8 train x 100 epochs (Adam, batch 50: the code's), 2 for APoZ
+    pre, apoz = work["pretrain"], work["apoz"]
+    assert (pre.spec, pre.samples, pre.epochs, pre.batch) == (s.global_spec, 8, 100, 50)
+    assert (apoz.spec, apoz.samples) == (s.global_spec, 2)
+    flop_rule = ServerCost(None, flops=1.0)  # the old count: 3 x forward FLOPs per trained sample, 1 x per scored one
+    assert flop_rule.price(pre).seconds == pytest.approx(3 * cost.flops_forward_per_sample * 8 * 100)
+    assert flop_rule.price(apoz).seconds == pytest.approx(cost.flops_forward_per_sample * 2)
     assert s.apoz == [0.5] * 4
 
 
@@ -373,9 +378,12 @@ def test_end_to_end_digits(tmp_path, write_scenario, reference):
         assert 0.0 < float(rows[-1][col]) <= 1.0
     avg = np.mean([float(rows[-1][c]) for c in ("acc_small", "acc_medium", "acc_large")])
     assert float(rows[-1]["acc_avg"]) == pytest.approx(avg, abs=1e-4)
-    assert float(rows[0]["server_time_s"]) > 0 and float(rows[1]["server_time_s"]) == 0
+    # pretraining and APoZ run once, before the first dispatch; later rounds' server work is the aggregation only
+    assert float(rows[0]["server_train_s"]) > 0 and float(rows[0]["server_infer_s"]) > 0
+    assert float(rows[1]["server_train_s"]) == 0 and float(rows[1]["server_infer_s"]) == 0
+    assert float(rows[1]["server_time_s"]) == pytest.approx(float(rows[1]["server_aggregate_s"]))
     events = [json.loads(x) for x in (path / "events.jsonl").read_text().splitlines()]
-    assert {e["what"] for e in events if e["event"] == "server_work"} == {"pretrain", "apoz"}
+    assert {e["what"] for e in events if e["event"] == "server_work"} == {"pretrain", "apoz", "aggregate"}
     levels = {e["level"] for e in events if e["event"] == "train_start"}
     assert levels <= {"M1", "M2'", "M2", "M3'", "M3"} and levels
     summary = json.loads((path / "summary.json").read_text())

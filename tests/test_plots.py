@@ -305,3 +305,21 @@ def test_timeline_shows_the_servers_work_as_its_own_row(tmp_path: Path) -> None:
     server_bars = [b for b in bars if b.get_paths()[0].get_extents().y0 < 0]  # row 0 spans y in (-0.31, 0.31)
     assert server_bars and server_bars[0].get_paths()[0].get_extents().width == pytest.approx(2.5, rel=1e-6)
     assert "and the server" in fig.get_suptitle()
+
+
+def test_the_server_row_is_split_by_kind_of_work():
+    from analysis.plots import PHASE_COLORS, _server_spans
+
+    events = [
+        {"event": "server_work", "t": 0.0, "duration": 2.0, "kind": "train"},
+        {"event": "server_work", "t": 2.0, "duration": 0.5, "kind": "qsgd"},
+        {"event": "server_work", "t": 9.0, "duration": 0.1, "kind": "aggregate"},
+        {"event": "server_work", "t": 9.1, "duration": 0.0, "kind": "aggregate"},  # nothing to draw
+        {"event": "server_work", "t": 12.0, "duration": 1.0},  # a run from before the split: other
+    ]
+    spans, fails, lates = _server_spans(events)
+    assert spans == {
+        "server: train": [(0.0, 2.0)], "server: qsgd": [(2.0, 0.5)], "server: aggregate": [(9.0, 0.1)],
+        "server: other": [(12.0, 1.0)],
+    }  # fmt: skip
+    assert fails == [] and lates == [] and all(k in PHASE_COLORS for k in spans)

@@ -63,3 +63,28 @@ def test_measure_rejects_bad_options(tmp_path, capsys):
     assert "--seconds" in capsys.readouterr().err
     assert main(["profiles", "measure", "--family", "nope", "--seconds", "0.1"]) == 2
     assert "--family" in capsys.readouterr().err
+
+
+def test_measure_server_writes_a_profile_a_scenario_can_use_as_its_server(tmp_path, capsys):
+    from conftest import base_scenario
+
+    from iotfl_sim.scenario.loader import load_scenario
+    from iotfl_sim.sim.server_cost import ServerCost
+
+    out = tmp_path / "my_server.yaml"
+    assert main(["profiles", "measure", "--server", "--out", str(out), "--seconds", "0.4", "--train-w", "90"]) == 0
+    said = capsys.readouterr().out
+    assert "aggregation" in said and "QSGD encode" in said
+    p = DeviceProfile.model_validate(yaml.safe_load(out.read_text()))
+    w = p.server_work
+    assert w is not None
+    for v in (w.aggregate_gbs, w.qsgd_encode_values_per_s, w.qsgd_decode_values_per_s):
+        assert math.isfinite(v) and v > 0
+    for v in (w.aggregate_tensor_us, w.qsgd_encode_tensor_us, w.qsgd_decode_tensor_us):
+        assert math.isfinite(v) and v >= 0
+    text = " ".join(p.sources)
+    assert "server_work.aggregate_*:" in text and "server_work.qsgd_*:" in text
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(base_scenario(numerics="none", server={"profile": "./my_server.yaml"})))
+    sc = load_scenario(scenario)
+    assert ServerCost.of(sc.server).power_w == 90.0

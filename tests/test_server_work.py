@@ -44,23 +44,31 @@ def _sim(monkeypatch, cls, numerics: str = "none", **over) -> Simulation:
 
 
 def test_server_work_is_simulated_time_before_dispatch_and_after_aggregation(monkeypatch):
-    base = _sim(monkeypatch, FedAvg)
+    flop_rule = {"compute": {"flops": 1e11, "power_w": 100.0}}
+    base = _sim(monkeypatch, FedAvg, server=flop_rule)
     base.run()
-    sim = _sim(monkeypatch, _Charging, server={"compute": {"flops": 1e11, "power_w": 100.0}})
+    sim = _sim(monkeypatch, _Charging, server=flop_rule)
     sim.run()
-    # numerics none: no aggregation happens, so only the set-up work is charged (20 s)
-    assert sim.rows[0]["server_time_s"] == pytest.approx(20.0)
-    assert sim.rows[1]["server_time_s"] == 0.0
+    # numerics none: the strategy's aggregate is not called, so of its own work only the set-up is charged (20 s);
+    # the engine prices every round's aggregation, under the FLOP rule 1 FLOP per received value
+    params = sum(t.numel() for t in sim.recipe.build(SubmodelSpec(1.0)).state_dict().values())
+    aggregation = sim.rows[1]["completed"] * params / 1e11
+    assert sim.rows[1]["server_aggregate_s"] == pytest.approx(aggregation)
+    assert sim.rows[0]["server_time_s"] == pytest.approx(20.0 + sim.rows[0]["completed"] * params / 1e11)
+    assert sim.rows[0]["server_other_s"] == pytest.approx(20.0)
+    assert sim.rows[1]["server_time_s"] == pytest.approx(aggregation)
     assert sim.rows[0]["round_time_s"] == pytest.approx(base.rows[0]["round_time_s"] + 20.0)
     assert sim.rows[1]["sim_time_s"] == pytest.approx(base.rows[1]["sim_time_s"] + 20.0)
-    assert sim.rows[1]["server_energy_j"] == pytest.approx(2000.0)
+    assert sim.rows[1]["server_energy_j"] == pytest.approx(100.0 * (20.0 + 2 * aggregation))
 
 
 def test_server_work_after_aggregation_with_training(monkeypatch):
     sim = _sim(monkeypatch, _Charging, numerics="torch", server={"compute": {"flops": 1e11}})
     sim.run()
-    assert sim.rows[0]["server_time_s"] == pytest.approx(20.0 + 5.0)
-    assert sim.rows[1]["server_time_s"] == pytest.approx(5.0)
+    agg = [r["server_aggregate_s"] for r in sim.rows]
+    assert agg[0] > 0
+    assert sim.rows[0]["server_time_s"] == pytest.approx(20.0 + 5.0 + agg[0])
+    assert sim.rows[1]["server_time_s"] == pytest.approx(5.0 + agg[1])
 
 
 def test_server_work_rejects_negative_flops():

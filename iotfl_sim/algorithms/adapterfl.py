@@ -75,7 +75,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, InferWork, Update
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.reassemble import (
@@ -237,7 +237,6 @@ class AdapterFL(ModelPoolRounds):
         """Eq. 3 on the seeded initial prototypes (see the module docstring)."""
         x = self.probe_batch()
         candidates, feats, outs = [], [], []
-        flops = 0.0
         for i, fam in enumerate(self.cfg.prototypes):
             recipe, spec = self.prototype_recipe(fam), SubmodelSpec(rate=self.cfg.width)
             with torch.random.fork_rng():
@@ -248,8 +247,7 @@ class AdapterFL(ModelPoolRounds):
             candidates.append(cands)
             feats.append([centered_gram(t) for t in f])
             outs.append(centered_gram(out))
-            flops += recipe.cost(spec).flops_forward_per_sample * len(x)
-        self.c.server_work.charge("partition", flops)
+            self.c.server_work.charge("partition", InferWork(recipe, spec, len(x), len(x)))
         self.partition = partition_by_similarity(candidates, feats, centered_gram(x), outs)
         return self.partition.cuts
 

@@ -21,7 +21,8 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 
 State = dict[str, torch.Tensor]
 __all__ = [
-    "Assignment", "DeviceState", "LocalObjective", "Outcome", "ServerWork", "Strategy", "StrategyContext", "Update",
+    "AggregateWork", "Assignment", "DeviceState", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
+    "Strategy", "StrategyContext", "TrainWork", "Update", "Work",
 ]
 
 
@@ -77,24 +78,86 @@ class EvalTarget:
     is_level: bool = True  # counted in the "avg" column
 
 
+@dataclass(frozen=True)
+class TrainWork:
+    """Server-side training (pretraining, fine-tuning, a distilled student): ``epochs`` passes over
+    ``samples`` samples of ``spec`` at ``batch`` per step, priced like a device's training step."""
+
+    recipe: ModelRecipe
+    spec: SubmodelSpec
+    samples: int
+    epochs: int = 1
+    batch: int = 32
+    momentum: float = 0.0  # SGD momentum of the server's optimizer (0: plain SGD)
+    l2_pull: bool = False  # the loss adds an L2 pull of every parameter towards a reference (FedX eq. 5)
+
+
+@dataclass(frozen=True)
+class InferWork:
+    """Forward passes only (APoZ scoring, a teacher ensemble's logits, CKA features, a search's scoring)."""
+
+    recipe: ModelRecipe
+    spec: SubmodelSpec
+    samples: int
+    batch: int = 100
+
+
+@dataclass(frozen=True)
+class AggregateWork:
+    """Averaging ``values_in`` received values in ``tensors_in`` tensors (every client's, summed) into
+    ``values_out`` global values."""
+
+    values_in: float
+    values_out: float
+    tensors_in: int = 0
+
+
+@dataclass(frozen=True)
+class QsgdWork:
+    """QSGD over ``values`` values in ``tensors`` tensors: quantize and encode (``decode=False``), or decode a
+    received message."""
+
+    values: float
+    tensors: int = 0
+    decode: bool = False
+
+
+# One item of server work: a typed item, or plain FLOPs (work with no better model: CKA's Gram products,
+# a search's arithmetic), priced at the server's FLOP/s.
+Work = TrainWork | InferWork | AggregateWork | QsgdWork | float
+SERVER_WORK_KINDS = ("train", "infer", "aggregate", "qsgd", "other")  # rounds.csv: server_<kind>_s
+
+
+def work_kind(work: Work) -> str:
+    """Which of ``SERVER_WORK_KINDS`` an item of server work is."""
+    kinds = {TrainWork: "train", InferWork: "infer", AggregateWork: "aggregate", QsgdWork: "qsgd"}
+    return kinds.get(type(work), "other")
+
+
 @dataclass
 class ServerWork:
-    """Work the server does (pretraining, APoZ, distillation ...), charged on the simulated clock.
+    """Work the server does (pretraining, APoZ, distillation, quantization ...), charged on the simulated clock.
 
-    A strategy runs the work for real on the host and calls ``charge`` with its FLOPs; the engine
-    turns the pending charges into simulated server time (FLOPs / the server's FLOP/s) at the next
-    point of the round where the server computes: before dispatch (work done in ``setup`` or
-    ``select``) or after aggregation (work done in ``aggregate`` or ``observe``).
+    A strategy runs the work for real on the host and calls ``charge`` with what it did; the engine prices
+    each item with the server's cost model (``sim/server_cost.py``: the per-operator roofline of the server
+    profile, or FLOPs / ``server.compute.flops``) and puts it on the simulated clock at the next point of the
+    round where the server computes: before dispatch (work done in ``setup``, ``select`` or ``dispatch``) or
+    after aggregation (work done in ``receive``, ``aggregate`` or ``observe``). The engine charges every
+    method's aggregation itself (``AggregateWork`` of the accepted updates); a strategy charges only work of
+    its own.
     """
 
-    pending: list[tuple[str, float]] = field(default_factory=list)
+    pending: list[tuple[str, Work]] = field(default_factory=list)
 
-    def charge(self, what: str, flops: float) -> None:
-        if not flops >= 0:
-            raise ValueError(f"server work {what!r}: FLOPs must be non-negative, got {flops}")
-        self.pending.append((what, float(flops)))
+    def charge(self, what: str, work: Work) -> None:
+        if isinstance(work, (TrainWork, InferWork, AggregateWork, QsgdWork)):
+            self.pending.append((what, work))
+            return
+        if isinstance(work, bool) or not isinstance(work, (int, float)) or not work >= 0:
+            raise ValueError(f"server work {what!r}: FLOPs must be a non-negative number, got {work!r}")
+        self.pending.append((what, float(work)))
 
-    def drain(self) -> list[tuple[str, float]]:
+    def drain(self) -> list[tuple[str, Work]]:
         out, self.pending = self.pending, []
         return out
 

@@ -137,7 +137,7 @@ class WireMixin:
             recipe = self.recipe_for(a)  # type: ignore[attr-defined]
             full = self.payload_for(a)  # type: ignore[attr-defined]
             state = self.slice_for(full, recipe, a.spec) if full else {}  # {}: system-only, priced by params
-            self.wire.dispatch(rnd, a, state, self.download_bits, recipe.cost(a.spec).params)
+            self.wire.dispatch(rnd, a, state, self.download_bits, recipe)
 
     def payload(self, assignment: Assignment) -> State:
         if self.wire_on and assignment.device in self.wire.sent:

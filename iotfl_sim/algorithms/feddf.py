@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from iotfl_sim.algorithms.adapterfl import LETTERS, ModelPoolRounds
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, Outcome, Update
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, InferWork, Outcome, TrainWork, Update
 from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.objectives import kd_term
@@ -88,23 +88,26 @@ class FedDF(ModelPoolRounds):
             return len(self.c.proxy_indices)
         return max(1, int(round(self.cfg.proxy_fraction * float(np.sum(self.c.samples_per_device)))))
 
-    def distill_flops(self, teachers: list[str]) -> float:
-        """Teachers' forward passes over the proxy set plus the students' training steps."""
-        cfg, n_proxy = self.cfg, self._proxy_size()
+    def charge_distill(self, teachers: list[str]) -> None:
+        """Teachers' forward passes over the proxy set plus the students' Adam steps (priced as SGD with momentum:
+        one state buffer where Adam keeps two)."""
+        cfg, n_proxy, work = self.cfg, self._proxy_size(), self.c.server_work
         bs = min(cfg.distill_batch_size, n_proxy)
-        fwd = {x: self.recipes[x].cost(self.specs[x]).flops_forward_per_sample for x in self.labels}
-        return sum(fwd[t] for t in teachers) * n_proxy + sum(3.0 * fwd[x] * bs * cfg.distill_steps for x in self.labels)
+        for t in teachers:
+            work.charge("distill", InferWork(self.recipes[t], self.specs[t], n_proxy, cfg.distill_batch_size))
+        for x in self.labels:
+            work.charge("distill", TrainWork(self.recipes[x], self.specs[x], bs * cfg.distill_steps, 1, bs, 0.9))
 
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
         # system-only runs train nothing (aggregate is not called): charge the distillation a real run does
         if self.c.data is None and self.cfg.distill_steps > 0:
             teachers = [(o.trained or o.assignment).level for o in outcomes if o.status == "completed"]
             if teachers:
-                self.c.server_work.charge("distill", self.distill_flops(teachers))
+                self.charge_distill(teachers)
 
     def distill(self, rnd: int, updates: list[Update]) -> None:
         ctx = self.c
-        ctx.server_work.charge("distill", self.distill_flops([u.assignment.level for u in updates]))
+        self.charge_distill([u.assignment.level for u in updates])
         x_proxy = ctx.data.x_train[torch.as_tensor(ctx.proxy_indices)]
         teacher = self.ensemble_logits(updates, x_proxy)
         for i, x in enumerate(self.labels):

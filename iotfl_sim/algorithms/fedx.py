@@ -73,15 +73,15 @@ from iotfl_sim.algorithms.base import (
     FleetView,
     Outcome,
     State,
+    TrainWork,
     Update,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import StrategyBase, contributions
-from iotfl_sim.algorithms.fedx_assign import search, utility_drops
+from iotfl_sim.algorithms.fedx_assign import search, search_work, utility_drops
 from iotfl_sim.algorithms.wire import QuantizedWire
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.fedx_models import FEDX_FAMILIES, level_specs
-from iotfl_sim.fl.quantize import qsgd_flops
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.server_train import nested_sgd
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -155,17 +155,16 @@ class FedX(StrategyBase):
                 "algorithm.time_threshold_s or use assign: shuffle"
             )
         if self.server_x is not None and self.state:
-            drops, flops = utility_drops(
+            drops = utility_drops(
                 self.recipe, specs, self.global_spec, self.state, self.server_x, self.server_y, max_bits=cfg.max_bits,
                 bucket=cfg.qsgd_bucket, seed=ctx.seed, batch_size=cfg.server_batch_size,
             )  # fmt: skip
         else:  # system-only: nothing to score; drops that fall with size and bits, the search priced as if run
             m = len(specs)
             drops = (np.arange(m, 0, -1)[:, None] * 1.0 + 1.0 / np.arange(1, cfg.max_bits + 1)[None, :]) / (m + 1)
-            n = self._server_samples()
-            flops = 2.0 * n * sum(self.recipe.cost(s).flops_forward_per_sample for s in [self.global_spec, *specs * cfg.max_bits])
-            flops += sum(qsgd_flops(self.recipe.cost(s).params) * cfg.max_bits for s in specs)
-        ctx.server_work.charge("assign", flops)
+        n = self._server_samples()
+        for work in search_work(self.recipe, specs, self.global_spec, n, max_bits=cfg.max_bits, batch_size=cfg.server_batch_size):
+            ctx.server_work.charge("assign", work)
         self.utility_drop = drops  # kept for inspection (rows: self.levels, columns: q = 1 .. max_bits)
         return search(drops, feasible, cfg.max_bits, cfg.drop_tolerance)
 
@@ -181,8 +180,8 @@ class FedX(StrategyBase):
         if cfg.pretrain_epochs == 0:
             return
         specs = [self.specs[x] for x in self.levels if x != "large"] + [self.global_spec]
-        flops = sum(self.recipe.cost(s).train_flops(n * cfg.pretrain_epochs) for s in specs)
-        self.c.server_work.charge("pretrain", flops)
+        for s in specs:  # nested_sgd: one plain-SGD step of every sub-network per batch
+            self.c.server_work.charge("pretrain", TrainWork(self.recipe, s, n, cfg.pretrain_epochs, cfg.server_batch_size))
         if self.server_x is None or not self.state:
             return  # system-only: the work is charged, nothing is trained
         self.state, _ = nested_sgd(
@@ -206,7 +205,7 @@ class FedX(StrategyBase):
         self.wire.sent.clear()
         for a in assignments:
             sub = self.slice_for(self.state, self.recipe, a.spec) if self.state else {}  # {}: system-only
-            self.wire.dispatch(rnd, a, sub, a.bits, self.recipe.cost(a.spec).params)
+            self.wire.dispatch(rnd, a, sub, a.bits, self.recipe)
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
@@ -232,14 +231,15 @@ class FedX(StrategyBase):
         return cfg.fine_tune and cfg.finetune_epochs > 0 and self._server_samples() > 1
 
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
-        """Charge the round's server work (here, so that system-only runs price it too)."""
-        done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
-        if not done:
+        """Charge the round's fine-tuning (here, so that system-only runs price it too; the engine charges the
+        aggregation)."""
+        if not any(o.status == "completed" for o in outcomes):
             return
-        self.c.server_work.charge("aggregate", float(sum(self.recipe.cost(a.spec).params for a in done)))
         if self._fine_tunes():
-            flops = self.recipe.cost(self.global_spec).train_flops(self._finetune_size() * self.cfg.finetune_epochs)
-            self.c.server_work.charge("fine_tune", flops)
+            cfg = self.cfg
+            pull = cfg.gamma > 0  # eq. 5's regulariser adds its ops to every step
+            work = TrainWork(self.recipe, self.global_spec, self._finetune_size(), cfg.finetune_epochs, cfg.server_batch_size, 0.0, pull)
+            self.c.server_work.charge("fine_tune", work)
 
     def _finetune_size(self) -> int:
         n = self._server_samples()

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from iotfl_sim.algorithms.base import InferWork, QsgdWork, Work
 from iotfl_sim.fl.evaluate import evaluate
-from iotfl_sim.fl.quantize import qsgd_flops, quantize_state
+from iotfl_sim.fl.quantize import quantize_state
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.seeding import int_seed
@@ -78,27 +79,35 @@ def utility_drops(
     bucket: int | None,
     seed: int,
     batch_size: int,
-) -> tuple[np.ndarray, float]:
-    """(drops[j, q - 1] = P(theta, D_S) - P(Q(theta_j, q), D_S) for each spec j and q = 1 .. max_bits,
-    server FLOPs of the search). P is top-1 accuracy on (x, y) after static-BN calibration on x (the
-    simulator's evaluation, ``fl.evaluate``); Q is the wire's QSGD (``fl.quantize``) with one seeded draw per
-    (sub-network index, q); q >= 32 is float32. FLOPs: two forward passes over x per scored model (calibration and
-    scoring) plus one QSGD pass per quantized sub-network."""
-    n = len(x)
+) -> np.ndarray:
+    """drops[j, q - 1] = P(theta, D_S) - P(Q(theta_j, q), D_S) for each spec j and q = 1 .. max_bits. P is top-1
+    accuracy on (x, y) after static-BN calibration on x (the simulator's evaluation, ``fl.evaluate``); Q is the
+    wire's QSGD (``fl.quantize``) with one seeded draw per (sub-network index, q); q >= 32 is float32."""
     base, _ = evaluate(recipe, global_spec, state, x, x, y, batch_size)
-    flops = 2.0 * recipe.cost(global_spec).flops_forward_per_sample * n
     drops = np.zeros((len(specs), max_bits))
     for j, spec in enumerate(specs):
         sub = slice_state(state, recipe.shapes(spec))
-        per_model = 2.0 * recipe.cost(spec).flops_forward_per_sample * n
         for q in range(1, max_bits + 1):
             if q < 32:
                 gen = torch.Generator().manual_seed(int_seed(seed, "fedx_eq2", j, q))
                 quant, _ = quantize_state(sub, q, gen, bucket)
-                flops += qsgd_flops(sum(t.numel() for t in sub.values()))
             else:
                 quant = sub
             acc, _ = evaluate(recipe, spec, quant, x, x, y, batch_size)
             drops[j, q - 1] = base - acc
-            flops += per_model
-    return drops, flops
+    return drops
+
+
+def search_work(
+    recipe: ModelRecipe, specs: Sequence[SubmodelSpec], global_spec: SubmodelSpec, n: int, *, max_bits: int,
+    batch_size: int,
+) -> list[Work]:  # fmt: skip
+    """The server work of ``utility_drops`` over ``n`` server samples: two forward passes per scored model
+    (static-BN calibration and scoring) and one QSGD pass per quantized sub-network."""
+    work: list[Work] = [InferWork(recipe, global_spec, 2 * n, batch_size)]
+    for spec in specs:
+        for q in range(1, max_bits + 1):
+            if q < 32:
+                work.append(QsgdWork(recipe.cost(spec).params, len(recipe.shapes(spec))))
+            work.append(InferWork(recipe, spec, 2 * n, batch_size))
+    return work

@@ -75,7 +75,9 @@ from iotfl_sim.algorithms.base import (
     DeviceState,
     EvalTarget,
     FleetView,
+    InferWork,
     LocalObjective,
+    TrainWork,
     Update,
     select_uniform,
 )
@@ -145,14 +147,12 @@ class FlexFL(StrategyBase):
     def _apoz(self) -> list[float]:
         """Pretrain a copy of the global model on the proxy train part; APoZ on the test part."""
         ctx, cfg = self.c, self.cfg
-        full_cost = self.recipe.cost(self.global_spec)
         if ctx.data is not None and (ctx.proxy_indices is None or len(ctx.proxy_indices) == 0):
             raise ValueError("flexfl: APoZ needs a proxy set; set algorithm.proxy_fraction > 0 (or apoz: false)")
         if ctx.data is None:
             n = int(round(cfg.proxy_fraction * float(np.sum(ctx.samples_per_device))))
             n_train = int(np.floor(cfg.proxy_train_share * n))
-            self.c.server_work.charge("pretrain", full_cost.train_flops(n_train * cfg.pretrain_epochs))
-            self.c.server_work.charge("apoz", full_cost.flops_forward_per_sample * (n - n_train))
+            self._charge_apoz(n_train, n - n_train)
             return [UNIFORM_APOZ] * len(self.group_sizes)
         proxy = np.asarray(ctx.proxy_indices)
         order = proxy[stream(ctx.seed, "flexfl_proxy_split").permutation(len(proxy))]
@@ -168,12 +168,20 @@ class FlexFL(StrategyBase):
             model, x[ti], y[ti], epochs=cfg.pretrain_epochs, batch_size=cfg.pretrain_batch_size,
             lr=cfg.pretrain_lr, optimizer=cfg.pretrain_optimizer, seed=int_seed(ctx.seed, "flexfl_pretrain"),
         )  # fmt: skip
-        self.c.server_work.charge("pretrain", full_cost.train_flops(len(train) * cfg.pretrain_epochs))
         result = ap.layer_apoz(
             model, self.recipe.family, x[torch.as_tensor(test, dtype=torch.long)], mode=cfg.apoz_mode
         )
-        self.c.server_work.charge("apoz", full_cost.flops_forward_per_sample * len(test))
+        self._charge_apoz(len(train), len(test))
         return result
+
+    def _charge_apoz(self, n_train: int, n_test: int) -> None:
+        """Server pretraining on the proxy's train part (Adam priced as SGD with momentum: one state buffer
+        where Adam keeps two), then APoZ's forward passes over its test part (``fl.apoz.layer_apoz``'s batches)."""
+        cfg = self.cfg
+        momentum = 0.9 if cfg.pretrain_optimizer == "adam" else 0.0
+        work = TrainWork(self.recipe, self.global_spec, n_train, cfg.pretrain_epochs, cfg.pretrain_batch_size, momentum)
+        self.c.server_work.charge("pretrain", work)
+        self.c.server_work.charge("apoz", InferWork(self.recipe, self.global_spec, n_test, ap.APOZ_BATCH))
 
     def _build_pool(self) -> list[PoolModel]:
         cfg = self.cfg

@@ -15,9 +15,10 @@ comes from a stream of (seed, direction, round, device): numerics never depend o
 
 ``bucket``: the QSGD normalisation group (``fl.quantize``: ``None`` one norm per tensor, an int QSGD buckets).
 ``bits >= 32`` means raw float32 (4 bytes per value), i.e. no quantization; bytes then equal the engine's
-``params x 32 / 8``. Server work: each quantized download is charged ``fl.quantize.qsgd_flops(values)`` as
-``quantize``; encoding an upload on the device and decoding it on the server are not priced (a table look-up
-per value, small next to training).
+``params x 32 / 8``. Server work: each quantized download is charged as ``quantize`` (``QsgdWork``: encoding at
+the server profile's measured rate); the engine charges decoding every accepted quantized upload
+(``dequantize``). Encoding an upload on the device is not priced (a table look-up per value, small next to
+training).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from iotfl_sim.algorithms.base import Assignment, ServerWork, State, Update
-from iotfl_sim.fl.quantize import DEFAULT_BUCKET, qsgd_flops, quantize_state
+from iotfl_sim.algorithms.base import Assignment, QsgdWork, ServerWork, State, Update
+from iotfl_sim.fl.quantize import DEFAULT_BUCKET, quantize_state
+from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.seeding import int_seed
 
 
@@ -54,17 +56,17 @@ class QuantizedWire:
     def _gen(self, direction: str, rnd: int, device: int) -> torch.Generator:
         return torch.Generator().manual_seed(int_seed(self.seed, f"qsgd_{direction}", rnd, device))
 
-    def dispatch(self, rnd: int, a: Assignment, state: State, down_bits: int, params: int) -> State:
-        """Quantize ``state`` (the device's sub-network, ``params`` values) for download at ``down_bits``; price
-        its upload at ``a.bits``. System-only runs (no weights) price both as params x bits / 8."""
+    def dispatch(self, rnd: int, a: Assignment, state: State, down_bits: int, recipe: ModelRecipe) -> State:
+        """Quantize ``state`` (the device's sub-network of ``recipe``) for download at ``down_bits``; price its
+        upload at ``a.bits``. System-only runs (no weights) price both as params x bits / 8."""
+        params, tensors = recipe.cost(a.spec).params, len(recipe.shapes(a.spec))
+        if down_bits < 32:
+            self.server_work.charge("quantize", QsgdWork(params, tensors))
         if not state:
             self.sent[a.device] = _Sent(state, params * min(down_bits, 32) / 8.0, params * min(a.bits, 32) / 8.0)
-            if down_bits < 32:
-                self.server_work.charge("quantize", qsgd_flops(params))
             return state
         if down_bits < 32:
             q, nbytes = quantize_state(state, down_bits, self._gen("down", rnd, a.device), self.bucket)
-            self.server_work.charge("quantize", qsgd_flops(sum(t.numel() for t in state.values())))
         else:
             q, nbytes = state, int(raw_bytes(state))
         if a.bits == down_bits:

@@ -35,6 +35,9 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 MIN_RATE = 0.01  # Algorithm 1 line 12: no layer is pruned away completely
 
 
+APOZ_BATCH = 256  # samples per forward pass of the APoZ scoring
+
+
 def group_prefixes(model: nn.Module, family: str) -> list[tuple[str, ...]]:
     """Module-name prefixes of each prunable layer group of ``model`` (see the module docstring)."""
     if family in ("conv", "cnn_small", "vgg16"):
@@ -98,7 +101,7 @@ def zero_fraction_per_sample(activation: torch.Tensor) -> torch.Tensor:
 
 
 def layer_apoz(
-    model: nn.Module, family: str, x: torch.Tensor, batch_size: int = 256, mode: str = "eval"
+    model: nn.Module, family: str, x: torch.Tensor, batch_size: int = APOZ_BATCH, mode: str = "eval"
 ) -> list[float]:
     """APoZ of each layer group of ``model`` over the samples ``x`` (eq. 1 per ReLU, eq. 2 per group)."""
     if len(x) == 0:

@@ -190,11 +190,13 @@ TRACE_CALLS = {"n": 0}  # how many real traces ran (tests check the cache with i
 
 @dataclass(frozen=True)
 class StepOptions:
-    """The parts of a local training step that add operators: SGD momentum, weight decay, gradient clipping."""
+    """The parts of a training step that add operators: SGD momentum, weight decay, gradient clipping, and an L2
+    pull of every parameter towards a reference (FedX's regularised fine-tuning, ``fl.server_train.l2_pull``)."""
 
     momentum: float = 0.9
     weight_decay: bool = False
     clip_grad_norm: bool = False
+    l2_pull: bool = False
 
 
 def trace_module_step(
@@ -210,10 +212,14 @@ def trace_module_step(
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=options.momentum, weight_decay=wd, foreach=False)
     x = torch.zeros(batch, *input_shape, device="meta")
     y = torch.zeros(batch, dtype=torch.long, device="meta")
+    refs = [torch.zeros_like(p) for p in model.parameters()] if options.l2_pull else []
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        _loss(model(x), y).backward()
+        loss = _loss(model(x), y)
+        if refs:
+            loss = loss + 0.5 * sum(((p - r) ** 2).sum() for p, r in zip(model.parameters(), refs, strict=True))
+        loss.backward()
         if options.clip_grad_norm:
             nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         opt.step()
@@ -227,11 +233,28 @@ def trace_module_step(
     return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))
 
 
+def trace_module_forward(build: Callable[[], nn.Module], input_shape: Sequence[int], batch: int) -> StepTrace:
+    """Trace one inference pass (eval mode, no autograd) of the module ``build()`` makes on the meta device."""
+    TRACE_CALLS["n"] += 1
+    with torch.device("meta"):
+        model = build()
+    model.eval()
+    x = torch.zeros(batch, *input_shape, device="meta")
+    rec = _Recorder()
+    with torch.no_grad(), rec:
+        model(x)
+    return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))
+
+
 def trace_step_uncached(
-    recipe: ModelRecipe, spec: SubmodelSpec, batch: int, options: StepOptions = StepOptions()
+    recipe: ModelRecipe, spec: SubmodelSpec, batch: int, options: StepOptions = StepOptions(), forward_only: bool = False
 ) -> StepTrace:
-    """Trace one training step of ``recipe.build(spec)`` at ``batch`` samples (no cache)."""
-    return trace_module_step(lambda: recipe.build(spec), (recipe.in_channels, *recipe.image_size), batch, options)
+    """Trace one training step (or, ``forward_only``, one inference pass) of ``recipe.build(spec)`` at ``batch``
+    samples (no cache)."""
+    shape = (recipe.in_channels, *recipe.image_size)
+    if forward_only:
+        return trace_module_forward(lambda: recipe.build(spec), shape, batch)
+    return trace_module_step(lambda: recipe.build(spec), shape, batch, options)
 
 
 @dataclass(frozen=True)
@@ -249,10 +272,13 @@ class AffineTrace:
 
 
 @lru_cache(maxsize=256)
-def affine_trace(recipe: ModelRecipe, spec: SubmodelSpec, options: StepOptions = StepOptions()) -> AffineTrace:
-    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec, options))."""
+def affine_trace(
+    recipe: ModelRecipe, spec: SubmodelSpec, options: StepOptions = StepOptions(), forward_only: bool = False
+) -> AffineTrace:
+    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec, options, mode))."""
     b0, b1 = _TRACE_BATCHES
-    t0, t1 = trace_step_uncached(recipe, spec, b0, options), trace_step_uncached(recipe, spec, b1, options)
+    t0 = trace_step_uncached(recipe, spec, b0, options, forward_only)
+    t1 = trace_step_uncached(recipe, spec, b1, options, forward_only)
     if t0.names != t1.names:  # a batch-dependent op sequence: not expected for the built-in families
         raise RuntimeError(f"{recipe.family}: the op sequence depends on the batch size; cannot price it affinely")
     slope_f = (t1.flops - t0.flops) / (b1 - b0)
@@ -322,3 +348,22 @@ def train_flops(
     if rest:
         f += step_trace(recipe, spec, rest, options).total_flops
     return epochs * f
+
+
+def infer_seconds(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    samples: int,
+    batch: int,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    kernels: KernelRates = (),
+) -> float:
+    """Roofline time of inference over ``samples`` samples at ``batch`` per pass (the last pass partial)."""
+    full, rest = divmod(int(samples), int(batch))
+    table = affine_trace(recipe, spec, StepOptions(), True)
+    t = full * table.at(batch).time(flops_per_s, bytes_per_s, overhead_s, kernels) if full else 0.0
+    if rest:
+        t += table.at(rest).time(flops_per_s, bytes_per_s, overhead_s, kernels)
+    return t

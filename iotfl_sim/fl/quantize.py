@@ -45,8 +45,8 @@ import torch
 
 NORM_BITS = 32
 DEFAULT_BUCKET = 512
-# Server work per quantized value (|v|, scale, uniform draw, compare, floor, sign, level -> code length):
-# the simulated FLOPs one QSGD pass costs the server, a stated assumption (not a measurement).
+# Server work per quantized value (|v|, scale, uniform draw, compare, floor, sign, level -> code length) under the
+# old FLOP rule (server.compute): a stated assumption; a server profile prices QSGD from measured rates instead.
 QSGD_FLOPS_PER_VALUE = 10.0
 
 
@@ -253,8 +253,3 @@ def quantize_state(
         out[k] = dequantize_levels(norms, signed, bits, tuple(t.shape), bucket).to(t.dtype)
         nbits += encoded_bits(signed, bucket)
     return out, -(-nbits // 8)
-
-
-def qsgd_flops(num_values: int) -> float:
-    """Simulated server FLOPs of one QSGD pass (quantize + encode) over ``num_values`` values."""
-    return QSGD_FLOPS_PER_VALUE * float(num_values)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.algorithms import ALGORITHM_CONFIGS, ALGORITHM_NAMES
 from iotfl_sim.scenario.availability import AVAILABILITY_KINDS
-from iotfl_sim.scenario.model import Group, Scenario
+from iotfl_sim.scenario.model import DEFAULT_SERVER_PROFILE, Group, Scenario
 from iotfl_sim.scenario.profile import DeviceProfile
 
 
@@ -44,13 +44,30 @@ def available_profiles(extra: Path | None = None) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def _is_path(name: str) -> bool:
+    return "/" in name or name.endswith((".yaml", ".yml"))
+
+
 def load_profile(name: str, extra: Path | None = None, where: str = "profile") -> DeviceProfile:
+    """A profile by name (looked up in $IOTFL_PROFILES, then ``extra`` (the scenario's ``device_profiles/``), then
+    the bundled ones) or by path (anything with a ``/`` or a ``.yaml`` ending; relative to the scenario's folder)."""
+    if _is_path(name):
+        path = Path(name).expanduser()
+        if not path.is_absolute():
+            path = (extra.parent if extra is not None else Path.cwd()) / path
+        if not path.is_file():
+            raise ScenarioError(f"{where}: no profile file {str(path)!r}; give an existing YAML file or a profile name")
+        return _read_profile(path)
     known = available_profiles(extra)
     if name not in known:
         hint = difflib.get_close_matches(name, known, n=1)
         fix = f"did you mean {hint[0]!r}?" if hint else "see `iotfl-sim profiles list`"
-        raise ScenarioError(f"{where}: unknown device profile {name!r} ({fix})")
-    path = known[name]
+        dirs = ", ".join(str(d) for d in profile_dirs(extra))
+        raise ScenarioError(f"{where}: unknown device profile {name!r} ({fix}; looked in {dirs}; a path to a file works too)")
+    return _read_profile(known[name])
+
+
+def _read_profile(path: Path) -> DeviceProfile:
     doc = read_yaml(path, "device profile")
     if not isinstance(doc.data, dict):
         raise ScenarioError(
@@ -60,6 +77,36 @@ def load_profile(name: str, extra: Path | None = None, where: str = "profile") -
         return DeviceProfile.model_validate(doc.data)
     except ValidationError as e:
         raise ScenarioError(_format_errors(e, DeviceProfile, doc.data, str(path), doc.lines)) from None
+
+
+def resolve_server(sc: Scenario, base_dir: Path | None = None, source: str = "scenario") -> DeviceProfile | None:
+    """The server's profile, inlined into ``sc.server.profile`` so the resolved scenario reproduces the run; None
+    where the scenario asks for the old FLOP rule (``server.compute``)."""
+    srv = sc.server
+    if srv.compute is not None:
+        return None
+    where = f"{source}: server.profile"
+    given = DEFAULT_SERVER_PROFILE if srv.profile is None else srv.profile
+    if isinstance(given, str):
+        prof = load_profile(given, base_dir, where=where)
+    else:
+        try:
+            prof = DeviceProfile.model_validate(given)
+        except ValidationError as e:
+            raise ScenarioError(_format_errors(e, DeviceProfile, given, source, None, prefix=("server", "profile"))) from None
+    if prof.server_work is None:
+        raise ScenarioError(
+            f"{where}: profile {prof.name} has no server_work section (aggregation and QSGD rates); measure one with "
+            "`iotfl-sim profiles measure --server` or pick a server profile (`iotfl-sim profiles list`)"
+        )
+    if srv.power_mode is not None:
+        try:
+            prof.mode(srv.power_mode)
+        except KeyError:
+            modes = ", ".join(prof.compute.power_modes or {}) or "none"
+            raise ScenarioError(f"{source}: server.power_mode: {srv.power_mode!r} is not a power mode of {prof.name} (has: {modes})") from None
+    srv.profile = prof.model_dump(mode="json")
+    return prof
 
 
 def read_yaml(path: str | Path, what: str = "scenario") -> safe_yaml.YamlDoc:
@@ -370,6 +417,7 @@ def resolve_groups(
 ) -> list[ResolvedGroup]:
     """Profiles of every fleet group, overrides applied, with counts; errors name the group (and its line,
     given the scenario's ``lines``)."""
+    resolve_server(sc, base_dir, source)
     groups = []
     names_seen: set[str] = set()
     for i, (g, count) in enumerate(zip(sc.fleet.groups, sc.fleet.counts(), strict=True)):

@@ -244,12 +244,16 @@ class Local(Strict):
 
 
 class ServerCompute(Strict):
-    """The server's own compute, for work a method does there (pretraining, APoZ, distillation ...)."""
+    """The server priced by the old FLOP rule: every piece of its work takes FLOPs / ``flops`` seconds. Kept for
+    scenarios written before server profiles; ``validate`` warns (FLOPs alone price server work far too fast)."""
 
     flops: float = Field(
         1.0e13, gt=0, description="sustained training FLOP/s of the server (default: one data-centre GPU, ~10 TFLOP/s)"
     )
     power_w: float = Field(300.0, ge=0, description="server power while it computes, W (reported as server_energy_j)")
+
+
+DEFAULT_SERVER_PROFILE = "gpu_server_titan_xp"
 
 
 class Server(Strict):
@@ -280,9 +284,26 @@ class Server(Strict):
     )
     target_accuracies: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95])
     header_bytes: int = Field(1024, ge=0, le=MAX_BYTES, description="fixed per-message overhead on the wire")
-    compute: ServerCompute = Field(
-        default_factory=ServerCompute, description="the server's compute; its work runs on the simulated clock"
+    profile: str | dict[str, Any] | None = Field(
+        None,
+        description="the server's profile (a device profile with a server_work section), by name or path, or inline: "
+        "its work (training, inference, aggregation, QSGD) is priced by the per-operator cost model; "
+        f"null: {DEFAULT_SERVER_PROFILE} unless server.compute is given",
     )
+    power_mode: str | None = Field(None, description="a power mode of the server profile (null: its default)")
+    compute: ServerCompute | None = Field(
+        None,
+        description="the old FLOP rule instead of a profile: {flops, power_w}; every piece of server work takes "
+        "FLOPs / flops seconds (far too fast for anything but large dense kernels)",
+    )
+
+    @model_validator(mode="after")
+    def _one_server_model(self) -> Server:
+        if self.profile is not None and self.compute is not None:
+            raise ValueError("give server.profile or server.compute, not both (compute is the old FLOP rule)")
+        if self.power_mode is not None and self.compute is not None:
+            raise ValueError("server.power_mode picks a mode of server.profile; the FLOP rule (server.compute) has none")
+        return self
 
 
 class Checkpoint(Strict):

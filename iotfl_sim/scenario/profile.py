@@ -135,6 +135,26 @@ class Link(Strict):
     rtt_ms: float = Field(0.0, ge=0)
 
 
+class ServerWorkRates(Strict):
+    """What a server does besides training and inference, as rates of this project's own code on that machine
+    (``iotfl-sim profiles measure --server`` times them)."""
+
+    aggregate_gbs: float = Field(
+        gt=0,
+        description="averaging rate, GB/s (1e9 bytes/s) of float32 values: every received value read once and every "
+        "global value written once, as fl.aggregate.aggregate_nested does it",
+    )
+    aggregate_tensor_us: float = Field(0.0, ge=0, description="fixed cost per received tensor of the averaging, us")
+    qsgd_encode_values_per_s: float = Field(
+        gt=0, description="QSGD values quantized and encoded per second (fl.quantize.quantize_state at 8 bits)"
+    )
+    qsgd_encode_tensor_us: float = Field(0.0, ge=0, description="fixed cost per tensor of quantizing and encoding, us")
+    qsgd_decode_values_per_s: float = Field(
+        gt=0, description="QSGD values decoded per second (levels and norms back to float32)"
+    )
+    qsgd_decode_tensor_us: float = Field(0.0, ge=0, description="fixed cost per tensor of decoding, us")
+
+
 class DeviceProfile(Strict):
     name: str
     description: str = ""
@@ -144,6 +164,9 @@ class DeviceProfile(Strict):
     power: Power
     battery: Battery = Battery()
     link: Link
+    server_work: ServerWorkRates | None = Field(
+        None, description="a server's rates for aggregation and QSGD; required where the profile is used as server.profile"
+    )
     sources: list[str] = Field(default_factory=list)
 
     def mode(self, name: str | None) -> tuple[float, float]:

@@ -20,7 +20,16 @@ import torch
 
 from iotfl_sim import faults
 from iotfl_sim.algorithms import make_strategy
-from iotfl_sim.algorithms.base import Assignment, Outcome, ServerWork, StrategyContext, Update
+from iotfl_sim.algorithms.base import (
+    SERVER_WORK_KINDS,
+    AggregateWork,
+    Assignment,
+    Outcome,
+    QsgdWork,
+    ServerWork,
+    StrategyContext,
+    Update,
+)
 from iotfl_sim.exec.base import EvalJob
 from iotfl_sim.fl import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -45,10 +54,11 @@ from iotfl_sim.output.run_dir import (
     write_scenario,
 )
 from iotfl_sim.output.space import no_space
-from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
+from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
 from iotfl_sim.sim.device import DeviceTasks, Task, declared_train_seconds
+from iotfl_sim.sim.server_cost import ServerCost
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
 from iotfl_sim.sim.tape import Tape
@@ -199,6 +209,9 @@ class Simulation:
             predict_train_seconds=self.predict_train_seconds,
         )
         self.server_work = ctx.server_work
+        if sc.server.compute is None and not isinstance(sc.server.profile, dict):
+            resolve_server(sc, base_dir / "device_profiles" if base_dir is not None else None)
+        self.server_cost = ServerCost.of(sc.server)
         self.strategy.setup(ctx)
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
@@ -213,6 +226,7 @@ class Simulation:
         self.bytes_down = 0.0
         self.bytes_up = 0.0
         self.server_time = 0.0  # simulated seconds the server spent computing, all rounds
+        self.server_split = dict.fromkeys(SERVER_WORK_KINDS, 0.0)  # the current round's server seconds by kind of work
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
         self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self._t_created}
@@ -338,15 +352,35 @@ class Simulation:
     def _serve(self, rnd: int):
         """Run the strategy's pending server work on the simulated clock; returns the seconds spent."""
         spent = 0.0
-        rate = self.sc.server.compute.flops
-        for what, flops in self.tape.answer("serve", self.server_work.drain):
-            duration = flops / rate
-            self.event(rnd, -1, "server_work", what=what, flops=flops, duration=round(duration, 6))
+        for what, kind, duration, flops in self.tape.answer("serve", self._price_server_work):
+            self.event(rnd, -1, "server_work", what=what, kind=kind, flops=flops, duration=round(duration, 6))
             if duration > 0:
                 yield self.env.timeout(duration)
             spent += duration
+            self.server_split[kind] += duration
         self.server_time += spent
         return spent
+
+    def _price_server_work(self) -> list[tuple[str, str, float, float]]:
+        """(what, kind, seconds, FLOPs) of every pending item of server work (what the tape records)."""
+        out = []
+        for what, work in self.server_work.drain():
+            p = self.server_cost.price(work)
+            out.append((what, p.kind, p.seconds, p.flops))
+        return out
+
+    def _charge_aggregation(self, outcomes: list[Outcome]) -> None:
+        """Every method's receiving side: decoding each accepted quantized upload, then the aggregation (the
+        accepted updates' values read, the largest one's region of the global model written)."""
+        done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
+        recipes = [self.strategy.recipe_for(a) for a in done]
+        sizes = [r.cost(a.spec).params for r, a in zip(recipes, done, strict=True)]
+        tensors = [len(r.shapes(a.spec)) for r, a in zip(recipes, done, strict=True)]
+        for a, n, t in zip(done, sizes, tensors, strict=True):
+            if a.bits < 32:
+                self.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
+        if sizes and len(sizes) >= self.sc.server.min_participants:
+            self.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
 
     # ------------------------------------------------------------ rounds
 
@@ -356,6 +390,7 @@ class Simulation:
         for rnd in range(sc.rounds):
             replay = rnd < self.resume_round
             round_start = self.env.now
+            self.server_split = dict.fromkeys(SERVER_WORK_KINDS, 0.0)
             e_before = self._fleet_energy(round_start)
             down0, up0 = self.bytes_down, self.bytes_up
             waited = yield from self._wait_for_participants(rnd)
@@ -385,6 +420,7 @@ class Simulation:
                     self.event(rnd, d, "upload_encoded", bytes=real, priced=priced)
             else:
                 updates = self._train(rnd, outcomes)
+                self._charge_aggregation(outcomes)  # on the clock before what the method does with the average
                 if len(updates) >= sc.server.min_participants:
                     t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
                     self.strategy.aggregate(rnd, updates)
@@ -395,7 +431,8 @@ class Simulation:
             row = self._row(rnd, round_start, round_end, outcomes, updates, e_before, down0, up0)
             row.update(self._comm_waste(tasks, outcomes))
             row["server_time_s"] = server_s
-            row["server_energy_j"] = self.server_time * sc.server.compute.power_w
+            row.update({f"server_{k}_s": v for k, v in self.server_split.items()})
+            row["server_energy_j"] = self.server_time * self.server_cost.power_w
             if replay:
                 if self.progress is not None:
                     self.progress.update(1)

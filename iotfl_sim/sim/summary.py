@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from iotfl_sim.algorithms.base import SERVER_WORK_KINDS
 from iotfl_sim.fleet.fleet import FAILURE_REASONS
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "bytes_up": sim.bytes_up,
         "comm_waste": 1.0 - sim.params_back / sim.params_sent if sim.params_sent > 0 else None,
         "server_time_s": sim.server_time,
-        "server_energy_j": sim.server_time * sc.server.compute.power_w,
+        "server_energy_j": sim.server_time * sim.server_cost.power_w,
+        "server_time_by_kind_s": {k: sum(r.get(f"server_{k}_s", 0.0) for r in rows) for k in SERVER_WORK_KINDS},
         "tasks": int(sim.fleet.tasks.sum()),
         "completed": int(sim.fleet.completed.sum()),
         "failures": failures,
