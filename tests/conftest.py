@@ -23,6 +23,68 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
     return max(1, min(cores, MAX_WORKERS))
 
 
+# Tests left out of the fast subset (python -m pytest -m "not slow"; CI runs everything): those that took
+# 20-240 s each in `--durations` under 2 parallel workers on the shared 2-core machine (load ~8; about
+# 5-50 s each on a quiet core), i.e. end-to-end runs of a method, studies, real-model checks. Tests that
+# kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
+# "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
+SLOW_TESTS = (
+    "test_adapterfl.py::test_adapterfl_runs_end_to_end_and_is_deterministic",
+    "test_adapterfl.py::test_fedbase_runs_end_to_end",
+    "test_adapterfl.py::test_a_real_reassembled_model_trains_at_reduced_width",
+    "test_adapterfl.py::test_adapter_shapes_for_every_reassembly_pair",
+    "test_adapterfl.py::test_setup_orders_the_group_and_gives_devices_their_level",
+    "test_adaptivefl.py::test_end_to_end_digits",
+    "test_api.py::test_sweep_from_dict",
+    "test_api.py::test_load_run_without_pandas",
+    "test_calibration_fedx.py::test_roofline_cells_are_judged_with_parameters_fitted_elsewhere",
+    "test_compare.py::test_a_real_tiny_study_compares_and_plots",
+    "test_compare.py::test_every_study_figure_has_units_bands_and_stable_colours",
+    "test_compare.py::test_plot_cli_dispatches_to_study_plots",
+    "test_data.py::test_femnist_natural_groups",
+    "test_docs_all_examples.py::test_readme_python_api_example_runs",
+    "test_docs_all_examples.py::test_scenario_header_variant_works",
+    "test_docs_all_examples.py::test_scenario_header_command_works",
+    "test_e2e.py",
+    "test_engine.py::test_same_seed_same_metrics_other_seed_differs",
+    "test_eval_prefix.py::test_shared_prefix_statistics_equal_separate_calibration",
+    "test_executors.py::test_ray_executor_gives_the_inline_bits",
+    "test_executors.py::test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job",
+    "test_executors.py::test_pool_executor_gives_the_inline_bits",
+    "test_feddf.py::test_distillation_moves_each_student_toward_the_ensemble_and_is_charged",
+    "test_feddf.py::test_feddf_runs_end_to_end",
+    "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
+    "test_flexfl.py::test_end_to_end_digits",
+    "test_models.py::test_submodels_nest_in_global_model[mobilenetv2",
+    "test_models.py::test_submodels_nest_in_global_model[resnet18",
+    "test_models.py::test_costs_grow_with_rate[mobilenetv2",
+    "test_models.py::test_cnn_small_learns_sklearn_digits",
+    "test_plots.py::test_plot_one_run_default_folder",
+    "test_ready_study.py",
+    "test_resume.py::test_every_method_resumes_to_the_same_numbers",
+    "test_sweep.py::test_index_failures_and_rerun",
+    "test_thread_determinism.py",
+)
+
+
+def _is_slow(nodeid: str) -> bool:
+    path, _, rest = nodeid.partition("::")  # tests/test_x.py::test_y[id] -> test_x.py::test_y[id]
+    name = Path(path).name + (f"::{rest}" if rest else "")
+    for entry in SLOW_TESTS:
+        if "[" in entry:
+            if name.startswith(entry):
+                return True
+        elif name == entry or name.startswith(entry + "::") or name.startswith(entry + "["):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if _is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+
+
 SHARED_DATA = Path(os.environ.get("IOTFL_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 
 TINY = {

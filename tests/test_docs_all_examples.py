@@ -473,7 +473,16 @@ def tour_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("cmd", readme_commands(), ids=lambda c: c.id)
+# the README commands that train, sweep or draw (each a run, a study or figures: 15-70 s under load) are
+# slow; validate, schema, profiles and data stay in the fast subset
+HEAVY_SUBCOMMANDS = ("run", "sweep", "compare", "plot", "report")
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [pytest.param(c, marks=pytest.mark.slow) if c.argv[0] in HEAVY_SUBCOMMANDS else c for c in readme_commands()],
+    ids=lambda c: c.id,
+)
 def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, capsys, request):
     sub, args = cmd.argv[0], list(cmd.argv[1:])
     placeholders = {"STUDY": "", "RUN": "", "DIR": str(tmp_path / "out"), "FILE": str(tmp_path / "report.html"),

@@ -302,3 +302,23 @@ def test_setup_check_wants_an_editable_install_newer_than_pyproject(tmp_path, mo
     assert "command is missing" in sc.own_install(root, {**project, "scripts": {"no-such-command-here": "m:f"}})
     os.utime(pyproject, (installed + 10, installed + 10))
     assert sc.own_install(root, project) == "pyproject.toml changed since the last install"
+
+
+def test_every_slow_entry_names_a_test():
+    """tests/conftest.py's SLOW_TESTS names tests by file and function: a renamed test must not silently fall
+    back into the fast subset (nor an entry outlive its test)."""
+    import re
+
+    from conftest import SLOW_TESTS, _is_slow
+
+    # node ids whose parameters hold a "/" (a path in a command) are matched on the file and test too
+    assert _is_slow("tests/test_docs_all_examples.py::test_scenario_header_command_works[x.yaml:8:run scenarios/x.yaml]")
+    assert _is_slow("tests/test_models.py::test_costs_grow_with_rate[mobilenetv2]")
+    assert not _is_slow("tests/test_models.py::test_costs_grow_with_rate[conv]")
+    assert _is_slow("tests/test_e2e.py::test_runs_never_overwrite") and not _is_slow("tests/test_quantize.py::test_x")
+    for entry in SLOW_TESTS:
+        file, _, test = entry.partition("::")
+        path = ROOT / "tests" / file
+        assert path.is_file(), entry
+        if test:
+            assert re.search(rf"^def {re.escape(test.split('[')[0])}\(", path.read_text(), flags=re.M), entry
