@@ -49,6 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.scenario is None:
             raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
         sc, groups = _checked(args)
+        for w in sc.warnings():
+            print(f"warning: {w}", file=sys.stderr)
         out = args.out if args.out is not None else sc.output.dir
         progress = False if args.quiet else sc.output.progress
         base = Path(args.scenario).resolve().parent
@@ -80,7 +82,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"warning: {w}", file=sys.stderr)
     from iotfl_sim.sim.server_cost import server_warnings
 
-    for w in server_warnings(sc.server):
+    for w in [*server_warnings(sc.server), *sc.warnings()]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
     return 0

@@ -132,6 +132,12 @@ def test_a_set_index_that_only_unicode_calls_a_digit_is_one_clear_line(capsys, w
     assert_one_clear_line(code, err, "fleet.groups.²", "is not an index")
 
 
+def test_more_clients_per_round_than_devices_is_said(capsys, write_scenario):
+    code, err = run_cli(capsys, "validate", str(write_scenario(base_scenario(numerics="none", clients_per_round=50))))
+    assert code == 0
+    assert "warning: clients_per_round: 50 is more than the fleet's 8 devices" in err
+
+
 def test_console_exit_status_is_2(write_scenario):
     data = base_scenario(rounds=0)
     proc = subprocess.run(
