@@ -82,6 +82,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"warning: {w}", file=sys.stderr)
     from iotfl_sim.sim.server_cost import server_warnings
 
+    for w in dict.fromkeys(w for g in groups for w in g.profile.power_warnings()):
+        print(f"warning: {w}", file=sys.stderr)
     for w in [*server_warnings(sc.server), *sc.warnings()]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")

@@ -138,6 +138,15 @@ def test_more_clients_per_round_than_devices_is_said(capsys, write_scenario):
     assert "warning: clients_per_round: 50 is more than the fleet's 8 devices" in err
 
 
+def test_validate_warns_about_a_profile_with_zero_power(capsys, write_scenario):
+    data = base_scenario(numerics="none")
+    data["fleet"]["groups"][0]["profile"]["power"].update(train_w=0.0, idle_w=0.0)
+    code, err = run_cli(capsys, "validate", str(write_scenario(data)))
+    assert code == 0
+    assert "warning: profile tiny: power.idle_w, power.train_w are 0 W" in err and "--train-w" in err
+    assert "profile big" not in err
+
+
 def test_console_exit_status_is_2(write_scenario):
     data = base_scenario(rounds=0)
     proc = subprocess.run(
