@@ -144,7 +144,7 @@ def test_validate_warns_about_a_profile_with_zero_power(capsys, write_scenario):
     code, err = run_cli(capsys, "validate", str(write_scenario(data)))
     assert code == 0
     assert "warning: profile tiny: power.idle_w, power.train_w are 0 W" in err and "--train-w" in err
-    assert "profile big" not in err
+    assert "profile big: power" not in err
 
 
 def test_console_exit_status_is_2(write_scenario):
