@@ -177,18 +177,24 @@ def _new_figure(height: float | None = None) -> tuple[Figure, Any]:
     return fig, ax
 
 
+def literal(text: str) -> str:
+    """``text`` as matplotlib draws it verbatim: a ``$`` would start mathtext, and user text (run names, labels)
+    such as ``$\\frac{`` would crash the figure; an escaped ``\\$`` is drawn as a plain dollar sign."""
+    return text.replace("$", r"\$")
+
+
 def _title(ax: Any, title: str, runs: Sequence[Run]) -> None:
     """Figure title; a single run's label goes below it in small grey (several runs get a legend instead)."""
     ax.figure.suptitle(title, fontsize=12)
     if len(runs) == 1:
-        ax.set_title(runs[0].label, fontsize=9, color="0.35", pad=4)
+        ax.set_title(literal(runs[0].label), fontsize=9, color="0.35", pad=4)
 
 
 def _legend(ax: Any, runs: Sequence[Run], colors: list, styles: Sequence[tuple[str, str]] = ()) -> None:
     """One legend: a coloured entry per run (when several), then grey line-style entries."""
     handles: list[Any] = []
     if len(runs) > 1:
-        handles += [Line2D([], [], color=c, lw=2, label=r.label) for r, c in zip(runs, colors, strict=True)]
+        handles += [Line2D([], [], color=c, lw=2, label=literal(r.label)) for r, c in zip(runs, colors, strict=True)]
     if styles:
         style_color = "0.35" if len(runs) > 1 else colors[0]
         handles += [Line2D([], [], color=style_color, lw=1.6, ls=ls, label=lab) for ls, lab in styles]
@@ -426,7 +432,7 @@ def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
     ax.set_axisbelow(True)
     handles: list[Any] = []
     if n > 1:
-        handles += [Patch(facecolor=c, label=r.label) for r, c in zip(runs, colors, strict=True)]
+        handles += [Patch(facecolor=c, label=literal(r.label)) for r, c in zip(runs, colors, strict=True)]
     if parts != ["total"]:
         base = "0.35" if n > 1 else colors[0]
         handles += [

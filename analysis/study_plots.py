@@ -28,7 +28,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.compare import DEFAULT_TARGETS, crossing
-from analysis.plots import _bytes_unit, _energy_unit, _time_unit, energy_by_class
+from analysis.plots import _bytes_unit, _energy_unit, _time_unit, energy_by_class, literal
 from analysis.rundir import PlotInputError, Run
 from analysis.study import Method, Selection
 
@@ -137,7 +137,7 @@ def _place_legend(ax: Any, handles: Sequence[Any]) -> None:
 
 def _legend(ax: Any, methods: Sequence[Method], colors: dict, extra: Sequence[Any] = ()) -> None:
     handles: list[Any] = [
-        Line2D([], [], color=colors[m.label], lw=2, label=f"{m.label} (n={len(m.runs)})") for m in methods
+        Line2D([], [], color=colors[m.label], lw=2, label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods
     ]
     _place_legend(ax, handles + list(extra))
 
@@ -319,7 +319,7 @@ def fig_to_accuracy(
     unit, div = (_time_unit if what == "time" else _energy_unit)(max(vals, default=0.0))
     fig, ax = _new()
     _bars(ax, [f"{100 * t:g}%" for t in targets], methods, colors, cells, div)
-    handles = [Patch(facecolor=colors[m.label], label=f"{m.label} (n={len(m.runs)})") for m in methods]
+    handles = [Patch(facecolor=colors[m.label], label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods]
     handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds that reached it"))
     _place_legend(ax, handles)
     ax.set_xlabel("target test accuracy, full model (%)")
@@ -345,7 +345,7 @@ def fig_energy_by_class(methods: Sequence[Method], colors: dict) -> Figure | Non
     unit, div = _energy_unit(vmax)
     fig, ax = _new()
     _bars(ax, classes, methods, colors, cells, div)
-    handles = [Patch(facecolor=colors[m.label], label=f"{m.label} (n={len(m.runs)})") for m in methods]
+    handles = [Patch(facecolor=colors[m.label], label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods]
     handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds"))
     _place_legend(ax, handles)
     ax.set_xlabel("device class")

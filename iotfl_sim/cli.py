@@ -49,6 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.scenario is None:
             raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
         sc, groups = _checked(args)
+        for w in sc.warnings():
+            print(f"warning: {w}", file=sys.stderr)
         out = args.out if args.out is not None else sc.output.dir
         progress = False if args.quiet else sc.output.progress
         base = Path(args.scenario).resolve().parent
@@ -80,7 +82,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"warning: {w}", file=sys.stderr)
     from iotfl_sim.sim.server_cost import server_warnings
 
-    for w in server_warnings(sc.server):
+    for w in dict.fromkeys(w for g in groups for w in g.profile.power_warnings()):
+        print(f"warning: {w}", file=sys.stderr)
+    for w in [*server_warnings(sc.server), *sc.warnings()]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"{args.scenario}: ok ({sc.algorithm.name}, {sc.rounds} rounds, {sc.num_devices()} devices: {sizes})")
     return 0
@@ -186,6 +190,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_MEASURE_SECONDS = 3600.0  # an hour: inf or nan would never end
+MAX_MEASURE_BATCH = 4096
+
+
 def cmd_profiles_measure(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -197,8 +205,14 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
         raise ScenarioError(f"profiles measure --out: {out} already exists; give a new file name or remove it first")
     if out is not None and not out.parent.is_dir():
         raise ScenarioError(f"profiles measure --out: folder {out.parent} does not exist; create it or pick another path")
-    if not args.seconds > 0:
-        raise ScenarioError(f"profiles measure --seconds: must be > 0 (got {args.seconds}); e.g. --seconds 10")
+    if not 0 < args.seconds <= MAX_MEASURE_SECONDS:
+        raise ScenarioError(
+            f"profiles measure --seconds: must be > 0 and at most {MAX_MEASURE_SECONDS:g} (got {args.seconds}); e.g. --seconds 10"
+        )
+    if not 1 <= args.batch <= MAX_MEASURE_BATCH:
+        raise ScenarioError(
+            f"profiles measure --batch: must be 1 to {MAX_MEASURE_BATCH} (got {args.batch}); e.g. --batch 32"
+        )
     if args.family is not None and args.family not in measure.FAMILY_SHAPES:
         known = ", ".join(measure.FAMILY_SHAPES)
         raise ScenarioError(f"profiles measure --family: unknown family {args.family!r}; use one of {known}")

@@ -113,6 +113,40 @@ def test_other_commands_bad_input(capsys, args):
     assert_one_clear_line(code, err)
 
 
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--seconds", "inf"], ["--seconds", "at most 3600", "got inf"]),  # used to hang
+        (["--seconds", "nan"], ["--seconds", "got nan"]),
+        (["--batch", "-1"], ["--batch", "1 to 4096", "got -1"]),  # used to measure for 37 s, then crash
+    ],
+)
+def test_profiles_measure_checks_its_arguments_before_measuring(capsys, args, needles):
+    code, err = run_cli(capsys, "profiles", "measure", *args)
+    assert_one_clear_line(code, err, "profiles measure", *needles)
+
+
+def test_a_set_index_that_only_unicode_calls_a_digit_is_one_clear_line(capsys, write_scenario):
+    # '²'.isdigit() is True and int('²') raises: the key is read as a name, and a list has none
+    code, err = run_cli(capsys, "validate", str(write_scenario(base_scenario())), "--set", "fleet.groups.²=1")
+    assert_one_clear_line(code, err, "fleet.groups.²", "is not an index")
+
+
+def test_more_clients_per_round_than_devices_is_said(capsys, write_scenario):
+    code, err = run_cli(capsys, "validate", str(write_scenario(base_scenario(numerics="none", clients_per_round=50))))
+    assert code == 0
+    assert "warning: clients_per_round: 50 is more than the fleet's 8 devices" in err
+
+
+def test_validate_warns_about_a_profile_with_zero_power(capsys, write_scenario):
+    data = base_scenario(numerics="none")
+    data["fleet"]["groups"][0]["profile"]["power"].update(train_w=0.0, idle_w=0.0)
+    code, err = run_cli(capsys, "validate", str(write_scenario(data)))
+    assert code == 0
+    assert "warning: profile tiny: power.idle_w, power.train_w are 0 W" in err and "--train-w" in err
+    assert "profile big: power" not in err
+
+
 def test_console_exit_status_is_2(write_scenario):
     data = base_scenario(rounds=0)
     proc = subprocess.run(

@@ -323,3 +323,13 @@ def test_the_server_row_is_split_by_kind_of_work():
         "server: other": [(12.0, 1.0)],
     }  # fmt: skip
     assert fails == [] and lates == [] and all(k in PHASE_COLORS for k in spans)
+
+
+def test_user_text_that_looks_like_mathtext_is_drawn_verbatim(tmp_path):
+    # a run folder named like broken TeX: matplotlib used to parse it as mathtext and crash the figure
+    from study_fixtures import write_run
+
+    # two runs of one name: each label gets its folder name, and the legend draws it
+    runs = [write_run(tmp_path / d, "fedavg", 0, [0.2, 0.4, 0.6]) for d in ("run$\\frac{$x", "other")]
+    written = plot_runs(runs, tmp_path / "plots")
+    assert written and all(p.stat().st_size > 0 for p in written)

@@ -339,7 +339,8 @@ def _set_parts(assignment: str) -> tuple[str, list[Any], str]:
         raise ScenarioError(f"--set {assignment!r}: write it as key.path=value, e.g. --set rounds=20")
     key, value_text = assignment.split("=", 1)
     key = key.strip()
-    parts: list[Any] = [int(p) if p.isdigit() else p for p in key.split(".")]
+    # isascii: str.isdigit accepts superscripts ('²') that int() refuses; such a part is a key, refused later by name
+    parts: list[Any] = [int(p) if p.isascii() and p.isdigit() else p for p in key.split(".")]
     if any(p == "" for p in parts):  # list index 0 is a valid key part
         raise ScenarioError(f"--set {assignment!r}: empty key in {key!r}; write it as key.path=value, e.g. rounds=20")
     return key, parts, value_text

@@ -142,6 +142,13 @@ class Fleet(Strict):
 
     @model_validator(mode="after")
     def _sizes_add_up(self) -> Fleet:
+        named: dict[str, int] = {}
+        for i, g in enumerate(self.groups):
+            if g.name is not None and named.setdefault(g.name, i) != i:
+                raise ValueError(
+                    f"groups[{named[g.name]}] and groups[{i}] are both named {g.name!r}: per-group outputs (devices.csv, "
+                    "energy by group) would mix them; give each group its own name"
+                )
         names = {g.name for g in self.gateways}
         for i, g in enumerate(self.groups):
             if g.network.gateway is not None and g.network.gateway not in names:
@@ -444,6 +451,17 @@ class Scenario(Strict):
 
     def num_devices(self) -> int:
         return sum(self.fleet.counts())
+
+    def warnings(self) -> list[str]:
+        """What is allowed but probably not what was meant (``validate`` and ``run`` print these)."""
+        out = []
+        n = self.num_devices()
+        if self.clients_per_round is not None and self.clients_per_round > n:
+            out.append(
+                f"clients_per_round: {self.clients_per_round} is more than the fleet's {n} devices, so every round "
+                f"selects the whole fleet; lower it, or say so with clients_fraction: 1.0"
+            )
+        return out
 
     def selection_size(self) -> int:
         n = self.num_devices()

@@ -191,6 +191,18 @@ class DeviceProfile(Strict):
         )
         return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6, kernels)
 
+    def power_warnings(self) -> list[str]:
+        """Power figures of 0 W: such devices spend no energy on that activity (``profiles measure`` writes 0 W
+        where it was given no power figures), so energy results would silently leave them out."""
+        zero = [k for k in ("idle_w", "train_w", "tx_w", "rx_w") if getattr(self.power, k) == 0]
+        if not zero or self.device_class == "server" and zero == ["tx_w", "rx_w"]:
+            return []
+        return [
+            f"profile {self.name}: power.{', power.'.join(zero)} {'is' if len(zero) == 1 else 'are'} 0 W, so its devices "
+            "spend no energy there; set measured figures (e.g. from a USB power meter, or profiles measure --train-w "
+            "/ --idle-w)"
+        ]
+
     def cost_model_warnings(self) -> list[str]:
         """Why this profile is priced by the old FLOPs-only rule, if it is (shown by ``validate``)."""
         c = self.compute
