@@ -24,8 +24,8 @@ Choices the paper leaves open, made here:
   layer; its implementation trains with Flower, whose parameters are per-tensor arrays). Wire format per tensor:
   the norm as 32 bits, then for each non-zero level the zero run before it as Elias-omega(run + 1), a sign bit
   and Elias-omega(|level|), then the trailing zero run (``fl.quantize.encoded_bits`` with one group per tensor).
-  The stochastic rounding is ``fl.quantize``'s, here with s = q intervals for any natural q (``fl.quantize``
-  takes bits, s = 2^bits, and q_i from Theorem 1 need not be a power of two).
+  The stochastic rounding is ``fl.quantize.stochastic_levels`` with s = q intervals for any natural q (the wire's
+  ``quantize_levels`` takes bits, s = 2^bits, and q_i from Theorem 1 need not be a power of two).
 - Weights w_k: |D_k| normalised over the round's selected clients for the levels (Theorem 1 does not depend on
   the scale of w) and over the updates that arrived for the aggregation (FedAvg's data weighting).
 - F_k(p_t), the client's loss of the received model on its own data (the paper's "additional evaluation epoch"),
@@ -67,7 +67,7 @@ from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update,
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.evaluate import evaluate
-from iotfl_sim.fl.quantize import NORM_BITS, encoded_bits
+from iotfl_sim.fl.quantize import NORM_BITS, encoded_bits, stochastic_levels
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import DAdaQuantConfig
@@ -122,14 +122,9 @@ def quantize_update(delta: State, q: int, generator: torch.Generator) -> tuple[S
             out[k] = t.clone()
             nbits += t.numel() * t.element_size() * 8
             continue
-        v = t.detach().reshape(-1).to(torch.float32)
-        norm = v.norm()
-        scaled = (v.abs() * (q / norm.clamp_min(1e-30))).clamp_max(q)
-        low = scaled.floor()
-        u = torch.rand(v.shape, generator=generator, dtype=torch.float32)
-        signed = low.add_((u < scaled.sub_(low)).to(torch.float32)).copysign_(v)
-        out[k] = (signed * (norm / q)).reshape(t.shape).to(t.dtype)
-        nbits += encoded_bits(signed.to(torch.int64), max(v.numel(), 1))
+        norm, signed = stochastic_levels(t, q, generator, None)
+        out[k] = (signed.to(torch.float32) * (norm / q)).reshape(t.shape).to(t.dtype)
+        nbits += encoded_bits(signed, max(signed.numel(), 1))
     return out, nbits
 
 

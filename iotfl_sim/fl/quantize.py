@@ -74,14 +74,22 @@ def quantize_levels(
     """(norms per group, signed integer levels per value (flattened, unpadded), s) of QSGD(x, bits); a group is
     the whole tensor (``bucket=None``) or ``bucket`` values."""
     s = levels_of(bits)
+    norms, signed = stochastic_levels(x, s, generator, bucket)
+    return norms, signed, torch.tensor(s)
+
+
+def stochastic_levels(
+    x: torch.Tensor, s: int, generator: torch.Generator, bucket: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norms per group, signed integer levels in {-s..s} per value, flattened and unpadded): QSGD's unbiased
+    stochastic rounding of s |x_i| / ||group||_2 for any number of intervals s (``quantize_levels``: s = 2^bits)."""
     b, n = _buckets(x.detach().reshape(-1).to(torch.float32), bucket)
     norms = b.norm(dim=1, keepdim=True)
     scaled = (b.abs() * (s / norms.clamp_min(1e-30))).clamp_max(s)  # a zero bucket stays all zero
     low = scaled.floor()
     u = torch.rand(b.shape, generator=generator, dtype=torch.float32)
     lvl = low.add_((u < scaled.sub_(low)).to(torch.float32))
-    signed = lvl.copysign_(b).to(torch.int64).reshape(-1)[:n]
-    return norms.reshape(-1), signed, torch.tensor(s)
+    return norms.reshape(-1), lvl.copysign_(b).to(torch.int64).reshape(-1)[:n]
 
 
 def dequantize_levels(
