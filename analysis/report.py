@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from analysis.compare import DEFAULT_TARGETS, Table, build_tables
-from analysis.study import Selection, Study, select
+from analysis.study import Selection, Study, require_runs, select
 from analysis.study_plots import figure_png, iter_study_figures
 
 __all__ = ["build_report", "write_report"]
@@ -146,6 +146,7 @@ def write_report(paths: Sequence[str | Path], out: Path | None = None, targets: 
                  by: Sequence[str] | None = None) -> Path:  # fmt: skip
     """Write the report of ``paths`` (a study folder, or run folders) to ``out`` (default <study>/report.html)."""
     sel = select(paths, by)
+    require_runs(sel, paths, "report")  # before anything is written: nothing lands in a folder that is no run
     if out is None:
         first = Path(paths[0])
         out = first / "report.html"

@@ -96,6 +96,24 @@ class Selection:
     studies: list[Study]
 
 
+def require_runs(sel: Selection, paths: Sequence[str | Path], what: str) -> None:
+    """Refuse (one line) a selection with no finished run: ``what`` would otherwise write nothing, or an empty
+    page, and exit 0."""
+    if sel.methods:
+        return
+    given = ", ".join(str(p) for p in paths)
+    if sel.excluded:
+        why = sorted({e.reason for e in sel.excluded})
+        shown = "; ".join(why[:2]) + (f"; and {len(why) - 2} more reasons" if len(why) > 2 else "")
+        raise PlotInputError(
+            f"{what}: no finished run in {given} ({len(sel.excluded)} left out: {shown}); a run folder has rounds.csv "
+            "and summary.json, a study folder study.json"
+        )
+    raise PlotInputError(
+        f"{what}: {given} holds no run (a run folder has rounds.csv and summary.json, a study folder study.json)"
+    )
+
+
 def is_study_dir(path: str | Path) -> bool:
     p = Path(path)
     return (
@@ -142,13 +160,17 @@ def load_study(path: str | Path) -> Study:
         if not isinstance(overrides, dict):
             overrides = {}
         rd = rec.get("run_dir") or f"runs/{rid}"
+        run_dir = (path / str(rd)).resolve()
+        status = str(rec.get("status") or "pending")
+        if not run_dir.is_relative_to(path.resolve()):  # a study's runs live in it: never read another folder
+            status, rec = "failed", {**rec, "error": f"run_dir {rd!r} is outside the study folder"}
         host = rec.get("host_s")
         runs.append(
             StudyRun(
                 id=rid,
                 overrides=dict(overrides),
-                status=str(rec.get("status") or "pending"),
-                run_dir=(path / str(rd)).resolve() if not Path(str(rd)).is_absolute() else Path(str(rd)),
+                status=status,
+                run_dir=run_dir,
                 error=rec.get("error") or None,
                 host_s=float(host) if isinstance(host, int | float) else None,
             )

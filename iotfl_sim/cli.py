@@ -92,13 +92,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from analysis.plots import PlotInputError, plot_runs
-    from analysis.study import is_study_dir, select
+    from analysis.study import is_study_dir, require_runs, select
     from analysis.study_plots import write_study_plots
 
     try:
         if any(is_study_dir(r) for r in args.runs):
             out = Path(args.out) if args.out else Path(args.runs[0]) / "plots"
-            written = write_study_plots(select(args.runs), out)
+            sel = select(args.runs)
+            require_runs(sel, args.runs, "plot")
+            written = write_study_plots(sel, out)
         else:
             written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
     except PlotInputError as e:

@@ -129,3 +129,48 @@ def test_report_renders_in_headless_chromium(report: Path, chromium: str, tmp_pa
     assert proc.returncode == 0 and shot.is_file() and shot.stat().st_size > 20_000, proc.stderr[-2000:]
     SCREENSHOT.parent.mkdir(exist_ok=True)
     shutil.copyfile(shot, SCREENSHOT)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_report_on_a_folder_that_is_no_run_or_study_is_refused_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine\n")
+    before = _tree(notes)
+    assert main(["report", str(notes)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: report: no finished run in") and "unreadable" in err[0]
+    assert _tree(notes) == before  # no report.html landed in the user's folder
+
+
+def test_plot_of_a_study_with_no_finished_run_says_so(tmp_path: Path, capsys) -> None:
+    import json
+
+    study = make_study(tmp_path / "demo")
+    data = json.loads((study / "study.json").read_text())
+    for r in data["runs"]:
+        r["status"] = "pending"
+    (study / "study.json").write_text(json.dumps(data))
+    assert main(["plot", str(study)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "plot: no finished run in" in err[0] and "status pending" in err[0]
+    assert not (study / "plots").exists()
+
+
+def test_a_study_record_pointing_outside_the_study_is_not_read(tmp_path: Path) -> None:
+    import json
+
+    from study_fixtures import write_run
+
+    from analysis.study import load_study
+
+    study = make_study(tmp_path / "demo")
+    write_run(tmp_path / "elsewhere", "fedavg", 0, [0.9, 0.9])  # a complete run, but not this study's
+    data = json.loads((study / "study.json").read_text())
+    data["runs"][0]["run_dir"] = "../elsewhere"
+    (study / "study.json").write_text(json.dumps(data))
+    rec = load_study(study).runs[0]
+    assert rec.status == "failed" and "outside the study folder" in (rec.error or "")
