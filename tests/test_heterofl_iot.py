@@ -180,20 +180,22 @@ def test_dynamic_mode_hands_out_exact_quotas():
     assert dict(mix(out)) == {"a": 2, "b": 4, "c": 4}
 
 
+def battery_scenario(capacity_j: float, **over) -> dict:
+    """20 battery nodes (the TINY profile, no idle draw, ``capacity_j`` each) on digits, cnn_small, 5 per round."""
+    node = copy.deepcopy(TINY)
+    node["power"]["idle_w"] = 0.0
+    node["battery"]["capacity_j"] = capacity_j
+    fleet = {"groups": [{"name": "node", "count": 20, "profile": node}]}
+    return base_scenario(clients_per_round=5, fleet=fleet, model={"family": "cnn_small"}, **over)
+
+
 def test_tiny_end_to_end_run(tmp_path, write_scenario):
     """20 battery nodes on digits, a2-b8, 5 per round: a level-a task costs more than an a-node's budget,
     so every a-node picked runs dry; it is never picked again and the mix holds while a-nodes last."""
-    node = copy.deepcopy(TINY)
-    node["power"]["idle_w"] = 0.0
-    node["battery"]["capacity_j"] = 3.0
-    data = base_scenario(
-        rounds=3,
-        clients_per_round=5,
-        fleet={"groups": [{"name": "node", "count": 20, "profile": node}]},
-        algorithm={"name": "heterofl_iot", "proportions": "a2-b8"},
-        model={"family": "cnn_small"},
+    data = battery_scenario(
+        3.0, rounds=3, algorithm={"name": "heterofl_iot", "proportions": "a2-b8"},
         server={"eval_every": 3, "bn_calibration_samples": 200},
-    )
+    )  # fmt: skip
     out = tmp_path / "runs"
     assert main(["run", str(write_scenario(data)), "--out", str(out), "--quiet"]) == 0
     (path,) = list(out.iterdir())
@@ -306,18 +308,10 @@ def test_paced_needs_fix_mode_and_the_oracle():
 
 
 def budget_run(tmp_path, write_scenario, selection: str) -> tuple[list[Counter], dict]:
-    node = copy.deepcopy(TINY)
-    node["power"]["idle_w"] = 0.0
-    node["battery"]["capacity_j"] = 10.0
-    data = base_scenario(
-        rounds=12,
-        clients_per_round=5,
-        numerics="none",
-        fleet={"groups": [{"name": "node", "count": 20, "profile": node}]},
+    data = battery_scenario(
+        10.0, rounds=12, numerics="none", output={"progress": False, "events": "all"},
         algorithm={"name": "heterofl_iot", "proportions": "a2-b8", "selection": selection},
-        model={"family": "cnn_small"},
-        output={"progress": False, "events": "all"},
-    )
+    )  # fmt: skip
     out = tmp_path / selection
     assert main(["run", str(write_scenario(data, f"{selection}.yaml")), "--out", str(out), "--quiet"]) == 0
     (path,) = list(out.iterdir())
