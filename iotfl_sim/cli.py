@@ -220,12 +220,17 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
         raise ScenarioError(f"profiles measure --family: unknown family {args.family!r}; use one of {known}")
     if args.threads is not None and args.threads < 1:
         raise ScenarioError(f"profiles measure --threads: must be >= 1 (got {args.threads}); e.g. --threads 1")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ScenarioError("profiles measure --device cuda: PyTorch sees no CUDA GPU here; measure on the GPU machine or use --device cpu")
     if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)
     name = args.name or (out.stem if out is not None else measure.default_name())
-    m = measure.measure(args.seconds, args.family, args.batch)
+    m = measure.measure(args.seconds, args.family, args.batch, args.device)
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
     if args.server:
         from iotfl_sim.fl.measure_server import server_work_rates
@@ -348,6 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="measure: batch size of that training step")
     p.add_argument(
         "--threads", type=int, help="measure: torch threads to measure with (default: torch's; match how you will train)"
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="measure: where training runs (cuda: a GPU server; aggregation and QSGD stay on the host CPU, as in a run)",
     )
     p.add_argument(
         "--server",

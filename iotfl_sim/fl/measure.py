@@ -15,6 +15,11 @@ and the spread of the convolution's repeats gives the jitter. Per-kind kernel co
 come from calling each priced operator kind directly: on tiny tensors for its fixed cost, and for batch
 norm and pooling on mid-size ones for their achieved rate. Optionally one real training step of a model
 family is timed and set next to the roofline's prediction from the measured numbers, as a check.
+
+``device="cuda"`` measures a GPU the same way (a server that trains on one): every tensor lives on the GPU and
+each timed repeat ends with ``torch.cuda.synchronize()``, so a repeat is the work's wall time and not its launch.
+The convolution and the streaming op are larger there (``GPU_CONV``, ``GPU_STREAM_VALUES``): a GPU reaches its
+peak only on work that fills it, and the small calls are the kernel curves' job.
 """
 
 from __future__ import annotations
@@ -39,43 +44,61 @@ FAMILY_SHAPES = {  # family -> (channels, height, width) of the dataset it is us
     "resnet18": (3, 32, 32),
     "mobilenetv2": (3, 32, 32),
     "vgg16": (3, 32, 32),
+    "ofa_mbv3": (3, 32, 32),
 }
+CPU = torch.device("cpu")
+GPU_CONV = (64, 256, 32)  # (batch, channels, side) of the peak-FLOPs convolution on a GPU: 30 GFLOP a step
+GPU_STREAM_VALUES = 1 << 28  # 1 GiB of fp32 per tensor: microseconds of launch are noise against it
 
 
-def _repeat(fn: Callable[[], object], seconds: float, min_reps: int = 3) -> list[float]:
+def _syncer(device: torch.device) -> Callable[[], None]:
+    """What ends a timed repeat: waiting for the GPU's queue to drain, or nothing on a CPU."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _repeat(fn: Callable[[], object], seconds: float, min_reps: int = 3, device: torch.device = CPU) -> list[float]:
+    sync = _syncer(device)
     fn()  # warm-up: allocator, kernel selection, lazy init
+    sync()
     times: list[float] = []
     end = time.perf_counter() + seconds
     while len(times) < min_reps or time.perf_counter() < end:
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t0)
     return times
 
 
-def conv_flops_per_s(seconds: float) -> tuple[float, float, str]:
+def conv_flops_per_s(seconds: float, device: torch.device = CPU) -> tuple[float, float, str]:
     """(FLOP/s, log-spread of the repeats, description) of a dense conv's forward + backward."""
-    x = torch.randn(16, 64, 32, 32, requires_grad=True)
-    w = torch.randn(64, 64, 3, 3, requires_grad=True)
+    n, c, hw = GPU_CONV if device.type == "cuda" else (16, 64, 32)
+    x = torch.randn(n, c, hw, hw, device=device, requires_grad=True)
+    w = torch.randn(c, c, 3, 3, device=device, requires_grad=True)
 
     def step() -> None:
         y = F.conv2d(x, w, padding=1)
         y.backward(torch.ones_like(y))
 
-    times = _repeat(step, seconds)
-    fwd = opcost.conv_flops(x.shape, w.shape, (16, 64, 32, 32), False)
+    times = _repeat(step, seconds, device=device)
+    fwd = opcost.conv_flops(x.shape, w.shape, (n, c, hw, hw), False)
     t = min(times)
     logs = [math.log(v) for v in times]
     sigma = statistics.pstdev(logs) if len(logs) > 1 else 0.0
-    what = f"conv2d 3x3 64->64 on 16x64x32x32, forward+backward = {3 * fwd / 1e9:.2f} GFLOP, fastest of {len(times)}"
+    what = (
+        f"conv2d 3x3 {c}->{c} on {n}x{c}x{hw}x{hw}, forward+backward = {3 * fwd / 1e9:.2f} GFLOP, "
+        f"fastest of {len(times)}"
+    )
     return 3 * fwd / t, sigma, what
 
 
-def stream_bytes_per_s(seconds: float) -> tuple[float, str]:
-    """Bytes/s of ``y = x * 2`` on 64 MiB tensors (read x, write y)."""
-    n = 16 * 1024 * 1024
-    x, y = torch.ones(n), torch.empty(n)
-    times = _repeat(lambda: torch.mul(x, 2.0, out=y), seconds)
+def stream_bytes_per_s(seconds: float, device: torch.device = CPU) -> tuple[float, str]:
+    """Bytes/s of ``y = x * 2`` on tensors far past the caches (read x, write y): 64 MiB, 1 GiB on a GPU."""
+    n = GPU_STREAM_VALUES if device.type == "cuda" else 16 * 1024 * 1024
+    x, y = torch.ones(n, device=device), torch.empty(n, device=device)
+    times = _repeat(lambda: torch.mul(x, 2.0, out=y), seconds, device=device)
     nbytes = 2 * 4 * n
     return nbytes / min(times), f"torch.mul(x, 2, out=y) on {4 * n >> 20} MiB fp32, fastest of {len(times)}"
 
@@ -87,7 +110,7 @@ def _tiny_net() -> torch.nn.Module:
     return torch.nn.Sequential(*layers, torch.nn.Linear(4, 2))
 
 
-def op_overhead_s(seconds: float) -> tuple[float, str]:
+def op_overhead_s(seconds: float, device: torch.device = CPU) -> tuple[float, str]:
     """Seconds per dispatched op of a training step whose arithmetic is negligible: SGD steps (momentum and
     weight decay, as the scenarios train) of a 17-layer network of 4-wide layers at batch 2, so module calls,
     autograd and the optimizer's per-parameter loop are in the figure; divided by the ATen ops its step
@@ -95,9 +118,10 @@ def op_overhead_s(seconds: float) -> tuple[float, str]:
     opts = opcost.StepOptions(0.9, True, False)
     n_ops = opcost.trace_module_step(_tiny_net, (4,), 2, opts).n_ops
     torch.manual_seed(0)
-    net = _tiny_net()
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    x, y = torch.randn(2, 4), torch.tensor([0, 1])
+    net = _tiny_net().to(device)
+    # foreach=False: the per-parameter loop the tracer counts (a GPU's default, foreach, fuses it)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4, foreach=False)
+    x, y = torch.randn(2, 4, device=device), torch.tensor([0, 1], device=device)
     steps = 20
 
     def loop() -> None:
@@ -106,7 +130,7 @@ def op_overhead_s(seconds: float) -> tuple[float, str]:
             F.cross_entropy(net(x), y).backward()
             opt.step()
 
-    times = _repeat(loop, seconds)
+    times = _repeat(loop, seconds, device=device)
     what = (
         f"SGD steps of a 17-layer 4-wide network at batch 2 ({n_ops} ATen ops per step, arithmetic negligible), "
         f"fastest of {len(times)} x {steps} steps"
@@ -117,23 +141,23 @@ def op_overhead_s(seconds: float) -> tuple[float, str]:
 aten = torch.ops.aten
 
 
-def _loop_seconds(fn: Callable[[], object], seconds: float, inner: int) -> float:
+def _loop_seconds(fn: Callable[[], object], seconds: float, inner: int, device: torch.device = CPU) -> float:
     """Fastest per-call time of ``fn`` over repeated loops of ``inner`` calls (the uncontended cost)."""
-    times = _repeat(lambda: [fn() for _ in range(inner)], seconds)
+    times = _repeat(lambda: [fn() for _ in range(inner)], seconds, device=device)
     return min(times) / inner
 
 
-def _kernel_calls(n: int, c: int, hw: int) -> dict[str, Callable[[], object]]:
+def _kernel_calls(n: int, c: int, hw: int, device: torch.device = CPU) -> dict[str, Callable[[], object]]:
     """One call of each priced operator kind on ``n x c x hw x hw`` activations (3x3 conv c -> c)."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, c, hw, hw, generator=g)
-    w = torch.randn(c, c, 3, 3, generator=g)
-    b = torch.randn(c, generator=g)
+    x = torch.randn(n, c, hw, hw, generator=g).to(device)
+    w = torch.randn(c, c, 3, 3, generator=g).to(device)
+    b = torch.randn(c, generator=g).to(device)
     y = aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
     gy = torch.randn_like(y)
     bn_out, mean, invstd = aten.native_batch_norm(x, b, b, None, None, True, 0.1, 1e-5)
     pooled, idx = aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
-    a, m = torch.randn(n * 4, c, generator=g), torch.randn(c, c, generator=g)
+    a, m = torch.randn(n * 4, c, generator=g).to(device), torch.randn(c, c, generator=g).to(device)
     return {
         "convolution": lambda: aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
         "convolution_backward": lambda: aten.convolution_backward(
@@ -175,21 +199,21 @@ def _counted_flops(fn: Callable[[], object]) -> float:
     return float(sum(rec.flops))
 
 
-def kernel_costs(seconds: float) -> tuple[dict[str, dict], str]:
+def kernel_costs(seconds: float, device: torch.device = CPU) -> tuple[dict[str, dict], str]:
     """Per kind, a curve of (counted FLOPs of a call, FLOP/s achieved by that call) over the sizes in
     ``CURVE_SIZES``; a call's time is taken net of a generic element-wise op's (which every op pays as
     ``compute.op_overhead_us`` already), so a tiny call's point carries the kind's fixed cost."""
     sizes = sorted({z for zs in CURVE_SIZES.values() for z in zs})
-    calls = {z: _kernel_calls(*z) for z in sizes}
+    calls = {z: _kernel_calls(*z, device=device) for z in sizes}
     share = seconds / (1 + sum(len(zs) for zs in CURVE_SIZES.values()))
-    generic = _loop_seconds(calls[sizes[0]]["add_"], share, 200)
+    generic = _loop_seconds(calls[sizes[0]]["add_"], share, 200, device)
     out: dict[str, dict] = {}
     for kind, zs in CURVE_SIZES.items():
         curve = []
         for z in zs:
             fn = calls[z][kind]
             flops = _counted_flops(fn)
-            t = _loop_seconds(fn, share, 200 if z == sizes[0] else 1) - generic
+            t = _loop_seconds(fn, share, 200 if z == sizes[0] else 1, device) - generic
             curve.append([float(f"{flops:.4g}"), float(f"{flops / max(t, 1e-7):.4g}")])
         out[kind] = {"flops_curve": curve}
     shapes = "; ".join(f"{k}: " + ", ".join(f"{n}x{c}x{h}x{h}" for n, c, h in zs) for k, zs in CURVE_SIZES.items())
@@ -202,7 +226,12 @@ def kernel_costs(seconds: float) -> tuple[dict[str, dict], str]:
 
 
 def training_step_check(
-    family: str, batch: int, seconds: float, rates: tuple[float, float, float], kernels: dict[str, dict]
+    family: str,
+    batch: int,
+    seconds: float,
+    rates: tuple[float, float, float],
+    kernels: dict[str, dict],
+    device: torch.device = CPU,
 ) -> str:
     """A real SGD step of ``family`` timed here, next to the roofline price from the measured rates."""
     from iotfl_sim.fl.recipe import ModelRecipe
@@ -210,17 +239,17 @@ def training_step_check(
 
     c, h, w = FAMILY_SHAPES[family]
     recipe, spec = ModelRecipe(family, 10, c, (h, w)), SubmodelSpec(1.0)
-    model = recipe.build(spec)
+    model = recipe.build(spec).to(device)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(batch, c, h, w), torch.randint(0, 10, (batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)  # the loop the tracer counts
+    x, y = torch.randn(batch, c, h, w, device=device), torch.randint(0, 10, (batch,), device=device)
 
     def step() -> None:
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
 
-    times = _repeat(step, seconds)
+    times = _repeat(step, seconds, device=device)
     measured = min(times)
     from iotfl_sim.scenario.profile import KernelCost
 
@@ -231,6 +260,12 @@ def training_step_check(
         f"(fastest of {len(times)}), roofline with these numbers predicts {predicted * 1e3:.2f} ms "
         f"({predicted / measured:.2f}x)"
     )
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (host: {_cpu_name()})"
+    return _cpu_name()
 
 
 def _cpu_name() -> str:
@@ -244,7 +279,10 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _memory_mb() -> tuple[float, float]:
+def _memory_mb(device: torch.device = CPU) -> tuple[float, float]:
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return total / 2**20, free / 2**20
     try:
         info = {}
         with open("/proc/meminfo") as f:
@@ -264,15 +302,19 @@ class Measured:
     sigma: float
     notes: list[str]
     kernels: dict[str, dict] = field(default_factory=dict)
+    device: torch.device = CPU
 
 
-def measure(seconds: float = 10.0, family: str | None = None, batch: int = 32) -> Measured:
+def measure(
+    seconds: float = 10.0, family: str | None = None, batch: int = 32, device: torch.device | str = "cpu"
+) -> Measured:
     """Run the micro-benchmarks within about ``seconds`` (the training check takes a share when asked)."""
+    device = torch.device(device)
     share = seconds / (5.0 if family else 4.0)
-    flops, sigma, what_f = conv_flops_per_s(share)
-    bw, what_b = stream_bytes_per_s(share)
-    ov, what_o = op_overhead_s(share)
-    kernels, what_k = kernel_costs(share)
+    flops, sigma, what_f = conv_flops_per_s(share, device)
+    bw, what_b = stream_bytes_per_s(share, device)
+    ov, what_o = op_overhead_s(share, device)
+    kernels, what_k = kernel_costs(share, device)
     notes = [
         f"compute.flops: {what_f}",
         f"compute.mem_bw_gbs: {what_b}",
@@ -281,22 +323,23 @@ def measure(seconds: float = 10.0, family: str | None = None, batch: int = 32) -
         f"compute.jitter.sigma: std of log(time) over the conv repeats ({sigma:.3f})",
     ]
     if family:
-        notes.append(training_step_check(family, batch, share, (flops, bw, ov), kernels))
-    return Measured(flops, bw, ov, sigma, notes, kernels)
+        notes.append(training_step_check(family, batch, share, (flops, bw, ov), kernels, device))
+    return Measured(flops, bw, ov, sigma, notes, kernels, device)
 
 
 def profile_dict(m: Measured, name: str, device_class: str, idle_w: float | None, train_w: float | None) -> dict:
     """A DeviceProfile (as plain data) from the measurements, with ``sources`` saying how each was taken."""
-    total, avail = _memory_mb()
+    total, avail = _memory_mb(m.device)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     where = (
-        f"measured by `iotfl-sim profiles measure` on {platform.node() or 'this machine'} ({_cpu_name()}, "
+        f"measured by `iotfl-sim profiles measure` on {platform.node() or 'this machine'} ({_device_name(m.device)}, "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, {platform.system()} "
         f"{platform.machine()}) at {stamp}"
     )
+    trains_on = "GPU training (fp32, CUDA)" if m.device.type == "cuda" else f"{torch.get_num_threads()} threads, CPU training"
     return {
         "name": name,
-        "description": f"{_cpu_name()}, {torch.get_num_threads()} threads, CPU training in PyTorch (measured)",
+        "description": f"{_device_name(m.device)}, {trains_on} in PyTorch (measured)",
         "device_class": device_class,
         "compute": {
             "flops": float(f"{m.flops:.4g}"),
@@ -316,7 +359,8 @@ def profile_dict(m: Measured, name: str, device_class: str, idle_w: float | None
         "sources": [
             where,
             *m.notes,
-            "memory: /proc/meminfo MemTotal and MemAvailable at measurement time",
+            "memory: " + ("torch.cuda.mem_get_info (the GPU's total and free memory)" if m.device.type == "cuda"
+                          else "/proc/meminfo MemTotal and MemAvailable") + " at measurement time",
             "power: " + ("given on the command line" if train_w is not None else
                          "NOT MEASURED (0 W): set power.* (e.g. from a USB power meter) before reading energy figures"),
             "link: placeholder (100 Mb/s Ethernet, 1 ms), not measured: set it to the deployment's network",
