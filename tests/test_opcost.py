@@ -51,7 +51,7 @@ def test_depthwise_conv_forward_roofline():
     x = torch.zeros(2, 8, 6, 6, device="meta")
     w = torch.zeros(8, 1, 3, 3, device="meta")
     rec = record(lambda: F.conv2d(x, w, padding=1, groups=8))
-    assert rec.names == ["convolution"]
+    assert rec.names == ["convolution_grouped"]  # priced as its own kind, not as a dense convolution
     # each of the 2*8*6*6 = 576 outputs is 1 channel x 3x3 = 9 MACs: 2 * 576 * 9 = 10368 FLOPs
     assert rec.flops == [10368]
     # x 576 + w 72 + out 576 floats = 1224 x 4 bytes
@@ -66,7 +66,7 @@ def test_depthwise_conv_backward_flops_are_counted_per_group():
     y = F.conv2d(x, w, padding=1, groups=8)
     g = torch.zeros_like(y)
     rec = record(lambda: y.backward(g, retain_graph=True))
-    assert rec.names == ["convolution_backward"]
+    assert rec.names == ["convolution_backward_grouped"]
     # grad_input: each of the 576 input elements gathers 9 MACs; grad_weight: each of the 72 weights
     # sums 2*6*6 = 72 products -> 72 * 72 = 5184 MACs. Together 2 * (576 * 9 + 5184) = 20736 FLOPs.
     assert rec.flops == [2 * (576 * 9 + 72 * 72)] == [20736]
@@ -226,6 +226,31 @@ def test_kernel_curve_prices_by_log_log_interpolation_and_extra_overhead():
     # memory still bounds a kernel-priced op from below
     slow_mem = StepTrace(1, ("convolution",), np.array([1e6]), np.array([1e6]))
     assert slow_mem.time(f_generic, 1e6, 0.0, kernels) == pytest.approx(1.0 + 2e-6, rel=1e-12)
+
+
+def test_a_grouped_convolution_uses_its_own_curve_and_falls_back_to_the_dense_one():
+    import numpy as np
+
+    trace = StepTrace(1, ("convolution", "convolution_grouped"), np.array([1e6, 1e6]), np.zeros(2))
+    dense = ("convolution", 1e-6, ((1.0, 1e10),))
+    grouped = ("convolution_grouped", 5e-6, ((1.0, 1e9),))
+    # only the dense kind measured (a profile from before grouped kinds): both calls at 1e10 FLOP/s, both pay 1 us
+    assert trace.time(5e9, 1e12, 0.0, (dense,)) == pytest.approx(2 * (1e6 / 1e10 + 1e-6), rel=1e-12)
+    # both measured: the grouped call at its own 1e9 FLOP/s and 5 us
+    assert trace.time(5e9, 1e12, 0.0, (dense, grouped)) == pytest.approx(
+        1e6 / 1e10 + 1e-6 + 1e6 / 1e9 + 5e-6, rel=1e-12
+    )
+    # a dense call never takes the grouped entry
+    only_dense_call = StepTrace(1, ("convolution",), np.array([1e6]), np.zeros(1))
+    assert only_dense_call.time(5e9, 1e12, 0.0, (grouped,)) == pytest.approx(1e6 / 5e9, rel=1e-12)
+
+
+def test_a_convolution_with_one_group_stays_dense():
+    x = torch.zeros(2, 8, 6, 6, device="meta")
+    w1, w2 = torch.zeros(8, 8, 3, 3, device="meta"), torch.zeros(8, 4, 3, 3, device="meta")
+    assert record(lambda: F.conv2d(x, w1, padding=1)).names == ["convolution"]
+    # groups=2 is grouped too (ResNeXt-style): any groups > 1
+    assert record(lambda: F.conv2d(x, w2, groups=2)).names == ["convolution_grouped"]
 
 
 def test_profile_kernels_reach_the_cost_model(write_scenario):

@@ -152,6 +152,7 @@ def _kernel_calls(n: int, c: int, hw: int, device: torch.device = CPU) -> dict[s
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, c, hw, hw, generator=g).to(device)
     w = torch.randn(c, c, 3, 3, generator=g).to(device)
+    wd = torch.randn(c, 1, 3, 3, generator=g).to(device)  # depthwise: groups = c
     b = torch.randn(c, generator=g).to(device)
     y = aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
     gy = torch.randn_like(y)
@@ -162,6 +163,10 @@ def _kernel_calls(n: int, c: int, hw: int, device: torch.device = CPU) -> dict[s
         "convolution": lambda: aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
         "convolution_backward": lambda: aten.convolution_backward(
             gy, x, w, [c], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]
+        ),
+        "convolution_grouped": lambda: aten.convolution(x, wd, b, [1, 1], [1, 1], [1, 1], False, [0, 0], c),
+        "convolution_backward_grouped": lambda: aten.convolution_backward(
+            gy, x, wd, [c], [1, 1], [1, 1], [1, 1], False, [0, 0], c, [True, True, True]
         ),
         "native_batch_norm": lambda: aten.native_batch_norm(x, b, b, None, None, True, 0.1, 1e-5),
         "native_batch_norm_backward": lambda: aten.native_batch_norm_backward(
@@ -178,11 +183,14 @@ def _kernel_calls(n: int, c: int, hw: int, device: torch.device = CPU) -> dict[s
 
 
 # Kinds priced by their own measured time-vs-size curve instead of the generic roofline: on CPUs a
-# convolution sets up a oneDNN primitive on every call and reaches the dense-conv peak only when large,
-# and batch norm and pooling are limited by their loop structure, not by FLOPs or bandwidth.
+# convolution sets up a oneDNN primitive on every call and reaches the dense-conv peak only when large, a
+# depthwise (grouped) one stays far below it at any size, and batch norm and pooling are limited by their loop
+# structure, not by FLOPs or bandwidth.
 CURVE_SIZES = {  # kind -> (batch, channels, side) of the calls timed for its curve (3x3 convolutions C -> C)
     "convolution": ((2, 2, 4), (10, 16, 8), (10, 32, 16), (16, 64, 32)),
     "convolution_backward": ((2, 2, 4), (10, 16, 8), (10, 32, 16), (16, 64, 32)),
+    "convolution_grouped": ((2, 2, 4), (10, 16, 8), (10, 32, 16), (16, 64, 32)),
+    "convolution_backward_grouped": ((2, 2, 4), (10, 16, 8), (10, 32, 16), (16, 64, 32)),
     "native_batch_norm": ((2, 2, 4), (10, 32, 16)),
     "native_batch_norm_backward": ((2, 2, 4), (10, 32, 16)),
     "max_pool2d_with_indices": ((2, 2, 4), (10, 32, 16)),
@@ -219,6 +227,7 @@ def kernel_costs(seconds: float, device: torch.device = CPU) -> tuple[dict[str, 
     shapes = "; ".join(f"{k}: " + ", ".join(f"{n}x{c}x{h}x{h}" for n, c, h in zs) for k, zs in CURVE_SIZES.items())
     what = (
         "compute.kernels: each kind called directly on activations of these shapes (3x3 convolutions C -> C, "
+        "dense or depthwise (grouped), "
         f"2x2 pooling, matmuls on (4N x C) @ (C x C)), fastest loop; FLOP/s = counted FLOPs / (time - "
         f"an element-wise add_'s time, {generic * 1e6:.2f} us): {shapes}"
     )
