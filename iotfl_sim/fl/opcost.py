@@ -186,13 +186,18 @@ class StepTrace:
         """
         if not kernels:
             return float(np.maximum(self.flops / flops_per_s, self.bytes / bytes_per_s).sum() + self.n_ops * overhead_s)
+        return float(self.op_times(flops_per_s, bytes_per_s, overhead_s, kernels).sum())
+
+    def op_times(
+        self, flops_per_s: float, bytes_per_s: float, overhead_s: float, kernels: KernelRates = ()
+    ) -> np.ndarray:
+        """Each op's roofline seconds (``time`` is their sum), for breaking a step's price down by kind."""
         extra, curves = _kernel_arrays(self.names, kernels)
         rate = np.full(len(self.names), float(flops_per_s))
         for idx, pts in curves:
             f = np.log(np.maximum(self.flops[idx], 1.0))
             rate[idx] = np.exp(np.interp(f, np.log([p[0] for p in pts]), np.log([p[1] for p in pts])))
-        compute = np.maximum(self.flops / rate, self.bytes / bytes_per_s)
-        return float(compute.sum() + self.n_ops * overhead_s + extra.sum())
+        return np.maximum(self.flops / rate, self.bytes / bytes_per_s) + overhead_s + extra
 
 
 @lru_cache(maxsize=1024)
