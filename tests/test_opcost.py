@@ -306,3 +306,42 @@ def test_profile_kernels_reach_the_cost_model(write_scenario):
 
     assert t_without == pytest.approx(base(1), rel=1e-9)
     assert t_with - base(0) == pytest.approx(steps * n_conv * 1e-3, rel=1e-9)
+
+
+def test_a_measured_step_scales_its_family_and_input_shape_only():
+    from iotfl_sim.fl.opcost import StepOptions, infer_seconds, step_trace, train_seconds
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from iotfl_sim.fl.submodel import SubmodelSpec
+
+    rates = (1e9, 1e9, 5e-6)
+    timed = ModelRecipe("cnn_small", 10, 1, (8, 8))
+    roofline_step = step_trace(timed, SubmodelSpec(1.0), 4, StepOptions(0.9, False, False)).time(*rates)
+    steps = (("cnn_small", (1, 8, 8), 4, 3.0 * roofline_step),)  # the machine ran the step 3x slower
+    half, opts = SubmodelSpec(0.5), StepOptions(0.0, True, False)
+    # any width, batch, class count and optimizer of the family at that input shape: 3x the roofline
+    user = ModelRecipe("cnn_small", 62, 1, (8, 8))
+    plain = train_seconds(user, half, 50, 2, 8, *rates, opts)
+    assert train_seconds(user, half, 50, 2, 8, *rates, opts, (), steps) == pytest.approx(3.0 * plain, rel=1e-12)
+    plain_inf = infer_seconds(user, half, 20, 8, *rates)
+    assert infer_seconds(user, half, 20, 8, *rates, (), steps) == pytest.approx(3.0 * plain_inf, rel=1e-12)
+    # another input shape or another family: the roofline as it is
+    other_shape = ModelRecipe("cnn_small", 10, 3, (8, 8))
+    assert train_seconds(other_shape, half, 50, 1, 8, *rates, opts, (), steps) == pytest.approx(
+        train_seconds(other_shape, half, 50, 1, 8, *rates, opts), rel=1e-12
+    )
+    mlp = ModelRecipe("mlp", 10, 1, (8, 8))
+    assert train_seconds(mlp, half, 50, 1, 8, *rates, opts, (), steps) == train_seconds(mlp, half, 50, 1, 8, *rates, opts)
+
+
+def test_measured_steps_reach_the_rates_outside_power_modes_only():
+    from iotfl_sim.scenario.profile import DeviceProfile
+
+    full = copy.deepcopy(BIG)
+    full["compute"]["measured_steps"] = [{"family": "conv", "input": [1, 28, 28], "batch": 32, "seconds": 0.02}]
+    assert DeviceProfile.model_validate(full).rates().steps == (("conv", (1, 28, 28), 32, 0.02),)
+    full["compute"]["power_modes"] = {"low": {"flops": 1e9, "train_w": 1.0}}
+    # measured in the default state: a power mode changes the machine, so the measurement does not carry over
+    assert DeviceProfile.model_validate(full).rates("low").steps == ()
+    with pytest.raises(Exception, match="seconds"):
+        full["compute"]["measured_steps"][0]["seconds"] = 0.0
+        DeviceProfile.model_validate(full)

@@ -32,6 +32,9 @@ def test_measure_writes_a_profile_that_validates(tmp_path, capsys):
         assert [f for f, _ in curve] == sorted(f for f, _ in curve)  # larger shapes, more FLOPs per call
         assert all(r > 0 and math.isfinite(r) for _, r in curve)
     assert "compute.kernels:" in text
+    # the checked step is recorded, so the cost model prices cnn_small at 1x8x8 as this machine ran it
+    (step,) = p.compute.measured_steps
+    assert (step.family, step.input, step.batch) == ("cnn_small", (1, 8, 8), 32) and step.seconds > 0
     assert p.rates().kernels and all(pts for _, _, pts in p.rates().kernels)
 
 

@@ -241,17 +241,20 @@ def training_step_check(
     rates: tuple[float, float, float],
     kernels: dict[str, dict],
     device: torch.device = CPU,
-) -> str:
-    """A real SGD step of ``family`` timed here, next to the roofline price from the measured rates."""
+) -> tuple[str, float]:
+    """A real SGD step of ``family`` timed here, next to the roofline price from the measured rates: (the note,
+    the measured seconds)."""
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.fl.submodel import SubmodelSpec
 
     c, h, w = FAMILY_SHAPES[family]
-    recipe, spec = ModelRecipe(family, 10, c, (h, w)), SubmodelSpec(1.0)
+    recipe, spec = ModelRecipe(family, opcost.MEASURED_CLASSES, c, (h, w)), SubmodelSpec(1.0)
     model = recipe.build(spec).to(device)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)  # the loop the tracer counts
-    x, y = torch.randn(batch, c, h, w, device=device), torch.randint(0, 10, (batch,), device=device)
+    momentum = opcost.MEASURED_OPTIONS_MOMENTUM
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=momentum, foreach=False)  # the loop the tracer counts
+    x = torch.randn(batch, c, h, w, device=device)
+    y = torch.randint(0, opcost.MEASURED_CLASSES, (batch,), device=device)
 
     def step() -> None:
         opt.zero_grad()
@@ -267,8 +270,9 @@ def training_step_check(
     return (
         f"check: one {family} training step at batch {batch} ({c}x{h}x{w}) measured {measured * 1e3:.2f} ms "
         f"(fastest of {len(times)}), roofline with these numbers predicts {predicted * 1e3:.2f} ms "
-        f"({predicted / measured:.2f}x)"
-    )
+        f"({predicted / measured:.2f}x); compute.measured_steps records it, so the cost model prices {family} at "
+        f"{c}x{h}x{w} {measured / predicted:.2f}x the roofline"
+    ), measured
 
 
 def _device_name(device: torch.device) -> str:
@@ -312,6 +316,7 @@ class Measured:
     notes: list[str]
     kernels: dict[str, dict] = field(default_factory=dict)
     device: torch.device = CPU
+    steps: list[dict] = field(default_factory=list)  # compute.measured_steps
 
 
 def measure(
@@ -331,9 +336,12 @@ def measure(
         what_k,
         f"compute.jitter.sigma: std of log(time) over the conv repeats ({sigma:.3f})",
     ]
+    steps = []
     if family:
-        notes.append(training_step_check(family, batch, share, (flops, bw, ov), kernels, device))
-    return Measured(flops, bw, ov, sigma, notes, kernels, device)
+        note, seconds = training_step_check(family, batch, share, (flops, bw, ov), kernels, device)
+        notes.append(note)
+        steps.append({"family": family, "input": list(FAMILY_SHAPES[family]), "batch": batch, "seconds": float(f"{seconds:.4g}")})
+    return Measured(flops, bw, ov, sigma, notes, kernels, device, steps)
 
 
 def profile_dict(m: Measured, name: str, device_class: str, idle_w: float | None, train_w: float | None) -> dict:
@@ -355,6 +363,7 @@ def profile_dict(m: Measured, name: str, device_class: str, idle_w: float | None
             "mem_bw_gbs": float(f"{m.mem_bw / 1e9:.4g}"),
             "op_overhead_us": float(f"{m.overhead_s * 1e6:.4g}"),
             **({"kernels": m.kernels} if m.kernels else {}),
+            **({"measured_steps": m.steps} if m.steps else {}),
             "jitter": {"dist": "lognormal", "sigma": float(f"{max(m.sigma, 0.01):.3g}")},
         },
         "memory": {"total_mb": round(total, 1), "free_mb": round(max(avail, 1.0), 1), "sigma_mb": 0.0},

@@ -44,6 +44,13 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 # Per-kind kernel costs: (ATen op name, extra seconds per call, ((FLOPs of a call, FLOP/s), ...) sorted, or
 # () for the device's rate), as ``scenario.profile.Rates.kernels`` holds them (fl does not import scenario).
 KernelRates = tuple[tuple[str, float, tuple[tuple[float, float], ...]], ...]
+# Real training steps timed on the machine (``compute.measured_steps``): (family, (channels, height, width),
+# batch, seconds). A model of that family and input shape is priced by the roofline times measured / roofline of
+# the timed step, so the full-width step costs exactly what was measured and its sub-networks keep the roofline's
+# ratios; the per-kind curves cannot see every shape a family uses (benchmarks/gpu_server.md).
+MeasuredSteps = tuple[tuple[str, tuple[int, ...], int, float], ...]
+MEASURED_CLASSES = 10  # the timed step's classifier (fl.measure.training_step_check)
+MEASURED_OPTIONS_MOMENTUM = 0.9
 
 aten = torch.ops.aten
 
@@ -331,9 +338,31 @@ def step_time(
     overhead_s: float,
     options: StepOptions = StepOptions(),
     kernels: KernelRates = (),
+    steps: MeasuredSteps = (),
 ) -> float:
     """Roofline seconds of one training step (memoised per spec, batch, rates and options)."""
-    return step_trace(recipe, spec, batch, options).time(flops_per_s, bytes_per_s, overhead_s, kernels)
+    t = step_trace(recipe, spec, batch, options).time(flops_per_s, bytes_per_s, overhead_s, kernels)
+    return t * measured_scale(recipe, flops_per_s, bytes_per_s, overhead_s, kernels, steps)
+
+
+@lru_cache(maxsize=1024)
+def measured_scale(
+    recipe: ModelRecipe,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    kernels: KernelRates = (),
+    steps: MeasuredSteps = (),
+) -> float:
+    """measured / roofline seconds of the timed step of ``recipe``'s family and input shape; 1 without one."""
+    shape = (recipe.in_channels, *recipe.image_size)
+    for family, inp, batch, seconds in steps:
+        if family == recipe.family and tuple(inp) == shape:
+            timed = ModelRecipe(family, MEASURED_CLASSES, shape[0], tuple(shape[1:]))
+            opts = StepOptions(MEASURED_OPTIONS_MOMENTUM, False, False)
+            priced = step_trace(timed, SubmodelSpec(1.0), batch, opts).time(flops_per_s, bytes_per_s, overhead_s, kernels)
+            return seconds / priced
+    return 1.0
 
 
 def steps_of(samples: int, batch: int) -> tuple[int, int]:
@@ -358,10 +387,11 @@ def train_seconds(
     overhead_s: float,
     options: StepOptions = StepOptions(),
     kernels: KernelRates = (),
+    steps: MeasuredSteps = (),
 ) -> float:
     """Roofline training time of ``epochs`` passes over ``samples`` samples at ``batch`` per step."""
     full, rest = steps_of(samples, batch)
-    rates = (flops_per_s, bytes_per_s, overhead_s, options, kernels)
+    rates = (flops_per_s, bytes_per_s, overhead_s, options, kernels, steps)
     t = full * step_time(recipe, spec, batch, *rates) if full else 0.0
     if rest:
         t += step_time(recipe, spec, rest, *rates)
@@ -388,11 +418,13 @@ def infer_seconds(
     bytes_per_s: float,
     overhead_s: float,
     kernels: KernelRates = (),
+    steps: MeasuredSteps = (),
 ) -> float:
-    """Roofline time of inference over ``samples`` samples at ``batch`` per pass (the last pass partial)."""
+    """Roofline time of inference over ``samples`` samples at ``batch`` per pass (the last pass partial); a
+    measured training step of the family scales it as it scales training (its forward pass, same kernels)."""
     full, rest = divmod(int(samples), int(batch))
     table = affine_trace(recipe, spec, StepOptions(), True)
     t = full * table.at(batch).time(flops_per_s, bytes_per_s, overhead_s, kernels) if full else 0.0
     if rest:
         t += table.at(rest).time(flops_per_s, bytes_per_s, overhead_s, kernels)
-    return t
+    return t * measured_scale(recipe, flops_per_s, bytes_per_s, overhead_s, kernels, steps)

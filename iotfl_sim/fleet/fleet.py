@@ -17,7 +17,7 @@ import numpy as np
 from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
-from iotfl_sim.scenario.profile import KernelRates
+from iotfl_sim.scenario.profile import KernelRates, MeasuredSteps
 from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
@@ -47,6 +47,7 @@ class Fleet:
     rtt_s: np.ndarray
     memory_units: str = "mb"
     kernels: list[KernelRates] = field(default_factory=list)  # per group: per-kind operator costs
+    measured_steps: list[MeasuredSteps] = field(default_factory=list)  # per group: real steps timed on the profile's machine
     class_names: list[str] = field(default_factory=list)
     harvests: list[Harvest | None] = field(default_factory=list)  # per group
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # battery level at settled_at (harvesting devices)
@@ -107,6 +108,7 @@ class Fleet:
         )
         fleet.memory_units = memory_units
         fleet.kernels = [r.kernels for r in rates]  # per group
+        fleet.measured_steps = [r.steps for r in rates]  # per group
         fleet.radio = [RADIO_PRESETS[g.config.network.radio or g.profile.link.radio] for g in groups]
         fleet.preset_power = [g.config.network.power_model == "preset" for g in groups]
         fleet.link_jitter = per_device([g.config.network.jitter for g in groups])
@@ -441,14 +443,15 @@ class Fleet:
                 return t
         return None
 
-    def roofline(self, d: int) -> tuple[float, float, float, KernelRates] | None:
-        """(FLOP/s, bytes/s, seconds per op, per-kind kernel costs) of device ``d`` for the per-operator
-        roofline, or None when its profile has no memory bandwidth (then time is FLOPs / FLOP/s)."""
+    def roofline(self, d: int) -> tuple[float, float, float, KernelRates, MeasuredSteps] | None:
+        """(FLOP/s, bytes/s, seconds per op, per-kind kernel costs, measured steps) of device ``d`` for the
+        per-operator roofline, or None when its profile has no memory bandwidth (then time is FLOPs / FLOP/s)."""
         bw = self.mem_bw[d]
         if np.isnan(bw):
             return None
         kernels = self.kernels[self.group_of[d]] if self.kernels else ()
-        return float(self.flops[d]), float(bw), float(self.op_overhead_s[d]), kernels
+        steps = self.measured_steps[self.group_of[d]] if self.measured_steps else ()
+        return float(self.flops[d]), float(bw), float(self.op_overhead_s[d]), kernels, steps
 
     def jittered(self, d: int, base: float, rnd: int) -> float:
         """``base`` seconds times the device's compute jitter for round ``rnd``."""

@@ -56,6 +56,8 @@ class KernelCost(Strict):
 # (ATen op name, extra seconds per call, ((FLOPs, FLOP/s), ...) or () for the profile's rate) per kernel
 # kind; hashable for memoising
 KernelRates = tuple[tuple[str, float, tuple[tuple[float, float], ...]], ...]
+# (family, (channels, height, width), batch, seconds) per measured step, as fl.opcost.MeasuredSteps
+MeasuredSteps = tuple[tuple[str, tuple[int, ...], int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,21 @@ class Rates:
     mem_bw: float | None  # bytes/s; None = no roofline (training FLOPs / FLOP/s, as before)
     op_overhead_s: float  # seconds per dispatched operator
     kernels: KernelRates = ()
+    steps: MeasuredSteps = ()  # real steps timed on the machine: the family's price is scaled to them
 
     @property
     def roofline(self) -> bool:
         return self.mem_bw is not None
+
+
+class MeasuredStep(Strict):
+    """One real training step timed on the machine (``profiles measure --family``): the cost model scales its
+    price of that family, at that input shape, so the full-width step at ``batch`` costs what was measured."""
+
+    family: str = Field(description="model family of the step (as model.family names it)")
+    input: tuple[int, int, int] = Field(description="input shape [channels, height, width]")
+    batch: int = Field(ge=1, description="samples in the timed step")
+    seconds: float = Field(gt=0, description="the fastest measured step (SGD with momentum 0.9, 10 classes), s")
 
 
 class Compute(Strict):
@@ -85,6 +98,11 @@ class Compute(Strict):
         None,
         description="per-operator-kind costs by ATen name (convolution, native_batch_norm, max_pool2d_with_indices, ...): "
         "extra fixed overhead and achieved FLOP/s; kinds not listed use the generic roofline",
+    )
+    measured_steps: list[MeasuredStep] | None = Field(
+        None,
+        description="real training steps timed here (profiles measure --family): a model of the same family and "
+        "input shape is priced by the roofline times measured / roofline of that step (ignored in a power mode)",
     )
     jitter: Jitter = Jitter()
     power_modes: dict[str, PowerMode] | None = None
@@ -189,7 +207,10 @@ class DeviceProfile(Strict):
         kernels = tuple(
             (k, v.overhead_us * 1e-6, v.points()) for k, v in sorted((self.compute.kernels or {}).items())
         )
-        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6, kernels)
+        steps = () if m is not None else tuple(
+            (s.family, tuple(s.input), s.batch, s.seconds) for s in self.compute.measured_steps or ()
+        )
+        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6, kernels, steps)
 
     def power_warnings(self) -> list[str]:
         """Power figures of 0 W: such devices spend no energy on that activity (``profiles measure`` writes 0 W

@@ -51,9 +51,9 @@ def declared_train_seconds(sim: Simulation, recipe: Any, spec: Any, d: int) -> f
     rates = f.roofline(d) if sim.sc.fleet.cost_model == "roofline" else None
     if rates is None:
         return float(recipe.cost(spec).train_flops(per_epoch * epochs) / f.flops[d])
-    flops_s, bw, overhead, kernels = rates
+    flops_s, bw, overhead, kernels, steps = rates
     batch, opts = sim.sc.local.batch_size, sim.step_options
-    return opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, flops_s, bw, overhead, opts, kernels)
+    return opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, flops_s, bw, overhead, opts, kernels, steps)
 
 
 class DeviceTasks:

@@ -101,7 +101,7 @@ class ServerCost:
                 return Priced(kind, flops / r.flops, flops)
             t = opcost.train_seconds(
                 work.recipe, work.spec, work.samples, work.epochs, work.batch, r.flops, r.mem_bw, r.op_overhead_s,
-                opts, r.kernels,
+                opts, r.kernels, r.steps,
             )  # fmt: skip
             return Priced(kind, t, flops)
         if isinstance(work, InferWork):
@@ -128,5 +128,7 @@ class ServerCost:
         flops = (full * table.at(work.batch).total_flops if full else 0.0) + (table.at(rest).total_flops if rest else 0.0)
         if r.mem_bw is None:
             return Priced("infer", flops / r.flops, flops)
-        t = opcost.infer_seconds(work.recipe, work.spec, work.samples, work.batch, r.flops, r.mem_bw, r.op_overhead_s, r.kernels)
+        t = opcost.infer_seconds(
+            work.recipe, work.spec, work.samples, work.batch, r.flops, r.mem_bw, r.op_overhead_s, r.kernels, r.steps
+        )
         return Priced("infer", t, flops)
