@@ -368,3 +368,16 @@ def test_timeline_marks_each_failure_by_its_cause_names_the_classes_and_keeps_ba
     assert bars and max(b.x1 for b in bars) <= ax.get_xlim()[1] and min(b.x0 for b in bars) >= ax.get_xlim()[0]
     assert "classes:" in ax.get_title() and "mcu = microcontroller" in ax.get_title()
     assert ax.get_ylabel() == "device · class"
+
+
+def test_plot_of_runs_that_declare_different_targets_draws_all_and_says_so(tmp_path: Path, capsys) -> None:
+    from study_fixtures import write_run
+
+    from iotfl_sim.cli import main
+
+    a = write_run(tmp_path / "a", "fedavg", 0, [0.3, 0.55, 0.75], targets=[0.5])
+    b = write_run(tmp_path / "b", "heterofl", 0, [0.3, 0.55, 0.75], targets=[0.7])
+    assert main(["plot", str(a), str(b), "--out", str(tmp_path / "p")]) == 0
+    assert "differ (50% in 1 run; 70% in 1 run)" in capsys.readouterr().err
+    fig = build_figures(load_runs([a, b]))["accuracy_vs_time.png"]
+    assert sorted(ln.get_ydata()[0] for ln in fig.axes[0].lines if ln.get_linestyle() == ":") == [50.0, 70.0]
