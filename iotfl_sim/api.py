@@ -32,7 +32,7 @@ from typing import Any
 # summary.json figures that study tables show, in this order (final_accuracy's acc_* keys come first)
 TABLE_FIGURES = (
     "best_acc_full", "sim_time_s", "energy_j", "bytes_down", "bytes_up", "completed", "tasks", "comm_waste",
-    "rounds",
+    "bytes_wasted", "rounds",
 )  # fmt: skip
 
 
@@ -286,7 +286,8 @@ class StudyRuns:
 
     def table(self) -> Any:
         """One row per run: ``id``, ``status``, one column per override key, then the summary's figures
-        (``acc_*`` final accuracies, ``best_acc_full``, ``sim_time_s``, ``energy_j`` ...) and ``host_s``;
+        (``acc_*`` final accuracies, ``best_acc_full``, ``sim_time_s``, ``energy_j`` and its split
+        ``energy_compute_j`` / ``energy_radio_j`` / ``energy_idle_j``, ``comm_waste``, ``bytes_wasted`` ...) and ``host_s``;
         a run without a summary has empty figures.
 
         >>> iotfl_sim.load_study("studies/lr").table().groupby("algorithm.name")["acc_full"].mean()  # doctest: +SKIP
@@ -298,6 +299,8 @@ class StudyRuns:
             row.update(summary.get("final_accuracy") or {})
             for k in TABLE_FIGURES:
                 row[k] = summary.get(k)
+                if k == "energy_j":  # then its split: idle is most of a fleet's energy, whatever the method
+                    row.update({f"energy_{kind}_j": v for kind, v in (summary.get("energy_by_kind_j") or {}).items()})
             row["host_s"] = r["host_s"]
             row["error"] = r["error"]
             rows.append(row)

@@ -87,6 +87,8 @@ def test_load_study_table(tmp_path, no_pandas):
     table = study.table()
     assert [row["seed"] for row in table] == [1, 2, 3]
     assert table[0]["status"] == "done" and table[0]["energy_j"] > 0 and table[0]["host_s"] == 1.5
+    split = [table[0][f"energy_{k}_j"] for k in ("compute", "radio", "idle")]
+    assert sum(split) == pytest.approx(table[0]["energy_j"]) and table[0]["bytes_wasted"] == 0.0
     assert table[2]["energy_j"] is None and table[2]["error"] == "RuntimeError: boom"
     assert iotfl_sim.load_study(folder / "study.json").name == "st"
     assert yaml.safe_load((folder / "runs/seed=1/scenario.resolved.yaml").read_text())["seed"] == 1
