@@ -392,12 +392,15 @@ def test_tables_and_figures_take_the_runs_own_targets_and_their_union_when_they_
     assert t["time_to_accuracy"].columns == ["60%"]
 
 
-def test_plot_cli_takes_targets(study: Path, tmp_path: Path) -> None:
-    assert main(["plot", str(study), "--out", str(tmp_path / "p"), "--targets", "0.5", "70"]) == 0
-    from analysis.study_plots import fig_to_accuracy, method_colors
+def test_plot_cli_takes_targets(study: Path, tmp_path: Path, monkeypatch) -> None:
+    import analysis.study_plots as sp
 
+    drawn = []
+    monkeypatch.setattr(sp, "write_study_plots", lambda sel, out, targets: drawn.append(tuple(targets)) or [])
+    assert main(["plot", str(study), "--out", str(tmp_path / "p"), "--targets", "0.5", "70"]) == 0
+    assert drawn == [(0.5, 0.7)]  # percent read as a fraction
     sel = select([study])
-    fig = fig_to_accuracy(sel.methods, method_colors(sel.methods), [0.5, 0.7], "time")
+    fig = sp.fig_to_accuracy(sel.methods, sp.method_colors(sel.methods), [0.5, 0.7], "time")
     assert [x.get_text() for x in fig.axes[0].get_xticklabels()] == ["50%", "70%"]
     assert main(["plot", str(study), "--targets", "150"]) == 2
 
