@@ -11,8 +11,13 @@ Conventions (also in the README):
 * **seeds that never reach a target**: the cell is the mean ± std over the seeds that reached it,
   followed by ``(k/n)`` when only k of the n seeds did; ``N/A`` when none did. A method counts for
   "best" (bold, the smallest cost) only when all its seeds reached the target;
-* communication waste is summary.json's ``comm_waste`` (else the last ``comm_waste_cum``), failures
-  per reason summary.json's ``failures`` (else the sums of rounds.csv's ``failed_<reason>``).
+* the targets are the runs' own ``server.target_accuracies`` unless given (``analysis.targets``: when
+  runs declare different sets, every target any of them declared);
+* communication waste is summary.json's ``comm_waste`` (else the last ``comm_waste_cum``), the bytes wasted
+  (downloads and uploads of tasks whose update was not used) rounds.csv's last ``bytes_wasted``; up to a
+  target, the crossing row's ``comm_waste_cum`` and ``bytes_wasted``. Failures per reason are summary.json's
+  ``failures`` (else the sums of rounds.csv's ``failed_<reason>``); the fleet's energy by kind (compute,
+  radio, idle) rounds.csv's last ``energy_<kind>_j``.
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ import numpy as np
 
 from analysis.rundir import Run
 from analysis.study import Selection, fmt_value
+from analysis.targets import Targets, resolve_targets, target_label
 
-__all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing"]
+__all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing", "CROSSING_FIELDS"]
 
-DEFAULT_TARGETS = (0.6, 0.8)
+# what a crossing reports: the row's round, clock, cumulative traffic, energy and communication waste
+CROSSING_FIELDS = ("round", "sim_time_s", "bytes_down", "bytes_up", "energy_j", "comm_waste_cum", "bytes_wasted")
+ENERGY_KINDS = ("compute", "radio", "idle")
 NON_LEVEL = {"acc_full", "acc_avg"}
 
 
@@ -155,7 +163,7 @@ def _g(v: float) -> str:
 @dataclass
 class RunMetrics:
     final_acc: dict[str, float]  # column -> fraction
-    to_target: dict[float, dict[str, float]]  # target -> {round, sim_time_s, bytes_down, bytes_up, energy_j}
+    to_target: dict[float, dict[str, float]]  # target -> {CROSSING_FIELDS: value}
     energy_j: float
     bytes_down: float
     bytes_up: float
@@ -163,6 +171,8 @@ class RunMetrics:
     comm_waste: float
     failures: dict[str, float]
     server_s: dict[str, float] = field(default_factory=dict)  # kind of server work -> simulated seconds in the run
+    bytes_wasted: float = math.nan
+    energy_by_kind: dict[str, float] = field(default_factory=dict)  # compute / radio / idle -> joules
 
 
 def _last_finite(a: np.ndarray | None) -> float:
@@ -173,7 +183,8 @@ def _last_finite(a: np.ndarray | None) -> float:
 
 
 def crossing(run: Run, target: float, column: str = "acc_full") -> dict[str, float] | None:
-    """The first rounds.csv row whose ``column`` >= ``target``: its round, sim_time_s, bytes and energy_j."""
+    """The first rounds.csv row whose ``column`` >= ``target``: its ``CROSSING_FIELDS`` (nan where the run
+    has no such column), or None when no row reaches it."""
     acc = run.column(column)
     if acc is None:
         return None
@@ -182,7 +193,7 @@ def crossing(run: Run, target: float, column: str = "acc_full") -> dict[str, flo
         return None
     i = int(hit[0])
     out = {}
-    for c in ("round", "sim_time_s", "bytes_down", "bytes_up", "energy_j"):
+    for c in CROSSING_FIELDS:
         col = run.rounds.get(c)
         out[c] = float(col[i]) if col is not None else math.nan
     return out
@@ -208,6 +219,9 @@ def run_metrics(run: Run, targets: Sequence[float], column: str = "acc_full") ->
         for c, v in run.rounds.items()
         if c.startswith("server_") and c.endswith("_s") and c != "server_time_s"
     }
+    kinds = s.get("energy_by_kind_j") if isinstance(s.get("energy_by_kind_j"), dict) else {}
+    by_kind = {k: _last_finite(run.column(f"energy_{k}_j")) for k in ENERGY_KINDS}
+    by_kind = {k: v if math.isfinite(v) else float(kinds.get(k, math.nan)) for k, v in by_kind.items()}
     return RunMetrics(
         final_acc=accs,
         to_target=to,
@@ -218,6 +232,8 @@ def run_metrics(run: Run, targets: Sequence[float], column: str = "acc_full") ->
         comm_waste=float(waste),
         failures=failures,
         server_s=server,
+        bytes_wasted=_last_finite(run.column("bytes_wasted")),
+        energy_by_kind={k: v for k, v in by_kind.items() if math.isfinite(v)},
     )
 
 
@@ -261,10 +277,6 @@ ENERGY_UNITS = (("MJ", 1e6), ("kJ", 1e3), ("J", 1.0))
 BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 
 
-def _target_label(t: float) -> str:
-    return f"{100 * t:g}%"
-
-
 def _accuracy_table(name: str, title: str, cols: Sequence[str], metrics: dict[str, list[RunMetrics]], note: str) -> Table:
     """Final accuracy of the ``acc_*`` columns ``cols``, a method's missing columns as "–"."""
     keys = list(cols)
@@ -280,11 +292,18 @@ def _accuracy_table(name: str, title: str, cols: Sequence[str], metrics: dict[st
     return t
 
 
+def selection_targets(sel: Selection, given: Sequence[float] | None = None) -> Targets:
+    """The targets of a selection's tables and figures: ``given``, else its runs' own (``analysis.targets``)."""
+    return resolve_targets((r for m in sel.methods for r in m.runs), given)
+
+
 def build_tables(
-    sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, column: str = "acc_full"
+    sel: Selection, targets: Sequence[float] | None = None, column: str = "acc_full"
 ) -> list[Table]:
-    """Accuracy, time / bytes / energy to each target, and costs (waste, energy, failures) per method."""
-    targets = list(targets)
+    """Accuracy, time / bytes / energy / waste to each target, and costs (waste, energy by kind, failures)
+    per method. ``targets``: None takes the runs' own ``server.target_accuracies``."""
+    chosen = selection_targets(sel, targets)
+    targets = list(chosen.values)
     metrics: dict[str, list[RunMetrics]] = {
         m.label: [run_metrics(r, targets, column) for r in m.runs] for m in sel.methods
     }
@@ -316,11 +335,11 @@ def build_tables(
     def reach(ms: list[RunMetrics], t: float, what: str) -> Cell:
         return Cell([rm.to_target[t][what] if t in rm.to_target else math.nan for rm in ms])
 
-    cols = [_target_label(t) for t in targets]
+    cols = [target_label(t) for t in targets]
     na_note = (
-        f"First rounds.csv row with `{column}` >= target (no interpolation). Mean ± sample std over the seeds "
-        "that reached the target; `(k/n)`: only k of n seeds reached it; `N/A`: none did. "
-        "Bold: the smallest mean among methods all of whose seeds reached it."
+        f"Targets: {chosen.source}. First rounds.csv row with `{column}` >= target (no interpolation). Mean ± "
+        "sample std over the seeds that reached the target; `(k/n)`: only k of n seeds reached it; `N/A`: none "
+        "did. Bold: the smallest mean among methods all of whose seeds reached it."
     )
 
     def max_over(what: str) -> float:
@@ -344,10 +363,17 @@ def build_tables(
             "bytes_up",
             BYTE_UNITS,
         ),
+        ("waste_to_accuracy", "Communication waste until the target accuracy ({col}) (%)", "comm_waste_cum", "%"),
+        ("wasted_bytes_to_accuracy", "Bytes wasted until the target accuracy ({col})", "bytes_wasted", BYTE_UNITS),
     ]
     for name, title, what, units in specs:
+        if not any(math.isfinite(rm.to_target[t][what]) for ms in metrics.values() for rm in ms for t in rm.to_target):
+            if what in ("comm_waste_cum", "bytes_wasted"):
+                continue  # runs written before these columns existed
         if units is None:
             unit, div, fmt = "", 1.0, (lambda v, ref=None: f"{v:.1f}")
+        elif units == "%":
+            unit, div, fmt = "", 1.0, (lambda v, ref=None: _num(100 * v, None if ref is None else 100 * ref))
         else:
             unit, div = _unit(max_over(what), units)
             fmt = _scaled(div)
@@ -361,7 +387,7 @@ def build_tables(
             },
             fmt,
             better="min",
-            note=na_note if not tables[1:] else "",
+            note=na_note if name == "time_to_accuracy" else "",
             count_reached=True,
         )
         tables.append(t)
@@ -399,6 +425,8 @@ def build_tables(
         (f"up ({b_unit})", "bytes_up", b_div),
         ("comm waste (%)", "comm_waste", 0.01),
     ]
+    if any(math.isfinite(rm.bytes_wasted) for ms in metrics.values() for rm in ms):
+        cost_cols.append((f"wasted ({b_unit})", "bytes_wasted", b_div))
     rows = {}
     for m, ms in metrics.items():
         rows[m] = {label: Cell([getattr(rm, attr) / div for rm in ms]) for label, attr, div in cost_cols}
@@ -410,9 +438,37 @@ def build_tables(
             rows,
             _num,
             better="min",
-            note="At the end of each run; communication waste = 1 − Σ size(returned) / Σ size(sent) over the run.",
+            note="At the end of each run; communication waste = 1 − Σ size(returned) / Σ size(sent) over the run, "
+            "sizes in parameters (AdaptiveFL's rate); wasted = bytes downloaded and uploaded for tasks whose update "
+            "was not used (failed, dropped at the deadline, surplus, late).",
         )
     )
+
+    # --- the fleet's energy by kind: idle is most of a fleet's energy, so the total hides a method's own cost
+    if any(rm.energy_by_kind for ms in metrics.values() for rm in ms):
+        k_cols = [f"{k} ({e_unit})" for k in ENERGY_KINDS]
+
+        def kind_cells(ms: list[RunMetrics]) -> dict[str, Cell]:
+            cells = {c: Cell([rm.energy_by_kind.get(k, math.nan) / e_div for rm in ms])
+                     for c, k in zip(k_cols, ENERGY_KINDS, strict=True)}  # fmt: skip
+            share = [100 * rm.energy_by_kind["idle"] / tot if "idle" in rm.energy_by_kind
+                     and (tot := sum(rm.energy_by_kind.values())) > 0 else math.nan for rm in ms]  # fmt: skip
+            cells["idle (% of fleet)"] = Cell(share)
+            return cells
+
+        tables.append(
+            Table(
+                "energy",
+                "Fleet energy by kind",
+                [*k_cols, "idle (% of fleet)"],
+                {m: kind_cells(ms) for m, ms in metrics.items()},
+                _num,
+                better="none",
+                note="At the end of each run. compute: local training; radio: downloads and uploads; idle: devices "
+                "powered on between tasks (a fleet pays it whatever the method does, so the total hides the method's "
+                "own cost, compute + radio).",
+            )
+        )
 
     # --- the server's own compute, by kind of work (runs written before the split have no such columns)
     kinds = [k for k in dict.fromkeys(k for ms in metrics.values() for rm in ms for k in rm.server_s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ from analysis.rundir import (
     load_run,
     read_device_events,
 )
+from analysis.targets import resolve_targets
 
-__all__ = ["PlotInputError", "plot_runs", "build_figures", "FIGURE_NAMES"]
+__all__ = ["PlotInputError", "plot_runs", "load_plot_runs", "plot_loaded", "build_figures", "FIGURE_NAMES"]
 
 PNG_SOFTWARE = "iotfl-sim analysis.plots"
 DPI = 150
@@ -55,8 +57,22 @@ PHASE_COLORS = {
     **{f"server: {k}": c for k, c in SERVER_KIND_COLORS.items()},
 }  # fmt: skip
 SERVER = -1  # the device id of the server's own events (server_work)
-FAIL_COLOR = "#D62728"
 LATE_COLOR = "#7B3294"
+# a task's failure on the timeline, by cause (the failure event, or a ``dropped`` event's reason): marker, colour,
+# legend text
+FAILURE_STYLE = {
+    "oom": ("x", "#D62728", "failed: out of memory"),
+    "offline": ("o", "#525252", "failed: device went offline"),
+    "depleted": ("v", "#E6550D", "failed: battery ran dry"),
+    "deadline": ("s", "#08519C", "dropped: round deadline passed"),
+    "surplus": ("+", "#31A354", "dropped: round already full (surplus)"),
+    "refused": ("d", "#8C6D31", "refused by the device"),
+}
+# what the device classes of profiles (``device_class``) stand for, for the timeline's note
+DEVICE_CLASS_NAMES = {
+    "mcu": "microcontroller", "sbc": "single-board computer", "edge_gpu": "edge board with a GPU",
+    "phone": "smartphone", "server": "server-class machine",
+}  # fmt: skip
 ENERGY_PARTS = (("compute", "energy_compute_j"), ("radio", "energy_radio_j"), ("idle", "energy_idle_j"))
 
 # devices.csv columns the figures use (the file can have a million rows: read only these)
@@ -80,25 +96,40 @@ FIGURE_NAMES = (
 # public API
 
 
-def plot_runs(runs: Sequence[str | Path], out: Path | None = None) -> list[Path]:
+def plot_runs(
+    runs: Sequence[str | Path], out: Path | None = None, targets: Sequence[float] | None = None
+) -> list[Path]:
     """Write the figures of ``runs`` (run directories, overlaid) as PNGs into ``out``; return the paths.
 
     ``out`` defaults to ``<first run>/plots/`` and is created if needed. Figures whose data is absent
-    (no evaluated rounds, no devices.csv, no events.jsonl ...) are skipped.
+    (no evaluated rounds, no devices.csv, no events.jsonl, no device ever depleted ...) are skipped.
+    ``targets``: the accuracies drawn as lines on the accuracy figures (None: the runs' own
+    ``server.target_accuracies``, ``analysis.targets``).
     Raises PlotInputError when a run directory or its rounds.csv is missing or unreadable.
     """
     paths = [Path(runs)] if isinstance(runs, str | Path) else [Path(p) for p in runs]
+    loaded = load_plot_runs(paths)
+    return plot_loaded(loaded, Path(out) if out is not None else paths[0] / "plots",
+                       resolve_targets(loaded, targets).values)  # fmt: skip
+
+
+def load_plot_runs(paths: Sequence[str | Path]) -> list[Run]:
+    """Run folders as the figures read them (devices.csv: only the columns they use), labels made unique."""
     if not paths:
         raise PlotInputError("no run directory given; a run directory must contain rounds.csv")
     loaded = [load_run(p, DEVICE_COLUMNS_FIRST if i == 0 else DEVICE_COLUMNS) for i, p in enumerate(paths)]
     disambiguate_labels(loaded)
-    out = Path(out) if out is not None else paths[0] / "plots"
+    return loaded
+
+
+def plot_loaded(loaded: Sequence[Run], out: Path, targets: Sequence[float]) -> list[Path]:
+    """Write the figures of loaded runs into ``out`` (created if needed); return the paths."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PlotInputError(f"{out}: cannot create the output folder ({e.strerror})") from e
     written: list[Path] = []
-    for filename, fig in iter_figures(loaded):
+    for filename, fig in iter_figures(loaded, targets):
         target = _target_path(out, filename)
         tmp = target.with_name(f".{target.name}.part")
         try:
@@ -110,17 +141,17 @@ def plot_runs(runs: Sequence[str | Path], out: Path | None = None) -> list[Path]
     return written
 
 
-def build_figures(runs: Sequence[Run]) -> dict[str, Figure]:
+def build_figures(runs: Sequence[Run], targets: Sequence[float] | None = None) -> dict[str, Figure]:
     """All figures for already loaded runs, by file name (for tests and notebooks)."""
-    return dict(iter_figures(runs))
+    return dict(iter_figures(runs, resolve_targets(runs, targets).values))
 
 
-def iter_figures(runs: Sequence[Run]) -> Iterator[tuple[str, Figure]]:
+def iter_figures(runs: Sequence[Run], targets: Sequence[float] = ()) -> Iterator[tuple[str, Figure]]:
     """Yield (file name, figure) for every figure the data supports, one at a time."""
     colors = run_colors(len(runs))
     builders: list[tuple[str, Callable[[Sequence[Run], list], Figure | None]]] = [
-        ("accuracy_vs_time.png", fig_accuracy_vs_time),
-        ("accuracy_vs_energy.png", fig_accuracy_vs_energy),
+        ("accuracy_vs_time.png", partial(fig_accuracy_vs_time, targets=targets)),
+        ("accuracy_vs_energy.png", partial(fig_accuracy_vs_energy, targets=targets)),
         ("bytes_per_round.png", fig_bytes_per_round),
         ("devices_alive.png", fig_devices_alive),
         ("energy_by_class.png", fig_energy_by_class),
@@ -190,7 +221,38 @@ def _title(ax: Any, title: str, runs: Sequence[Run]) -> None:
         ax.set_title(literal(runs[0].label), fontsize=9, color="0.35", pad=4)
 
 
-def _legend(ax: Any, runs: Sequence[Run], colors: list, styles: Sequence[tuple[str, str]] = ()) -> None:
+LEGEND_BESIDE_MIN = 7  # a legend of this many entries or more goes beside the axes, a shorter one below them
+
+
+def place_legend(ax: Any, handles: Sequence[Any]) -> None:
+    """The figure's legend outside the axes, where it covers no curve, bar or marker: below them (up to 3
+    entries a row) when short, beside them when long (the figure widens by 2.6 in, the axes keep their width)."""
+    if not handles:
+        return
+    fig = ax.get_figure()
+    if len(handles) < LEGEND_BESIDE_MIN:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize="small",
+                   frameon=False)  # fmt: skip
+        return
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w + 2.6, h)
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
+
+
+def target_lines(ax: Any, targets: Sequence[float]) -> list[Any]:
+    """A dotted grey line per target accuracy (a fraction) across axes in percent, named at its right end;
+    returns the legend entry."""
+    if not targets:
+        return []
+    for t in targets:
+        ax.axhline(100 * t, color="0.45", lw=0.8, ls=":", zorder=1)
+        ax.annotate(f"{100 * t:g}%", (1.0, 100 * t), xycoords=("axes fraction", "data"), xytext=(2, 0),
+                    textcoords="offset points", va="center", ha="left", fontsize=7, color="0.35")  # fmt: skip
+    return [Line2D([], [], color="0.45", lw=0.8, ls=":", label="target accuracy")]
+
+
+def _legend(ax: Any, runs: Sequence[Run], colors: list, styles: Sequence[tuple[str, str]] = (),
+            extra: Sequence[Any] = ()) -> None:  # fmt: skip
     """One legend: a coloured entry per run (when several), then grey line-style entries."""
     handles: list[Any] = []
     if len(runs) > 1:
@@ -198,8 +260,7 @@ def _legend(ax: Any, runs: Sequence[Run], colors: list, styles: Sequence[tuple[s
     if styles:
         style_color = "0.35" if len(runs) > 1 else colors[0]
         handles += [Line2D([], [], color=style_color, lw=1.6, ls=ls, label=lab) for ls, lab in styles]
-    if handles:
-        ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+    place_legend(ax, handles + list(extra))
 
 
 def _finite_xy(x: np.ndarray | None, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -218,8 +279,16 @@ def _round_axis(run: Run) -> np.ndarray:
 # figures from rounds.csv
 
 
+def shown_targets(targets: Sequence[float], best: float) -> list[float]:
+    """The targets worth a line on an accuracy axis whose best value is ``best`` (a fraction): every target
+    reached, and the first one not reached (higher ones would squash the curves to the bottom of the axes)."""
+    ts = sorted(targets)
+    above = [t for t in ts if t > best]
+    return [t for t in ts if t <= best] + above[:1]
+
+
 def _accuracy_figure(
-    runs: Sequence[Run], colors: list, x_column: str, title: str, with_avg: bool
+    runs: Sequence[Run], colors: list, x_column: str, title: str, with_avg: bool, targets: Sequence[float] = ()
 ) -> Figure | None:
     if not any(r.column("acc_full") is not None or r.column("acc_avg") is not None for r in runs):
         return None
@@ -247,7 +316,8 @@ def _accuracy_figure(
     if not drew_full and not drew_avg:
         return None
     styles = [("-", "full model"), ("--", "average over submodels")] if drew_avg else []
-    _legend(ax, runs, colors, styles)
+    best = _nanmax([r.column(c) for r in runs for c in ("acc_full", "acc_avg")]) / (100.0 / scale)
+    _legend(ax, runs, colors, styles, target_lines(ax, shown_targets(targets, best)))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy (%)")
     ax.set_xlim(left=0)
@@ -263,16 +333,16 @@ def _same_series(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return bool(np.allclose(a[mask], b[mask], equal_nan=True, rtol=0, atol=1e-9))
 
 
-def fig_accuracy_vs_time(runs: Sequence[Run], colors: list) -> Figure | None:
-    """acc_full (solid) and acc_avg (dashed, when it differs) against simulated time."""
-    return _accuracy_figure(runs, colors, "sim_time_s", "Accuracy vs simulated time", with_avg=True)
+def fig_accuracy_vs_time(runs: Sequence[Run], colors: list, targets: Sequence[float] = ()) -> Figure | None:
+    """acc_full (solid) and acc_avg (dashed, when it differs) against simulated time; target lines."""
+    return _accuracy_figure(runs, colors, "sim_time_s", "Accuracy vs simulated time", True, targets)
 
 
-def fig_accuracy_vs_energy(runs: Sequence[Run], colors: list) -> Figure | None:
-    """acc_full against cumulative fleet energy."""
+def fig_accuracy_vs_energy(runs: Sequence[Run], colors: list, targets: Sequence[float] = ()) -> Figure | None:
+    """acc_full against cumulative fleet energy; target lines."""
     if not any(r.column("acc_full") is not None and r.column("energy_j") is not None for r in runs):
         return None
-    return _accuracy_figure(runs, colors, "energy_j", "Accuracy vs fleet energy", with_avg=False)
+    return _accuracy_figure(runs, colors, "energy_j", "Accuracy vs fleet energy", False, targets)
 
 
 def fig_bytes_per_round(runs: Sequence[Run], colors: list) -> Figure | None:
@@ -298,9 +368,24 @@ def fig_bytes_per_round(runs: Sequence[Run], colors: list) -> Figure | None:
     return fig
 
 
+def fleet_size(run: Run) -> int:
+    """Devices in the run: devices.csv's rows, else summary.json's ``devices``, else the most ever alive."""
+    n = next((len(v) for v in run.devices.values()), 0) or run.summary.get("devices")
+    if isinstance(n, int) and n > 0:
+        return n
+    alive = run.column("alive")
+    return int(np.nanmax(alive)) if alive is not None else 0
+
+
+def some_device_died(run: Run) -> bool:
+    """True when rounds.csv's ``alive`` ever falls below the fleet's size (a battery ran dry)."""
+    alive = run.column("alive")
+    return alive is not None and bool(np.nanmin(alive) < fleet_size(run))
+
+
 def fig_devices_alive(runs: Sequence[Run], colors: list) -> Figure | None:
-    """Devices not yet depleted against simulated time."""
-    if not any(r.column("alive") is not None and r.column("sim_time_s") is not None for r in runs):
+    """Devices not yet depleted against simulated time; only when some device of some run died."""
+    if not any(r.column("sim_time_s") is not None and some_device_died(r) for r in runs):
         return None
     unit, div = _time_unit(_nanmax([r.column("sim_time_s") for r in runs]))
     fig, ax = _new_figure()
@@ -308,9 +393,8 @@ def fig_devices_alive(runs: Sequence[Run], colors: list) -> Figure | None:
         x, y = _finite_xy(run.column("sim_time_s"), run.column("alive"))
         if not x.size:
             continue
-        # rows are round ends; start the curve at t=0 with the whole fleet (devices.csv size, if known)
-        fleet = next((len(v) for v in run.devices.values()), 0)
-        start = max(float(fleet), float(y[0])) if fleet else float(y[0])
+        # rows are round ends; start the curve at t=0 with the whole fleet
+        start = max(float(fleet_size(run)), float(y[0]))
         x, y = np.concatenate([[0.0], x]), np.concatenate([[start], y])
         ax.step(x / div, y, where="post", color=color, lw=1.8)
     _legend(ax, runs, colors)
@@ -442,8 +526,7 @@ def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
             for p in parts
             if p != "total"
         ]
-    if handles:
-        ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
+    place_legend(ax, handles)
     _title(ax, "Energy by device class", runs)
     return fig
 
@@ -483,12 +566,21 @@ def sample_devices(devices: dict[str, np.ndarray], k: int = MAX_TIMELINE_DEVICES
     return sorted(set(spread(failing, n_fail) + spread(fine, n_fine)))
 
 
+def failure_cause(ev: dict[str, Any]) -> str:
+    """A failure event's cause as ``FAILURE_STYLE`` names it (``dropped`` events carry theirs as ``reason``)."""
+    kind = str(ev.get("event"))
+    if kind == "dropped":
+        reason = ev.get("reason")
+        return reason if reason in FAILURE_STYLE else "deadline"
+    return kind if kind in FAILURE_STYLE else "deadline"
+
+
 def _tasks_of(
     events: list[dict[str, Any]],
-) -> tuple[dict[str, list[tuple[float, float]]], list[float], list[float]]:
-    """Phase segments (start, width), failure times and late times of one device's events."""
+) -> tuple[dict[str, list[tuple[float, float]]], list[tuple[float, str]], list[float]]:
+    """Phase segments (start, width), failures (time, cause) and late times of one device's events."""
     phases: dict[str, list[tuple[float, float]]] = {"download": [], "train": [], "upload": []}
-    fails: list[float] = []
+    fails: list[tuple[float, str]] = []
     lates: list[float] = []
     tasks: list[dict[str, float]] = []
     cur: dict[str, float] | None = None
@@ -506,7 +598,7 @@ def _tasks_of(
                 tasks.append(cur)
             cur[kind] = t
         elif kind in FAILURE_EVENTS:
-            fails.append(t)
+            fails.append((t, failure_cause(ev)))
             if cur is not None and "fail" not in cur:
                 cur["fail"] = t
             cur = None
@@ -533,7 +625,7 @@ def _tasks_of(
 
 def _server_spans(
     events: list[dict[str, Any]],
-) -> tuple[dict[str, list[tuple[float, float]]], list[float], list[float]]:
+) -> tuple[dict[str, list[tuple[float, float]]], list[tuple[float, str]], list[float]]:
     """The server's compute spans (start, duration) by kind of work from its server_work events, shaped like
     ``_tasks_of``. Consecutive items of work follow each other on the simulated clock."""
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -592,31 +684,43 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
         t_max = max([t_max, *(s + w for spans in phases.values() for s, w in spans if np.isfinite(s + w))])
     unit, div = _time_unit(t_max)
 
-    fig, ax = _new_figure(height=max(3.2, 1.6 + 0.28 * len(rows)))
+    fig, ax = _new_figure(height=max(3.6, 2.2 + 0.28 * len(rows)))
     ax.grid(True, axis="x", alpha=0.3, linewidth=0.6)
     ax.grid(False, axis="y")
     height = 0.62
-    fail_x: list[float] = []
-    fail_y: list[int] = []
+    fails_at: dict[str, tuple[list[float], list[int]]] = {}
     late_x: list[float] = []
     late_y: list[int] = []
     drawn: set[str] = set()
-    min_w = MIN_BAR_FRACTION * t_max / div
+    # a widened bar may end past the last event: the axes grow to hold it, and bars are widened to the
+    # grown axis (a few passes: the growth is a few bar widths at most)
+    x_end = t_max / div
+    for _ in range(4):
+        span = x_end
+        shown_rows = {d: widen_spans({p: [(s / div, w / div) for s, w in spans] for p, spans in data[d][0].items()},
+                                     MIN_BAR_FRACTION * span) for d in rows}  # fmt: skip
+        x_end = max([span, *(s + w for shown in shown_rows.values() for segs in shown.values() for s, w in segs)])
+        if x_end <= span * (1 + 1e-9):
+            break
     for y, d in enumerate(rows):
-        phases, fails, lates = data[d]
-        shown = widen_spans({p: [(s / div, w / div) for s, w in spans] for p, spans in phases.items()}, min_w)
-        for phase, segs in shown.items():
+        _, fails, lates = data[d]
+        for phase, segs in shown_rows[d].items():
             if segs:
                 drawn.add(phase)
                 ax.broken_barh(segs, (y - height / 2, height), facecolors=PHASE_COLORS[phase], linewidth=0)
-        fail_x += [t / div for t in fails]
-        fail_y += [y] * len(fails)
+        for t, cause in fails:
+            xs, ys = fails_at.setdefault(cause, ([], []))
+            xs.append(t / div)
+            ys.append(y)
         late_x += [t / div for t in lates]
         late_y += [y] * len(lates)
     if late_x:
         ax.scatter(late_x, late_y, marker="|", s=90, color=LATE_COLOR, linewidths=1.5, zorder=3)
-    if fail_x:
-        ax.scatter(fail_x, fail_y, marker="x", s=40, color=FAIL_COLOR, linewidths=1.8, zorder=4)
+    for cause, (xs, ys) in fails_at.items():
+        marker, color, _ = FAILURE_STYLE[cause]
+        filled = marker not in ("x", "+")
+        ax.scatter(xs, ys, marker=marker, s=34, zorder=4, linewidths=1.6 if not filled else 1.0,
+                   color=color, facecolors="none" if filled else None, edgecolors=color if filled else None)  # fmt: skip
 
     # round ends as faint lines, when there are few enough to see
     ends = run.column("sim_time_s")
@@ -633,20 +737,25 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     )
     ax.tick_params(axis="y", labelsize=8 if len(rows) <= 12 else 7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, t_max / div if t_max > 0 else None)
+    ax.set_xlim(0, x_end if x_end > 0 else None)
     ax.set_xlabel(f"simulated time ({unit})")
     ax.set_ylabel("device")
     handles: list[Any] = [Patch(facecolor=PHASE_COLORS[p], label=p) for p in PHASE_COLORS if p in drawn]
-    if fail_x:
-        handles.append(Line2D([], [], ls="", marker="x", color=FAIL_COLOR, mew=1.8, label="failure"))
+    for cause in FAILURE_STYLE:
+        if cause in fails_at:
+            marker, color, text = FAILURE_STYLE[cause]
+            filled = marker not in ("x", "+")
+            handles.append(Line2D([], [], ls="", marker=marker, color=color, mfc="none" if filled else color,
+                                  mew=1.6, label=text))  # fmt: skip
     if late_x:
         handles.append(Line2D([], [], ls="", marker="|", color=LATE_COLOR, mew=1.5, ms=9, label="late"))
     if ends is not None and 0 < ends.size <= 60:
         handles.append(Line2D([], [], color="0.6", lw=0.8, ls=":", label="round end"))
     if handles:
-        fig.legend(  # at most 5 a row: the server's kinds of work would push a single row off the figure
-            handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize="small", frameon=False
+        fig.legend(  # at most 3 a row: the server's kinds of work and the causes would push a row off the figure
+            handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize="small", frameon=False
         )
+    present = sorted(set(classes.values()))
     n_fleet = next((len(v) for v in run.devices.values()), 0)
     n_rows = len([d for d in rows if d != SERVER])
     what = f"{n_rows} of {n_fleet:,} devices" if n_fleet else f"{n_rows} devices"
@@ -654,6 +763,11 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     if ev.truncated:
         title += f", first {t_max / div:.3g} {unit} (event log truncated)"
     _title(ax, title, [run])
+    if present:  # under the run's name: what the class after each device id stands for
+        ax.set_ylabel("device · class")
+        ax.set_title(literal(run.label) + "\nclasses: " + "; ".join(
+            f"{literal(c)} = {DEVICE_CLASS_NAMES.get(c, 'as its profile names it')}" for c in present),
+            fontsize=8, color="0.35", pad=4)  # fmt: skip
     return fig
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from analysis.compare import DEFAULT_TARGETS, Table, build_tables
+from analysis.compare import Table, build_tables, selection_targets
 from analysis.study import Selection, Study, require_runs, select
 from analysis.study_plots import figure_png, iter_study_figures
+from analysis.targets import target_label
 
 __all__ = ["build_report", "write_report"]
 
@@ -89,10 +90,12 @@ def _host_table(studies: Sequence[Study]) -> str:
     return "".join(out)
 
 
-def build_report(sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, title: str | None = None) -> str:
-    """The report as one HTML string."""
+def build_report(sel: Selection, targets: Sequence[float] | None = None, title: str | None = None) -> str:
+    """The report as one HTML string; ``targets`` None: the runs' own ``server.target_accuracies``."""
     studies = sel.studies
     name = title or (studies[0].name if studies else "runs")
+    chosen = selection_targets(sel, targets)
+    targets = chosen.values
     tables = build_tables(sel, targets)
     figs = []
     for fname, fig in iter_study_figures(sel, targets):
@@ -109,7 +112,7 @@ def build_report(sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, tit
         f"<title>{_e(name)} — iotfl-sim report</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(name)}</h1>",
         f'<p class="note">{sum(len(m.runs) for m in sel.methods)} runs in {len(sel.methods)} methods; '
-        f"target accuracies {', '.join(f'{100 * t:g}%' for t in targets)}. Curves: mean over seeds with a "
+        f"target accuracies {_e(', '.join(target_label(t) for t in targets))} ({_e(chosen.source)}). Curves: mean over seeds with a "
         "band of ± 1 sample std (ddof=1), seeds interpolated onto a common x grid.</p>",
     ]
     parts.append("<h2>Methods</h2><table class=\"left\" data-table=\"methods\"><thead><tr><th>method</th><th>runs</th><th>seeds</th>"
@@ -142,7 +145,7 @@ def build_report(sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, tit
     return "\n".join(parts)
 
 
-def write_report(paths: Sequence[str | Path], out: Path | None = None, targets: Sequence[float] = DEFAULT_TARGETS,
+def write_report(paths: Sequence[str | Path], out: Path | None = None, targets: Sequence[float] | None = None,
                  by: Sequence[str] | None = None) -> Path:  # fmt: skip
     """Write the report of ``paths`` (a study folder, or run folders) to ``out`` (default <study>/report.html)."""
     sel = select(paths, by)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 __all__ = [
     "PlotInputError",
@@ -25,6 +26,8 @@ __all__ = [
     "load_runs",
     "read_device_events",
     "DeviceEvents",
+    "declared_targets",
+    "read_resolved",
 ]
 
 RUN_DIR_CONTENTS = (
@@ -256,6 +259,37 @@ def _scenario_name_algorithm(path: Path) -> tuple[str | None, str | None]:
         if m:
             algo = clean(m.group(1))
     return name, algo
+
+
+def read_resolved(run_dir: Path) -> dict[str, Any]:
+    """scenario.resolved.yaml as a dict ({} when absent or unreadable)."""
+    try:
+        data = yaml.safe_load((Path(run_dir) / "scenario.resolved.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _fractions(values: Any) -> tuple[float, ...] | None:
+    if not isinstance(values, list | tuple):
+        return None
+    try:
+        out = tuple(sorted({float(v) for v in values}))
+    except (TypeError, ValueError):
+        return None
+    return out if out and all(0 < v <= 1 for v in out) else None
+
+
+def declared_targets(run: Run) -> tuple[float, ...] | None:
+    """The target accuracies the run's scenario declared (``server.target_accuracies``, fractions, sorted):
+    the keys of summary.json's ``to_accuracy``, else scenario.resolved.yaml; None when neither says."""
+    reach = run.summary.get("to_accuracy")
+    if isinstance(reach, dict) and isinstance(reach.get("acc_full"), dict):
+        found = _fractions(list(reach["acc_full"]))
+        if found is not None:
+            return found
+    server = read_resolved(run.path).get("server")
+    return _fractions(server.get("target_accuracies")) if isinstance(server, dict) else None
 
 
 def _make_label(name: str, algorithm: str) -> str:

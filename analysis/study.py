@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels
+from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels, read_resolved
 
 __all__ = [
     "Excluded",
@@ -201,15 +199,6 @@ def _lookup(d: Any, dotted: str) -> Any:
     return cur
 
 
-def _resolved(run_dir: Path) -> dict[str, Any]:
-    p = run_dir / "scenario.resolved.yaml"
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _value(key: str, overrides: dict[str, Any], resolved: dict[str, Any], base: dict[str, Any]) -> Any:
     if key in overrides:
         return overrides[key]
@@ -303,7 +292,7 @@ def select(paths: Iterable[str | Path], by: Sequence[str] | None = None) -> Sele
                 why = "no summary.json (still running?)" if not run.summary else f"status {status}"
                 excluded.append(Excluded(rid, run_dir, why))
                 continue
-        resolved = _resolved(run_dir)
+        resolved = read_resolved(run_dir)
         if by:
             key = tuple((k, _value(k, overrides, resolved, base)) for k in by)
             varying.update(by)

@@ -27,10 +27,23 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.compare import DEFAULT_TARGETS, crossing
-from analysis.plots import _bytes_unit, _energy_unit, _time_unit, energy_by_class, literal
+from analysis.compare import crossing, run_metrics, selection_targets
+from analysis.plots import (
+    _bytes_unit,
+    _energy_unit,
+    _time_unit,
+    energy_by_class,
+    literal,
+    load_plot_runs,
+    place_legend,
+    plot_loaded,
+    shown_targets,
+    some_device_died,
+    target_lines,
+)
 from analysis.rundir import PlotInputError, Run
-from analysis.study import Method, Selection
+from analysis.study import Method, Selection, is_study_dir, require_runs, select
+from analysis.targets import Targets, resolve_targets, target_label
 
 __all__ = ["method_colors", "study_figures", "write_study_plots", "STUDY_FIGURES", "figure_svg", "figure_png"]
 
@@ -45,6 +58,7 @@ STUDY_FIGURES = (
     "accuracy_vs_bytes",
     "time_to_accuracy",
     "energy_to_accuracy",
+    "communication_waste",
     "energy_by_class",
     "devices_alive",
     "bytes_per_round",
@@ -123,23 +137,11 @@ def _new() -> tuple[Figure, Any]:
     return fig, ax
 
 
-LEGEND_INSIDE_MAX = 6  # more entries than this go beside the axes, where they cover no curve or bar
-
-
-def _place_legend(ax: Any, handles: Sequence[Any]) -> None:
-    if len(handles) <= LEGEND_INSIDE_MAX:
-        ax.legend(handles=handles, loc="best", fontsize="small", framealpha=0.85)
-        return
-    fig = ax.get_figure()
-    fig.set_size_inches(FIGSIZE[0] + 2.6, FIGSIZE[1])  # the axes keep their width
-    fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
-
-
 def _legend(ax: Any, methods: Sequence[Method], colors: dict, extra: Sequence[Any] = ()) -> None:
     handles: list[Any] = [
         Line2D([], [], color=colors[m.label], lw=2, label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods
     ]
-    _place_legend(ax, handles + list(extra))
+    place_legend(ax, handles + list(extra))
 
 
 def _acc_scale(methods: Sequence[Method]) -> float:
@@ -158,6 +160,7 @@ def _curve_figure(
     title: str,
     y_scale: float = 1.0,
     step: bool = False,
+    targets: Sequence[float] = (),
 ) -> Figure | None:
     per = {m.label: [_xy(r, x_col, y_col) for r in m.runs] for m in methods}
     xmax = max((float(x[-1]) for cs in per.values() for x, _ in cs if x.size), default=0.0)
@@ -183,7 +186,11 @@ def _curve_figure(
         drew = True
     if not drew:
         return None
-    _legend(ax, methods, colors, [Patch(facecolor="0.6", alpha=0.35, label=BAND)])
+    lines = []
+    if targets:  # accuracy curves: a line per target (y_scale 100: fractions drawn in percent)
+        best = max((float(np.nanmax(y)) for cs in per.values() for _, y in cs if y.size), default=0.0)
+        lines = target_lines(ax, shown_targets(targets, best * y_scale / 100))
+    _legend(ax, methods, colors, [Patch(facecolor="0.6", alpha=0.35, label=BAND), *lines])
     ax.set_xlabel(f"{xlabel} ({unit})")
     ax.set_ylabel(ylabel)
     ax.set_xlim(left=0)
@@ -202,20 +209,25 @@ def _bytes_units(v: float) -> tuple[str, float]:
     return ("kB", 1e3) if v >= 1e3 else ("B", 1.0)
 
 
-def fig_accuracy_vs(methods: Sequence[Method], colors: dict, what: str) -> Figure | None:
+def fig_accuracy_vs(methods: Sequence[Method], colors: dict, what: str, targets: Sequence[float] = ()) -> Figure | None:
+    """Mean accuracy over seeds against time, energy or bytes, with a line per target accuracy."""
     s = _acc_scale(methods)
-    ylabel = "test accuracy, full model (%)" if s == 100 else "test accuracy, full model"
+    ylabel = "test accuracy, full model (%)"
     if what == "time":
         return _curve_figure(methods, colors, "sim_time_s", "acc_full", _time_units, "simulated time", ylabel,
-                             "Accuracy vs simulated time", s)  # fmt: skip
+                             "Accuracy vs simulated time", s, targets=targets)  # fmt: skip
     if what == "energy":
         return _curve_figure(methods, colors, "energy_j", "acc_full", _energy_unit, "cumulative fleet energy",
-                             ylabel, "Accuracy vs fleet energy", s)  # fmt: skip
+                             ylabel, "Accuracy vs fleet energy", s, targets=targets)  # fmt: skip
     return _curve_figure(methods, colors, ("bytes_down", "bytes_up"), "acc_full", _bytes_units,
-                         "cumulative bytes, down + up", ylabel, "Accuracy vs bytes on the wire", s)  # fmt: skip
+                         "cumulative bytes, down + up", ylabel, "Accuracy vs bytes on the wire", s,
+                         targets=targets)  # fmt: skip
 
 
 def fig_devices_alive(methods: Sequence[Method], colors: dict) -> Figure | None:
+    """Devices alive, mean over seeds; only when a device of some run died (a flat line says nothing)."""
+    if not any(some_device_died(r) for m in methods for r in m.runs):
+        return None
     return _curve_figure(methods, colors, "sim_time_s", "alive", _time_units, "simulated time", "devices alive (count)",
                          "Devices alive (not depleted)", step=True)  # fmt: skip
 
@@ -318,10 +330,21 @@ def fig_to_accuracy(
         return None
     unit, div = (_time_unit if what == "time" else _energy_unit)(max(vals, default=0.0))
     fig, ax = _new()
-    _bars(ax, [f"{100 * t:g}%" for t in targets], methods, colors, cells, div)
+    missed = [t for i, t in enumerate(targets) if not any(math.isfinite(v) for vs in cells.values() for v in vs[i])]
+    best = _best_accuracy(methods)
+    if not vals:  # nothing to draw: say so on the axes instead of leaving them empty
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, f"No method reached {_or(missed)} in any seed.\n{best}", transform=ax.transAxes,
+                ha="center", va="center", fontsize=10, color="0.25", wrap=True)  # fmt: skip
+    else:
+        _bars(ax, [target_label(t) for t in targets], methods, colors, cells, div)
+        if missed:
+            ax.set_title(f"no method reached {_or(missed)} (N/A); {best}", fontsize=8, color="0.35")
     handles = [Patch(facecolor=colors[m.label], label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods]
-    handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds that reached it"))
-    _place_legend(ax, handles)
+    if vals:
+        handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds that reached it"))
+    place_legend(ax, handles)
     ax.set_xlabel("target test accuracy, full model (%)")
     if what == "time":
         ax.set_ylabel(f"simulated time to reach it ({unit})")
@@ -329,6 +352,61 @@ def fig_to_accuracy(
     else:
         ax.set_ylabel(f"fleet energy to reach it ({unit})")
         fig.suptitle("Energy to accuracy", fontsize=12)
+    return fig
+
+
+def _or(targets: Sequence[float]) -> str:
+    labels = [target_label(t) for t in targets]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
+
+
+def _best_accuracy(methods: Sequence[Method]) -> str:
+    """The best acc_full any seed reached, and whose, in words."""
+    best, who = -math.inf, ""
+    for m in methods:
+        for r in m.runs:
+            acc = r.column("acc_full")
+            if acc is not None and float(np.nanmax(acc)) > best:
+                best, who = float(np.nanmax(acc)), m.label
+    if not math.isfinite(best):
+        return "no accuracy was evaluated"
+    return f"best accuracy reached: {100 * best if best <= 1 else best:.1f}% ({literal(who)})"
+
+
+def fig_waste(methods: Sequence[Method], colors: dict) -> Figure | None:
+    """Communication waste per method: the rate (% of the parameters sent that did not come back) and the
+    bytes wasted (downloads and uploads of tasks whose update was not used); mean ± 1 std over seeds."""
+    ms = {m.label: [run_metrics(r, ()) for r in m.runs] for m in methods}
+    rate = {lab: [rm.comm_waste for rm in rms] for lab, rms in ms.items()}
+    wasted = {lab: [rm.bytes_wasted for rm in rms] for lab, rms in ms.items()}
+    has_bytes = any(math.isfinite(v) for vs in wasted.values() for v in vs)
+    if not any(math.isfinite(v) for vs in rate.values() for v in vs) and not has_bytes:
+        return None
+    fig = Figure(figsize=FIGSIZE, layout="constrained")
+    axes = fig.subplots(1, 2 if has_bytes else 1, squeeze=False)[0]
+    b_unit, b_div = _bytes_units(max((v for vs in wasted.values() for v in vs if math.isfinite(v)), default=0.0))
+    panels = [(axes[0], rate, 0.01, "communication waste (% of parameters sent)")]
+    if has_bytes:
+        panels.append((axes[1], wasted, b_div, f"bytes wasted, down + up ({b_unit})"))
+    x = np.arange(len(methods), dtype=float)
+    for ax, data, div, ylabel in panels:
+        ax.grid(True, axis="y", alpha=0.3, linewidth=0.6)
+        ax.set_axisbelow(True)
+        for i, m in enumerate(methods):
+            f = np.asarray(data[m.label], dtype=float)
+            f = f[np.isfinite(f)] / div
+            if not f.size:
+                ax.text(x[i], 0, "N/A", ha="center", va="bottom", fontsize=7, rotation=90, color=colors[m.label])
+                continue
+            ax.bar(x[i], f.mean(), 0.7, color=colors[m.label], yerr=f.std(ddof=1) if f.size > 1 else None, capsize=3)
+        ax.set_xticks(x, [literal(m.label) for m in methods], rotation=30 if len(methods) > 3 else 0,
+                      ha="right" if len(methods) > 3 else "center", fontsize=8)  # fmt: skip
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+    axes[0].set_xlabel("method")
+    handles = [Patch(facecolor=colors[m.label], label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods]
+    place_legend(axes[0], [*handles, Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds")])
+    fig.suptitle("Communication waste per method", fontsize=12)
     return fig
 
 
@@ -347,7 +425,7 @@ def fig_energy_by_class(methods: Sequence[Method], colors: dict) -> Figure | Non
     _bars(ax, classes, methods, colors, cells, div)
     handles = [Patch(facecolor=colors[m.label], label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods]
     handles.append(Line2D([], [], color="k", lw=1, label="error bar: ± 1 std over seeds"))
-    _place_legend(ax, handles)
+    place_legend(ax, handles)
     ax.set_xlabel("device class")
     ax.set_ylabel(f"energy used per run ({unit})")
     fig.suptitle("Energy by device class", fontsize=12)
@@ -355,18 +433,21 @@ def fig_energy_by_class(methods: Sequence[Method], colors: dict) -> Figure | Non
 
 
 def iter_study_figures(
-    sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS
+    sel: Selection, targets: Sequence[float] | None = None
 ) -> Iterator[tuple[str, Figure]]:
+    """(name, figure) for every study figure the data supports; ``targets`` None: the runs' own."""
     methods = [m for m in sel.methods if m.runs]
     if not methods:
         return
+    targets = selection_targets(sel, targets).values
     colors = method_colors(methods)
     builders: list[tuple[str, Callable[[], Figure | None]]] = [
-        ("accuracy_vs_time", lambda: fig_accuracy_vs(methods, colors, "time")),
-        ("accuracy_vs_energy", lambda: fig_accuracy_vs(methods, colors, "energy")),
-        ("accuracy_vs_bytes", lambda: fig_accuracy_vs(methods, colors, "bytes")),
+        ("accuracy_vs_time", lambda: fig_accuracy_vs(methods, colors, "time", targets)),
+        ("accuracy_vs_energy", lambda: fig_accuracy_vs(methods, colors, "energy", targets)),
+        ("accuracy_vs_bytes", lambda: fig_accuracy_vs(methods, colors, "bytes", targets)),
         ("time_to_accuracy", lambda: fig_to_accuracy(methods, colors, targets, "time")),
         ("energy_to_accuracy", lambda: fig_to_accuracy(methods, colors, targets, "energy")),
+        ("communication_waste", lambda: fig_waste(methods, colors)),
         ("energy_by_class", lambda: fig_energy_by_class(methods, colors)),
         ("devices_alive", lambda: fig_devices_alive(methods, colors)),
         ("bytes_per_round", lambda: fig_bytes_per_round(methods, colors)),
@@ -377,7 +458,7 @@ def iter_study_figures(
             yield name, fig
 
 
-def study_figures(sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS) -> dict[str, Figure]:
+def study_figures(sel: Selection, targets: Sequence[float] | None = None) -> dict[str, Figure]:
     return dict(iter_study_figures(sel, targets))
 
 
@@ -393,7 +474,22 @@ def figure_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def write_study_plots(sel: Selection, out: Path, targets: Sequence[float] = DEFAULT_TARGETS) -> list[Path]:
+def plot_paths(
+    paths: Sequence[str | Path], out: Path | None = None, targets: Sequence[float] | None = None
+) -> tuple[list[Path], Targets]:
+    """``iotfl-sim plot``: a study (any path a study folder) gets the study figures in ``out`` (default
+    ``<first>/plots``), run folders the overlaid run figures; returns the files and the targets used."""
+    if any(is_study_dir(p) for p in paths):
+        sel = select(paths)
+        require_runs(sel, paths, "plot")
+        chosen = selection_targets(sel, targets)
+        return write_study_plots(sel, Path(out) if out else Path(paths[0]) / "plots", chosen.values), chosen
+    runs = load_plot_runs(paths)
+    chosen = resolve_targets(runs, targets)
+    return plot_loaded(runs, Path(out) if out else Path(paths[0]) / "plots", chosen.values), chosen
+
+
+def write_study_plots(sel: Selection, out: Path, targets: Sequence[float] | None = None) -> list[Path]:
     """Write every study figure as ``<name>.png`` and ``<name>.svg`` into ``out``; return the paths."""
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -9,16 +9,21 @@
 >>> study = iotfl_sim.sweep("lr_vs_method.study.yaml", workers=4)            # doctest: +SKIP
 >>> study = iotfl_sim.load_study("studies/lr_vs_method")                    # doctest: +SKIP
 >>> study.table()                                      # one row per run: overrides + figures   # doctest: +SKIP
+>>> study.crossings()                                  # one row per run and target accuracy   # doctest: +SKIP
+>>> iotfl_sim.compare("studies/lr_vs_method").tables["time_to_accuracy"]     # doctest: +SKIP
+>>> iotfl_sim.plot("studies/lr_vs_method")             # the figures' paths  # doctest: +SKIP
 
 Everything here only reads what ``iotfl-sim run`` / ``iotfl-sim sweep`` write (see the README's "Outputs"
-and "Studies"); nothing is computed that the files do not hold. Without pandas, tables are lists of dicts
-with numbers parsed (empty cells are None).
+and "Studies"); nothing is computed that the files do not hold. ``compare`` and ``plot`` are the commands of
+the same names (``analysis/``). Without pandas, tables are lists of dicts with numbers parsed (empty cells
+are None).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +32,7 @@ from typing import Any
 # summary.json figures that study tables show, in this order (final_accuracy's acc_* keys come first)
 TABLE_FIGURES = (
     "best_acc_full", "sim_time_s", "energy_j", "bytes_down", "bytes_up", "completed", "tasks", "comm_waste",
-    "rounds",
+    "bytes_wasted", "rounds",
 )  # fmt: skip
 
 
@@ -64,6 +69,41 @@ def read_table(path: str | Path) -> Any:
 def _table(rows: list[dict[str, Any]]) -> Any:
     pd = _pandas()
     return pd.DataFrame(rows) if pd is not None else rows
+
+
+def _targets(given: Any) -> list[float] | None:
+    """``targets=`` of the functions below: None, one accuracy or several, as fractions (or percent)."""
+    if given is None:
+        return None
+    values = [float(given)] if isinstance(given, int | float) else [float(t) for t in given]
+    bad = [t for t in values if not 0 < t <= 100]
+    if bad:
+        from iotfl_sim.scenario.loader import ScenarioError
+
+        raise ScenarioError(f"targets: accuracies are fractions in (0, 1] (or percent), got {bad[0]}")
+    return [t / 100 if t > 1 else t for t in values]
+
+
+def _crossing_rows(
+    runs: list[tuple[dict[str, Any], Path]], targets: Any, column: str
+) -> list[dict[str, Any]]:
+    """For each (leading columns, run folder) and each target: whether and where the run first reached it."""
+    from analysis.compare import CROSSING_FIELDS, crossing
+    from analysis.rundir import load_run as read_run
+    from analysis.targets import resolve_targets
+
+    loaded = [(head, read_run(path, device_columns=())) for head, path in runs]
+    chosen = resolve_targets([r for _, r in loaded], _targets(targets)).values
+    rows = []
+    for head, run in loaded:
+        for t in chosen:
+            hit = crossing(run, t, column)
+            row = {**head, "target": t, "reached": hit is not None}
+            for f in CROSSING_FIELDS:
+                v = None if hit is None or math.isnan(hit[f]) else hit[f]  # nan: the run has no such column
+                row[f] = int(v) if f == "round" and v is not None else v
+            rows.append(row)
+    return rows
 
 
 class Run:
@@ -116,6 +156,16 @@ class Run:
         import yaml
 
         return self._once("scenario", lambda: yaml.safe_load((self.path / "scenario.resolved.yaml").read_text()))
+
+    def crossings(self, targets: Any = None, column: str = "acc_full") -> Any:
+        """One row per target accuracy: ``target``, ``reached`` and the first rounds.csv row at or above it
+        (``round``, ``sim_time_s``, cumulative ``bytes_down`` / ``bytes_up``, ``energy_j``, ``comm_waste_cum``,
+        ``bytes_wasted``; None where never reached). ``targets``: None = the run's own
+        ``server.target_accuracies``.
+
+        >>> run.crossings([0.5, 0.7])[["target", "round", "sim_time_s"]]     # doctest: +SKIP
+        """
+        return _table(_crossing_rows([({}, self.path)], targets, column))
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The event log, one dict at a time (read as you iterate; a torn last line is skipped)."""
@@ -236,7 +286,8 @@ class StudyRuns:
 
     def table(self) -> Any:
         """One row per run: ``id``, ``status``, one column per override key, then the summary's figures
-        (``acc_*`` final accuracies, ``best_acc_full``, ``sim_time_s``, ``energy_j`` ...) and ``host_s``;
+        (``acc_*`` final accuracies, ``best_acc_full``, ``sim_time_s``, ``energy_j`` and its split
+        ``energy_compute_j`` / ``energy_radio_j`` / ``energy_idle_j``, ``comm_waste``, ``bytes_wasted`` ...) and ``host_s``;
         a run without a summary has empty figures.
 
         >>> iotfl_sim.load_study("studies/lr").table().groupby("algorithm.name")["acc_full"].mean()  # doctest: +SKIP
@@ -248,10 +299,24 @@ class StudyRuns:
             row.update(summary.get("final_accuracy") or {})
             for k in TABLE_FIGURES:
                 row[k] = summary.get(k)
+                if k == "energy_j":  # then its split: idle is most of a fleet's energy, whatever the method
+                    row.update({f"energy_{kind}_j": v for kind, v in (summary.get("energy_by_kind_j") or {}).items()})
             row["host_s"] = r["host_s"]
             row["error"] = r["error"]
             rows.append(row)
         return _table(rows)
+
+    def crossings(self, targets: Any = None, column: str = "acc_full") -> Any:
+        """One row per finished run (status ``done``) and target accuracy: ``id``, the overrides, ``target``,
+        ``reached``, then where the run first reached it (``Run.crossings``'s columns). ``targets``: None = the
+        runs' own ``server.target_accuracies`` (every target any run declared, when they differ).
+
+        >>> t = iotfl_sim.load_study("studies/lr").crossings()                     # doctest: +SKIP
+        >>> t[t.target == 0.8].groupby("algorithm.name")["sim_time_s"].mean()      # doctest: +SKIP
+        """
+        done = [({"id": r["id"], **r["overrides"]}, self.path / r["run_dir"]) for r in self.records
+                if r["status"] == "done" and (self.path / r["run_dir"] / "rounds.csv").is_file()]  # fmt: skip
+        return _table(_crossing_rows(done, targets, column))
 
 
 def sweep(
@@ -288,3 +353,69 @@ def load_study(path: str | Path) -> StudyRuns:
     >>> study.runs["seed=1"].rounds                                  # doctest: +SKIP
     """
     return StudyRuns(path)
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare` returns: the tables (name -> table of ``<column> mean/std/n`` per method, as the
+    CSV files), the Markdown ``iotfl-sim compare`` prints, the targets used and the files written."""
+
+    tables: dict[str, Any] = field(repr=False)
+    markdown: str = field(repr=False)
+    targets: tuple[float, ...]
+    written: list[Path]
+
+
+def _paths(paths: Any) -> list[Path]:
+    return [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+
+
+def compare(
+    paths: Any, targets: Any = None, by: list[str] | None = None, out: str | Path | None = None
+) -> Comparison:
+    """Compare methods over seeds, as ``iotfl-sim compare`` does: ``paths`` a study folder or run folders (one
+    or a list); ``targets`` None = the runs' own ``server.target_accuracies``; ``by`` scenario keys that define
+    a method; ``out`` a folder for compare.md and the CSVs (None: nothing written). A selection with no
+    finished run raises ``ScenarioError``, as bad input does.
+
+    >>> cmp = iotfl_sim.compare("studies/lr_vs_method", targets=[0.5, 0.7])     # doctest: +SKIP
+    >>> print(cmp.markdown)                                                    # doctest: +SKIP
+    >>> cmp.tables["energy"]                      # compute / radio / idle per method   # doctest: +SKIP
+    """
+    from analysis.compare import build_tables, compare_markdown, selection_targets, write_tables
+    from analysis.rundir import PlotInputError
+    from analysis.study import require_runs, select
+    from iotfl_sim.scenario.loader import ScenarioError
+
+    ps = _paths(paths)
+    try:
+        sel = select(ps, by or None)
+        require_runs(sel, ps, "compare")
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    chosen = selection_targets(sel, _targets(targets))
+    tables = build_tables(sel, chosen.values)
+    written = write_tables(sel, tables, Path(out)) if out is not None else []
+    by_name = {}
+    for t in tables:
+        head, rows = t.csv_rows()
+        by_name[t.name] = _table([{h: _number(str(v)) for h, v in zip(head, row, strict=True)} for row in rows])
+    return Comparison(by_name, compare_markdown(sel, tables), chosen.values, written)
+
+
+def plot(paths: Any, out: str | Path | None = None, targets: Any = None) -> list[Path]:
+    """Write figures, as ``iotfl-sim plot`` does: a study folder's figures (mean ± std over seeds), or run
+    folders overlaid; ``out`` defaults to ``<first path>/plots``; ``targets`` None = the runs' own. Returns the
+    files written.
+
+    >>> iotfl_sim.plot(res.path)                       # one run: accuracy, energy, timeline ...  # doctest: +SKIP
+    """
+    from analysis.rundir import PlotInputError
+    from analysis.study_plots import plot_paths
+    from iotfl_sim.scenario.loader import ScenarioError
+
+    try:
+        written, _ = plot_paths(_paths(paths), Path(out) if out is not None else None, _targets(targets))
+    except PlotInputError as e:
+        raise ScenarioError(str(e)) from None
+    return written

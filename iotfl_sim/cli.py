@@ -29,9 +29,15 @@ def _scenario_and_groups(args: argparse.Namespace):
     return sc, resolve_groups(sc, base, str(args.scenario))
 
 
-def _checked(args: argparse.Namespace):
-    """The scenario and its groups, after every check `run` makes before training (run and validate)."""
+def _checked(args: argparse.Namespace, progress: bool | None = False):
+    """The scenario and its groups, after every check `run` makes before training (run and validate).
+    ``progress`` (run's bar setting, before the scenario's own): say on stderr what the slow part is doing."""
     sc, groups = _scenario_and_groups(args)
+    from iotfl_sim.sim.console import say
+
+    if progress is not False:
+        say(sc.name, "loading PyTorch and checking the scenario (data files, the method's set-up)",
+            progress if progress is not None else sc.output.progress)  # fmt: skip
     from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
 
     preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
@@ -39,16 +45,21 @@ def _checked(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from iotfl_sim.sim.engine import resume_run, run_scenario
+    from iotfl_sim.sim.console import end_summary, say
 
     if args.resume is not None:
         if args.scenario is not None or args.set or args.out is not None:
             raise ScenarioError("run --resume RUN_DIR: give no scenario, --set or --out; the run continues as it started")
+        say(Path(args.resume).name, "loading PyTorch to resume the run", False if args.quiet else None)
+        from iotfl_sim.sim.engine import resume_run
+
         path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None)
     else:
         if args.scenario is None:
             raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
-        sc, groups = _checked(args)
+        sc, groups = _checked(args, progress=False if args.quiet else None)
+        from iotfl_sim.sim.engine import run_scenario
+
         for w in sc.warnings():
             print(f"warning: {w}", file=sys.stderr)
         out = args.out if args.out is not None else sc.output.dir
@@ -58,19 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.get("status") == "interrupted":
         print(f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}")
         return EXIT_INTERRUPTED
-    acc = summary["final_accuracy"]
-    parts = [f"run: {path}"]
-    if summary.get("data_notes"):
-        parts.append(f"note: {summary['data_notes']}")
-    if acc:
-        parts.append("accuracy " + ", ".join(f"{k[4:]}={v:.4f}" for k, v in acc.items()))
-    parts.append(f"simulated {summary['sim_time_s']:.1f} s, energy {summary['energy_j']:.1f} J")
-    ht = summary["host_time_s"]
-    parts.append(
-        f"host {ht['total']:.1f} s (setup {ht['setup']:.1f}, train {ht['train']:.1f}, eval {ht['eval']:.1f}, "
-        f"simulation and other {ht['other']:.1f})"
-    )
-    print("\n".join(parts))
+    print(end_summary(path, summary))
     return 0
 
 
@@ -91,26 +90,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from analysis.plots import PlotInputError, plot_runs
-    from analysis.study import is_study_dir, require_runs, select
-    from analysis.study_plots import write_study_plots
+    from analysis.plots import PlotInputError
+    from analysis.study_plots import plot_paths
 
     try:
-        if any(is_study_dir(r) for r in args.runs):
-            out = Path(args.out) if args.out else Path(args.runs[0]) / "plots"
-            sel = select(args.runs)
-            require_runs(sel, args.runs, "plot")
-            written = write_study_plots(sel, out)
-        else:
-            written = plot_runs([Path(r) for r in args.runs], Path(args.out) if args.out else None)
+        written, chosen = plot_paths(args.runs, Path(args.out) if args.out else None, _targets(args))
     except PlotInputError as e:
         raise ScenarioError(str(e)) from None
+    if chosen.disagree:
+        print(f"note: targets: {chosen.source}", file=sys.stderr)
     for p in written:
         print(p)
     return 0
 
 
-def _targets(args: argparse.Namespace) -> list[float]:
+def _targets(args: argparse.Namespace) -> list[float] | None:
+    """--targets as fractions; None when not given (the runs' own server.target_accuracies apply)."""
+    if args.targets is None:
+        return None
     bad = [t for t in args.targets if not 0 < t <= 100]
     if bad:
         raise ScenarioError(f"--targets: accuracies are fractions in (0, 1] (or percent), got {bad[0]}")
@@ -300,11 +297,22 @@ def build_parser() -> argparse.ArgumentParser:
     scenario_args(p)
     p.set_defaults(func=cmd_validate)
 
+    def targets_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--targets",
+            nargs="+",
+            type=float,
+            metavar="ACC",
+            help="target accuracies, fractions or percent, e.g. 0.5 0.7 (default: the runs' own "
+            "server.target_accuracies; every target any run declared when they differ)",
+        )
+
     p = sub.add_parser(
         "plot", help="write figures for run folders (overlaid) or a study (mean ± std over seeds)"
     )
     p.add_argument("runs", nargs="+", help="run folders, or a study folder")
     p.add_argument("--out", help="folder for the figures (default: <first run or study>/plots)")
+    targets_arg(p)
     p.set_defaults(func=cmd_plot)
 
     def study_args(p: argparse.ArgumentParser) -> None:
@@ -316,14 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="group runs into methods by these scenario keys "
             "(default: a study's overrides except seed; loose runs: algorithm name + scenario name)",
         )
-        p.add_argument(
-            "--targets",
-            nargs="+",
-            type=float,
-            default=[0.6, 0.8],
-            metavar="ACC",
-            help="target accuracies (fractions; default 0.6 0.8)",
-        )
+        targets_arg(p)
 
     p = sub.add_parser("compare", help="tables over methods and seeds (Markdown and CSV)")
     study_args(p)

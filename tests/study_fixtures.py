@@ -38,11 +38,23 @@ def bytes_up(rnd: int, seed: int) -> float:
     return 500.0 * rnd + seed
 
 
+def waste_cum(rnd: int, seed: int) -> float:
+    return round(0.1 * (seed + 1) + 0.01 * rnd, 4)
+
+
+def bytes_wasted(rnd: int, seed: int) -> float:
+    return 100.0 * rnd + seed
+
+
+# energy(rnd, seed) split: compute, radio, idle shares
+ENERGY_SHARES = {"compute": 0.2, "radio": 0.1, "idle": 0.7}
+
+
 def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: bool = True,
               status: str = "complete", failures: dict | None = None,
-              level_names: tuple[str, ...] | None = None) -> Path:  # fmt: skip
+              level_names: tuple[str, ...] | None = None, targets: list[float] | None = None) -> Path:  # fmt: skip
     """A complete run folder; ``level_names``: per-level columns acc_<name> = acc - 0.1 * i (default: a, b
-    for heterofl only)."""
+    for heterofl only); ``targets``: the scenario's server.target_accuracies (None: not written)."""
     path.mkdir(parents=True)
     rows = []
     alive = 6
@@ -53,7 +65,9 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
             "round": rnd, "sim_time_s": sim_time(rnd, seed), "round_time_s": 10.0, "selected": 4, "completed": 3,
             "failed_oom": 1, "failed_depleted": 0, "alive": alive, "acc_full": a, "acc_avg": round(a - 0.05, 4),
             "energy_j": energy(rnd, seed), "bytes_down": bytes_down(rnd, seed), "bytes_up": bytes_up(rnd, seed),
-            "bytes_down_round": 1000.0, "bytes_up_round": 500.0, "comm_waste_cum": 0.1 * (seed + 1),
+            "bytes_down_round": 1000.0, "bytes_up_round": 500.0, "comm_waste_cum": waste_cum(rnd, seed),
+            "bytes_wasted": bytes_wasted(rnd, seed),
+            **{f"energy_{k}_j": share * energy(rnd, seed) for k, share in ENERGY_SHARES.items()},
             "server_time_s": 0.5 * (seed + 1) + (2.0 if rnd == 1 and algorithm == "heterofl" else 0.0),
             "server_aggregate_s": 0.5 * (seed + 1), "server_qsgd_s": 0.0,
             "server_train_s": 2.0 if rnd == 1 and algorithm == "heterofl" else 0.0,
@@ -82,17 +96,19 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "scenario.resolved.yaml").write_text(
         f"name: study\nseed: {seed}\nalgorithm:\n  name: {algorithm}\n"
+        + (f"server:\n  target_accuracies: {json.dumps(targets)}\n" if targets is not None else "")
     )
     return path
 
 
-def make_study(root: Path, with_failed: bool = True) -> Path:
+def make_study(root: Path, with_failed: bool = True, targets: dict[str, list[float]] | None = None) -> Path:
+    """``targets``: algorithm -> the server.target_accuracies its runs' scenarios declare (None: none do)."""
     root.mkdir(parents=True, exist_ok=True)
     records = []
     for algo, seeds in ACC.items():
         for seed, accs in seeds.items():
             rid = f"{algo}-s{seed}"
-            write_run(root / "runs" / rid, algo, seed, accs)
+            write_run(root / "runs" / rid, algo, seed, accs, targets=(targets or {}).get(algo))
             records.append({"id": rid, "overrides": {"algorithm.name": algo, "seed": seed}, "status": "done",
                             "run_dir": f"runs/{rid}", "error": None, "host_s": 1.5})  # fmt: skip
     if with_failed:

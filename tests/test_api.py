@@ -87,6 +87,8 @@ def test_load_study_table(tmp_path, no_pandas):
     table = study.table()
     assert [row["seed"] for row in table] == [1, 2, 3]
     assert table[0]["status"] == "done" and table[0]["energy_j"] > 0 and table[0]["host_s"] == 1.5
+    split = [table[0][f"energy_{k}_j"] for k in ("compute", "radio", "idle")]
+    assert sum(split) == pytest.approx(table[0]["energy_j"]) and table[0]["bytes_wasted"] == 0.0
     assert table[2]["energy_j"] is None and table[2]["error"] == "RuntimeError: boom"
     assert iotfl_sim.load_study(folder / "study.json").name == "st"
     assert yaml.safe_load((folder / "runs/seed=1/scenario.resolved.yaml").read_text())["seed"] == 1
@@ -101,3 +103,43 @@ def test_sweep_from_dict(tmp_path, monkeypatch, no_pandas):
     assert study.path.resolve() == tmp_path / "st" / "d" and [r["status"] for r in study.records] == ["done", "done"]
     assert [(row["seed"], row["status"]) for row in study.table()] == [(1, "done"), (2, "done")]
     assert study.runs["seed=2"].scenario["seed"] == 2
+
+
+def test_load_study_gives_each_runs_target_crossings(tmp_path, no_pandas):
+    """crossings(): one row per finished run and target; the runs' own targets unless given."""
+    from study_fixtures import ACC, energy, make_study, sim_time
+
+    folder = make_study(tmp_path / "st", targets={"fedavg": [0.6, 0.8], "heterofl": [0.6, 0.8]})
+    rows = iotfl_sim.load_study(folder).crossings()
+    assert len(rows) == 6 * 2 and {r["target"] for r in rows} == {0.6, 0.8}  # the failed run has no rows
+    for r in rows:
+        seed = r["seed"]
+        accs = ACC[r["algorithm.name"]][seed]
+        first = next((i + 1 for i, a in enumerate(accs) if a >= r["target"]), None)
+        assert r["reached"] == (first is not None) and r["round"] == first
+        if first is not None:
+            assert r["sim_time_s"] == sim_time(first, seed) and r["energy_j"] == energy(first, seed)
+        else:
+            assert r["sim_time_s"] is None
+    one = iotfl_sim.load_study(folder).crossings(targets=85)  # percent is read as a fraction
+    assert {r["id"] for r in one if r["reached"]} == {"heterofl-s0", "heterofl-s2"}
+    run = iotfl_sim.load_run(folder / "runs" / "fedavg-s2")
+    assert [(r["target"], r["round"]) for r in run.crossings()] == [(0.6, 3), (0.8, 4)]
+
+
+def test_compare_and_plot_are_in_the_api(tmp_path, no_pandas):
+    from study_fixtures import make_study
+
+    folder = make_study(tmp_path / "st")
+    cmp = iotfl_sim.compare(folder, targets=[0.6])
+    assert cmp.targets == (0.6,) and cmp.written == [] and "### Simulated time to reach" in cmp.markdown
+    fed = next(r for r in cmp.tables["time_to_accuracy"] if r["method"] == "fedavg")
+    assert fed["60% n"] == 3 and fed["60% mean"] == pytest.approx((30 + 21 + 32) / 3, rel=1e-5)  # 6 digits, as the CSV
+    assert "energy" in cmp.tables and "waste_to_accuracy" in cmp.tables
+    written = iotfl_sim.compare([folder], out=tmp_path / "cmp").written
+    assert (tmp_path / "cmp" / "compare.md") in written
+    figs = iotfl_sim.plot(folder, out=tmp_path / "figs", targets=[0.5, 0.7])
+    assert (tmp_path / "figs" / "time_to_accuracy.png") in figs
+    assert iotfl_sim.plot(folder / "runs" / "fedavg-s0", out=tmp_path / "one")  # a run folder: the run figures
+    with pytest.raises(ScenarioError, match="no finished run"):
+        iotfl_sim.compare(tmp_path / "cmp")

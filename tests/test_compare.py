@@ -11,7 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.colors import to_hex
-from study_fixtures import ACC, bytes_down, bytes_up, energy, make_study, sim_time, write_run
+from study_fixtures import (
+    ACC,
+    ENERGY_SHARES,
+    bytes_down,
+    bytes_up,
+    bytes_wasted,
+    energy,
+    make_study,
+    sim_time,
+    waste_cum,
+    write_run,
+)
 
 from analysis.compare import build_tables, crossing, methods_markdown, write_tables
 from analysis.rundir import load_run
@@ -127,7 +138,7 @@ def test_crossing_is_the_first_row_at_or_above_the_target(study: Path) -> None:
     run = load_run(study / "runs" / "fedavg-s2")  # 0.2 0.4 0.6 0.81 0.80
     c = crossing(run, 0.6)
     assert c == {"round": 3, "sim_time_s": sim_time(3, 2), "bytes_down": bytes_down(3, 2), "bytes_up": bytes_up(3, 2),
-                 "energy_j": energy(3, 2)}  # fmt: skip
+                 "energy_j": energy(3, 2), "comm_waste_cum": waste_cum(3, 2), "bytes_wasted": bytes_wasted(3, 2)}  # fmt: skip
     assert crossing(run, 0.8)["round"] == 4
     assert crossing(run, 0.9) is None
 
@@ -225,8 +236,8 @@ def test_align_onto_a_common_grid() -> None:
 
 
 def _units(label: str) -> bool:
-    """A quantity axis names its unit in brackets; a categorical axis (device class) has none."""
-    return ("(" in label and ")" in label) or label == "device class"
+    """A quantity axis names its unit in brackets; a categorical axis (device class, method) has none."""
+    return ("(" in label and ")" in label) or label in ("device class", "method")
 
 
 def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_path: Path) -> None:
@@ -237,7 +248,8 @@ def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_
     for name, fig in figs.items():
         ax = fig.axes[0]
         assert _units(ax.get_xlabel()) and _units(ax.get_ylabel()), (name, ax.get_xlabel(), ax.get_ylabel())
-        legend = ax.get_legend()
+        assert ax.get_legend() is None, name  # the legend is the figure's, outside the axes: it covers no data
+        legend = fig.legends[0]
         texts = [t.get_text() for t in legend.get_texts()]
         assert texts[:2] == ["fedavg (n=3)", "heterofl (n=3)"]
         assert any("± 1 std" in x for x in texts), texts
@@ -264,20 +276,25 @@ def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_
     assert (tmp_path / "plots" / "accuracy_vs_time.svg").read_text().lstrip().startswith("<?xml")
 
 
-def test_many_methods_put_the_legend_beside_the_axes() -> None:
-    """Up to LEGEND_INSIDE_MAX entries the legend sits inside the axes; past that (the ready study has 11
-    methods) it goes beside them, so it covers no bar or curve, and the figure widens to make room."""
+def test_legends_sit_outside_the_axes_below_or_beside() -> None:
+    """A legend never covers data: a short one goes below the axes, a long one (the ready study has 11
+    methods) beside them, and the figure widens to make room; the axes hold no legend either way."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from analysis.study_plots import FIGSIZE, LEGEND_INSIDE_MAX, _place_legend
+    from analysis.plots import LEGEND_BESIDE_MIN, place_legend
+    from analysis.study_plots import FIGSIZE
 
-    for n, inside in ((LEGEND_INSIDE_MAX, True), (LEGEND_INSIDE_MAX + 1, False)):
+    for n, below in ((LEGEND_BESIDE_MIN - 1, True), (LEGEND_BESIDE_MIN, False)):
         fig = Figure(figsize=FIGSIZE, layout="constrained")
         ax = fig.add_subplot()
-        _place_legend(ax, [Line2D([], [], label=f"m{i}") for i in range(n)])
-        assert (ax.get_legend() is not None) == inside and (len(fig.legends) == 0) == inside
-        assert fig.get_size_inches()[0] == (FIGSIZE[0] if inside else pytest.approx(FIGSIZE[0] + 2.6))
+        ax.plot([0, 1], [0, 1])
+        place_legend(ax, [Line2D([], [], label=f"m{i}") for i in range(n)])
+        fig.canvas.draw()
+        assert ax.get_legend() is None and len(fig.legends) == 1
+        box, axes_box = fig.legends[0].get_window_extent(), ax.get_window_extent()
+        assert (box.y1 <= axes_box.y0) if below else (box.x0 >= axes_box.x1), (n, box, axes_box)
+        assert fig.get_size_inches()[0] == (FIGSIZE[0] if below else pytest.approx(FIGSIZE[0] + 2.6))
 
 
 def test_plot_cli_dispatches_to_study_plots(
@@ -355,3 +372,88 @@ def test_a_real_tiny_study_compares_and_plots(tmp_path: Path, write_scenario) ->
     assert write_tables(sel, list(tables.values()), tmp_path / "cmp")
     figs = study_figures(sel, targets=(0.05,))
     assert {"accuracy_vs_time", "accuracy_vs_energy", "accuracy_vs_bytes", "bytes_per_round"} <= set(figs)
+
+
+def test_tables_and_figures_take_the_runs_own_targets_and_their_union_when_they_differ(tmp_path: Path) -> None:
+    """No --targets: the scenario's server.target_accuracies, not 0.6 / 0.8; runs that declare different sets
+    get every target any of them declared, and the note says which runs declared what."""
+    same = make_study(tmp_path / "same", targets={"fedavg": [0.5, 0.7], "heterofl": [0.7, 0.5]})
+    _, t = _tables(same)
+    assert t["time_to_accuracy"].columns == ["50%", "70%"]
+    assert "server.target_accuracies" in t["time_to_accuracy"].note
+    fig = study_figures(select([same]))["time_to_accuracy"]
+    assert [x.get_text() for x in fig.axes[0].get_xticklabels()] == ["50%", "70%"]
+    mixed = make_study(tmp_path / "mixed", targets={"fedavg": [0.5], "heterofl": [0.9, 0.7]})
+    _, t = _tables(mixed)
+    assert t["time_to_accuracy"].columns == ["50%", "70%", "90%"]
+    note = t["time_to_accuracy"].note
+    assert "differ" in note and "50% in 3 runs" in note and "70% 90% in 3 runs" in note
+    _, t = _tables(mixed, targets=(0.6,))  # given: those alone
+    assert t["time_to_accuracy"].columns == ["60%"]
+
+
+def test_plot_cli_takes_targets(study: Path, tmp_path: Path, monkeypatch) -> None:
+    import analysis.study_plots as sp
+
+    drawn = []
+    monkeypatch.setattr(sp, "write_study_plots", lambda sel, out, targets: drawn.append(tuple(targets)) or [])
+    assert main(["plot", str(study), "--out", str(tmp_path / "p"), "--targets", "0.5", "70"]) == 0
+    assert drawn == [(0.5, 0.7)]  # percent read as a fraction
+    sel = select([study])
+    fig = sp.fig_to_accuracy(sel.methods, sp.method_colors(sel.methods), [0.5, 0.7], "time")
+    assert [x.get_text() for x in fig.axes[0].get_xticklabels()] == ["50%", "70%"]
+    assert main(["plot", str(study), "--targets", "150"]) == 2
+
+
+def test_waste_to_each_target_wasted_bytes_and_energy_by_kind(study: Path) -> None:
+    _, t = _tables(study, targets=(0.6,))
+    for algo, seeds in ACC.items():
+        hits = {s: _first_reach(a, 0.6) for s, a in seeds.items()}
+        rate = t["waste_to_accuracy"].rows[algo]["60%"]
+        assert rate.mean == pytest.approx(np.mean([waste_cum(r, s) for s, r in hits.items()]))
+        wasted = t["wasted_bytes_to_accuracy"].rows[algo]["60%"]
+        assert wasted.mean == pytest.approx(np.mean([bytes_wasted(r, s) for s, r in hits.items()]))
+        last = {s: len(a) for s, a in seeds.items()}
+        cost = t["costs"].rows[algo]["wasted (B)"]
+        assert cost.mean == pytest.approx(np.mean([bytes_wasted(r, s) for s, r in last.items()]))
+        e = t["energy"].rows[algo]
+        for kind, share in ENERGY_SHARES.items():
+            assert e[f"{kind} (J)"].mean == pytest.approx(np.mean([share * energy(r, s) for s, r in last.items()]))
+        assert e["idle (% of fleet)"].mean == pytest.approx(100 * ENERGY_SHARES["idle"])
+    assert t["waste_to_accuracy"].cell_text(t["waste_to_accuracy"].rows["fedavg"]["60%"]) == "22.7 ± 10.0"
+    fig = study_figures(select([study]))["communication_waste"]
+    rate_bars = [p.get_height() for p in fig.axes[0].patches]
+    assert rate_bars == pytest.approx([20.0, 20.0])  # summary.json's comm_waste, 10 % x (seed + 1), in %
+
+
+def test_time_to_accuracy_says_when_no_method_reaches_a_target(study: Path) -> None:
+    from analysis.study_plots import fig_to_accuracy, method_colors
+
+    sel = select([study])
+    colors = method_colors(sel.methods)
+    fig = fig_to_accuracy(sel.methods, colors, [0.95, 0.99], "time")
+    ax = fig.axes[0]
+    assert not ax.patches  # no bar: the axes say why instead
+    text = " ".join(x.get_text() for x in ax.texts)
+    assert "No method reached 95% or 99%" in text and "best accuracy reached: 86.0% (heterofl)" in text
+    fig = fig_to_accuracy(sel.methods, colors, [0.6, 0.95], "energy")  # one reached, one not: both said
+    assert fig.axes[0].patches and "no method reached 95%" in fig.axes[0].get_title()
+
+
+def test_accuracy_curves_draw_the_targets_and_devices_alive_only_when_one_dies(tmp_path: Path) -> None:
+    study = make_study(tmp_path / "s", targets={"fedavg": [0.6, 0.8, 0.9, 0.95], "heterofl": [0.6, 0.8, 0.9, 0.95]})
+    figs = study_figures(select([study]))
+    levels = sorted(ln.get_ydata()[0] for ln in figs["accuracy_vs_time"].axes[0].lines if ln.get_linestyle() == ":")
+    assert levels == [60.0, 80.0, 90.0]  # best is 86 %: 90 % shown as the next one, 95 % would squash the curves
+    assert "devices_alive" in figs  # seed 1 loses a device in round 3
+    calm = tmp_path / "calm"
+    make_study(calm)
+    for p in (calm / "runs").glob("*/rounds.csv"):
+        rows = list(csv.DictReader(p.open()))
+        for r in rows:
+            r["alive"] = "6"  # the 6 devices of devices.csv, all alive to the end
+        with p.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    assert "devices_alive" not in study_figures(select([calm]))

@@ -62,6 +62,29 @@ def test_deadline_drops_slow_devices_and_ends_round_at_deadline():
     assert sim.fleet.energy["compute"][:4].sum() > 0
 
 
+def test_bytes_wasted_are_the_traffic_of_tasks_whose_update_was_not_used():
+    """The deadline rounds above: the tasks in time carry useful bytes (their download and upload); everything
+    else on the air (the dropped tasks' downloads, and their uploads when they land late) is wasted."""
+    data = base_scenario(numerics="none", clients_per_round=8)
+    groups = data["fleet"]["groups"]
+    fast = expected_task_time(groups[1]["profile"], 1437 // 8, 1)
+    slow = expected_task_time(groups[0]["profile"], 1437 // 8, 1)
+    data["server"] = {"deadline_s": (fast + slow) / 2}
+    data["rounds"] = 3 + math.ceil((slow - (fast + slow) / 2) / fast)  # fast-only rounds until the late uploads land
+    sim = make_sim(data)
+    sim.run()
+    nbytes = ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0)).params * 4 + 1024
+    accepted = sum(r["completed"] for r in sim.rows)
+    dropped = sum(r["failed_deadline"] for r in sim.rows)
+    assert sim.rows[0]["failed_deadline"] == 4 and accepted > 0
+    assert sim.rows[0]["bytes_wasted"] == pytest.approx(4 * nbytes)  # round 1: the dropped downloads
+    assert sim.bytes_wasted == pytest.approx(sim.bytes_down + sim.bytes_up - 2 * accepted * nbytes)
+    assert sim.bytes_up > accepted * nbytes and dropped > 0  # some late uploads landed: they count as waste
+    calm = make_sim(base_scenario(numerics="none", rounds=2, clients_per_round=8))
+    calm.run()
+    assert calm.rows[-1]["bytes_wasted"] == 0.0 and calm.bytes_down > 0
+
+
 def test_energy_is_sum_of_power_times_time():
     data = base_scenario(numerics="none", rounds=1, clients_per_round=8)
     sim = make_sim(data)

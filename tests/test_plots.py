@@ -217,13 +217,14 @@ def test_plot_two_runs_overlay(two_runs: tuple[Path, Path], tmp_path: Path) -> N
     for p in written:
         _assert_png(p)
     figs = build_figures(load_runs(two_runs))
-    legend = figs["accuracy_vs_energy.png"].axes[0].get_legend()
+    legend = figs["accuracy_vs_energy.png"].legends[0]  # the figure's, outside the axes: it covers no data
     labels = [t.get_text() for t in legend.get_texts()]
-    assert labels == ["tiny (fedavg)", "tiny (heterofl)"]
+    assert labels == ["tiny (fedavg)", "tiny (heterofl)", "target accuracy"]  # no targets declared: 60 %, 80 %
     # each run keeps its colour across figures
-    c_energy = [h.get_color() for h in legend.legend_handles]
-    c_bytes = [h.get_color() for h in figs["bytes_per_round.png"].axes[0].get_legend().legend_handles[:2]]
+    c_energy = [h.get_color() for h in legend.legend_handles[:2]]
+    c_bytes = [h.get_color() for h in figs["bytes_per_round.png"].legends[0].legend_handles[:2]]
     assert c_energy == c_bytes
+    assert all(ax.get_legend() is None for fig in figs.values() for ax in fig.axes)
 
 
 def test_existing_user_file_is_not_overwritten(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -256,7 +257,9 @@ def test_run_without_accuracy_still_plots_bytes(tmp_path: Path) -> None:
     (run / "devices.csv").unlink()
     (run / "summary.json").unlink()  # name falls back to scenario.resolved.yaml
     written = {p.name for p in plot_runs([run])}
-    assert written == {"bytes_per_round.png", "devices_alive.png"}
+    alive = load_run(run).rounds["alive"]
+    died = {"devices_alive.png"} if alive.min() < alive.max() else set()  # fleet size unknown: the most alive
+    assert written == {"bytes_per_round.png", *died}
     _assert_png(run / "plots" / "bytes_per_round.png")
     assert load_run(run).label == "tiny (fedavg)"
 
@@ -333,3 +336,48 @@ def test_user_text_that_looks_like_mathtext_is_drawn_verbatim(tmp_path):
     runs = [write_run(tmp_path / d, "fedavg", 0, [0.2, 0.4, 0.6]) for d in ("run$\\frac{$x", "other")]
     written = plot_runs(runs, tmp_path / "plots")
     assert written and all(p.stat().st_size > 0 for p in written)
+
+
+def test_timeline_marks_each_failure_by_its_cause_names_the_classes_and_keeps_bars_inside(tmp_path: Path) -> None:
+    """One device a cause: OOM, offline, battery, deadline; each gets its own marker and legend entry."""
+    from analysis.plots import FAILURE_STYLE
+
+    run = make_run_dir(tmp_path / "causes", rounds=2, devices=6)
+    ends = [
+        {"t": 1.0, "round": 0, "device": 0, "event": "oom", "need": 3.0},
+        {"t": 1.5, "round": 0, "device": 1, "event": "offline", "phase": "train"},
+        {"t": 2.0, "round": 0, "device": 2, "event": "depleted", "phase": "download"},
+        {"t": 2.5, "round": 0, "device": 3, "event": "dropped", "reason": "deadline"},
+    ]
+    starts = [{"t": 0.5, "round": 0, "device": d, "event": "dispatch", "level": "a"} for d in range(4)]
+    # a task that ends at the very last instant: its widened bar must still end inside the axes
+    last = [{"t": 40.0, "round": 1, "device": 4, "event": "dispatch"}, {"t": 40.0, "round": 1, "device": 4, "event": "arrive"}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*starts, *ends, *last]))
+    fig = build_figures([load_run(run)])["timeline.png"]
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    for cause in ("oom", "offline", "depleted", "deadline"):
+        assert FAILURE_STYLE[cause][2] in texts, (cause, texts)
+    assert FAILURE_STYLE["surplus"][2] not in texts  # no surplus here: no entry for it
+    from matplotlib.collections import PathCollection, PolyCollection
+
+    markers = {tuple(xy) for c in ax.collections if isinstance(c, PathCollection) for xy in c.get_offsets()}
+    rows = {d: i for i, d in enumerate(int(t.get_text().split()[0]) for t in ax.get_yticklabels())}
+    assert {(1.0, rows[0]), (1.5, rows[1]), (2.0, rows[2]), (2.5, rows[3])} <= markers
+    bars = [p.get_extents() for c in ax.collections if isinstance(c, PolyCollection) for p in c.get_paths()]
+    assert bars and max(b.x1 for b in bars) <= ax.get_xlim()[1] and min(b.x0 for b in bars) >= ax.get_xlim()[0]
+    assert "classes:" in ax.get_title() and "mcu = microcontroller" in ax.get_title()
+    assert ax.get_ylabel() == "device · class"
+
+
+def test_plot_of_runs_that_declare_different_targets_draws_all_and_says_so(tmp_path: Path, capsys) -> None:
+    from study_fixtures import write_run
+
+    from iotfl_sim.cli import main
+
+    a = write_run(tmp_path / "a", "fedavg", 0, [0.3, 0.55, 0.75], targets=[0.5])
+    b = write_run(tmp_path / "b", "heterofl", 0, [0.3, 0.55, 0.75], targets=[0.7])
+    assert main(["plot", str(a), str(b), "--out", str(tmp_path / "p")]) == 0
+    assert "differ (50% in 1 run; 70% in 1 run)" in capsys.readouterr().err
+    fig = build_figures(load_runs([a, b]))["accuracy_vs_time.png"]
+    assert sorted(ln.get_ydata()[0] for ln in fig.axes[0].lines if ln.get_linestyle() == ":") == [50.0, 70.0]

@@ -174,3 +174,14 @@ def test_a_study_record_pointing_outside_the_study_is_not_read(tmp_path: Path) -
     (study / "study.json").write_text(json.dumps(data))
     rec = load_study(study).runs[0]
     assert rec.status == "failed" and "outside the study folder" in (rec.error or "")
+
+
+def test_report_uses_the_runs_own_targets(tmp_path: Path, monkeypatch) -> None:
+    import analysis.report as report
+    from analysis.study import select
+
+    monkeypatch.setattr(report, "iter_study_figures", lambda sel, targets: iter(()))  # the tables are the point
+    study = make_study(tmp_path / "t", targets={"fedavg": [0.5, 0.7], "heterofl": [0.5, 0.7]})
+    html = report.build_report(select([study]))
+    assert "target accuracies 50%, 70% (the runs&#x27; server.target_accuracies)" in html
+    assert "<th>50%</th><th>70%</th>" in html and "<th>60%</th>" not in html

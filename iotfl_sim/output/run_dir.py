@@ -39,7 +39,7 @@ ROUND_COLUMNS_HEAD = [
 ROUND_COLUMNS_TAIL = [
     "train_loss", "energy_j", "energy_compute_j", "energy_radio_j", "energy_idle_j", "energy_round_j",
     "bytes_down", "bytes_up", "bytes_down_round", "bytes_up_round",
-    "comm_waste", "comm_waste_cum", "server_time_s", *(f"server_{k}_s" for k in SERVER_WORK_KINDS), "server_energy_j",
+    "comm_waste", "comm_waste_cum", "bytes_wasted", "server_time_s", *(f"server_{k}_s" for k in SERVER_WORK_KINDS), "server_energy_j",
     "host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s",
 ]  # fmt: skip
 

@@ -34,6 +34,7 @@ class Task:
     finished_at: float = math.nan
     round_over: bool = False
     sent: bool = False  # the model went on the air (counts as sent for the communication waste)
+    wire_bytes: float = 0.0  # bytes this task put on the air so far, as counted in bytes_down / bytes_up
     hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
 
 
@@ -179,6 +180,7 @@ class DeviceTasks:
                 return
             nbytes = sim.wire_bytes(a, recipe, up=False)
             sim.bytes_down += nbytes
+            task.wire_bytes += nbytes
             task.sent = True
             reason, at = yield from self.transfer(task, nbytes, up=False)
             if reason is not None:
@@ -211,6 +213,10 @@ class DeviceTasks:
                 self.fail(task, reason, at=at, phase="upload")
                 return
             sim.bytes_up += nbytes
+            if task.round_over:  # a late update: its round closed without it, its bytes were for nothing
+                sim.bytes_wasted += nbytes
+            else:
+                task.wire_bytes += nbytes
             task.status = "completed"
             task.finished_at = self.env.now
             sim.event(rnd, d, "upload", bytes=nbytes)

@@ -57,6 +57,7 @@ from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import DeviceTasks, Task, declared_train_seconds
 from iotfl_sim.sim.server_cost import ServerCost
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
@@ -173,6 +174,8 @@ class Simulation:
         )
         self.recorder = recorder
         self.progress = progress
+        if sc.numerics == "torch":
+            stage(progress, f"loading {sc.data.dataset} and splitting it over {self.fleet.n} devices")
         self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
         # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
         # run in this process: pin its torch threads too, so results do not depend on the executor kind.
@@ -212,6 +215,7 @@ class Simulation:
         if sc.server.compute is None and not isinstance(sc.server.profile, dict):
             resolve_server(sc, base_dir / "device_profiles" if base_dir is not None else None)
         self.server_cost = ServerCost.of(sc.server)
+        stage(progress, f"setting up {sc.algorithm.name}: building its models")
         self.strategy.setup(ctx)
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
@@ -229,6 +233,7 @@ class Simulation:
         self.server_split = dict.fromkeys(SERVER_WORK_KINDS, 0.0)  # the current round's server seconds by kind of work
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
+        self.bytes_wasted = 0.0  # bytes on the air (down and up) of tasks whose update the server did not use
         self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self._t_created}
         self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
         self.checkpoints: CheckpointStore | None = None
@@ -389,6 +394,10 @@ class Simulation:
         k = sc.selection_size()
         for rnd in range(sc.rounds):
             replay = rnd < self.resume_round
+            if rnd == 0 and replay:
+                stage(self.progress, f"replaying rounds 1-{self.resume_round} from the checkpoint (no training)")
+            elif rnd == self.resume_round:
+                stage(self.progress, f"round {rnd + 1}: devices training, then evaluation")
             round_start = self.env.now
             self.server_split = dict.fromkeys(SERVER_WORK_KINDS, 0.0)
             e_before = self._fleet_energy(round_start)
@@ -448,13 +457,13 @@ class Simulation:
             if self.recorder is not None:
                 self.recorder.round_row(row)
             self.rows.append(row)
-            if self.progress is not None:
-                self.progress.update(1)
+            if self.progress is not None:  # this round's figures first, so the bar draws them with its count
                 acc = row.get("acc_full")
                 post = {"sim": f"{round_end:,.0f}s"}
                 if acc is not None:
                     post["acc"] = f"{acc:.3f}"
                 self.progress.set_postfix(post, refresh=False)
+                self.progress.update(1)
             if rnd + 1 < sc.rounds and (self.stop_requested or self._checkpoint_due(rnd + 1)):
                 self.checkpoint(rnd + 1)
                 if self.stop_requested:
@@ -474,7 +483,10 @@ class Simulation:
         Sent: every model put on the air (a task whose download started). Returned: the models the
         server accepted, at the size the device actually trained (smaller after on-device pruning).
         A task that failed or came too late returns nothing, so its whole model counts as waste.
+        ``bytes_wasted`` (cumulative) is the same idea on the wire: the bytes downloaded and uploaded for tasks
+        whose update was not used (failed, dropped at the deadline, surplus; a late upload when it lands).
         """
+        self.bytes_wasted += sum(t.wire_bytes for t, o in zip(tasks, outcomes, strict=True) if o.status != "completed")
         sent = sum(self._params(t.assignment) for t in tasks if t.sent)
         back = sum(self._params(o.trained or o.assignment) for o in outcomes if o.status == "completed")
         self.params_sent += sent
@@ -482,6 +494,7 @@ class Simulation:
         return {
             "comm_waste": 1.0 - back / sent if sent > 0 else None,
             "comm_waste_cum": 1.0 - self.params_back / self.params_sent if self.params_sent > 0 else None,
+            "bytes_wasted": self.bytes_wasted,
         }
 
     def _params(self, a) -> int:

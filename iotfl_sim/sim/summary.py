@@ -59,6 +59,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "bytes_down": sim.bytes_down,
         "bytes_up": sim.bytes_up,
         "comm_waste": 1.0 - sim.params_back / sim.params_sent if sim.params_sent > 0 else None,
+        "bytes_wasted": sim.bytes_wasted,
         "server_time_s": sim.server_time,
         "server_energy_j": sim.server_time * sim.server_cost.power_w,
         "server_time_by_kind_s": {k: sum(r.get(f"server_{k}_s", 0.0) for r in rows) for k in SERVER_WORK_KINDS},
