@@ -93,10 +93,7 @@ def plot_runs(runs: Sequence[str | Path], out: Path | None = None) -> list[Path]
     loaded = [load_run(p, DEVICE_COLUMNS_FIRST if i == 0 else DEVICE_COLUMNS) for i, p in enumerate(paths)]
     disambiguate_labels(loaded)
     out = Path(out) if out is not None else paths[0] / "plots"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PlotInputError(f"{out}: cannot create the output folder ({e.strerror})") from e
+    out.mkdir(parents=True, exist_ok=True)  # an OSError names the path in the way (the CLI: one line)
     written: list[Path] = []
     for filename, fig in iter_figures(loaded):
         target = _target_path(out, filename)

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels
+from analysis.rundir import PlotInputError, Run, load_run, loads_json, number_repeated_labels
 
 __all__ = [
     "Excluded",
@@ -128,9 +128,33 @@ def _parse_cell(text: str) -> Any:
     if text == "":
         return None
     try:
-        return json.loads(text)
+        return loads_json(text)
     except ValueError:
         return text
+
+
+_REWRITE = "the sweep rewrites the study's index: run `iotfl-sim sweep` on its study file again"
+
+
+def _read_index_csv(path: Path) -> list[dict[str, Any]]:
+    """index.csv's rows as records (cells parsed by ``_parse_cell``); a row with more or fewer cells than the
+    header, a cell over the csv module's field limit or bytes that are not UTF-8 are refused."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            records = []
+            for row in reader:
+                if not row:  # a blank line
+                    continue
+                if len(row) != len(header):
+                    raise PlotInputError(
+                        f"{path}: line {reader.line_num} has {len(row)} cells, the header {len(header)}; {_REWRITE}"
+                    )
+                records.append({k: _parse_cell(v) for k, v in zip(header, row, strict=True)})
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise PlotInputError(f"{path}: not a readable CSV file ({e}); {_REWRITE}") from None
+    return records
 
 
 def load_study(path: str | Path) -> Study:
@@ -139,16 +163,15 @@ def load_study(path: str | Path) -> Study:
     sj = path / "study.json"
     if sj.is_file():
         try:
-            data = json.loads(sj.read_text())
-        except (OSError, ValueError) as e:
-            raise PlotInputError(f"{sj}: not readable JSON ({e})") from None
+            data = loads_json(sj.read_bytes())
+        except ValueError as e:
+            raise PlotInputError(f"{sj}: not readable JSON ({e}); {_REWRITE}") from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-            raise PlotInputError(f"{sj}: expected an object with a 'runs' list")
+            raise PlotInputError(f"{sj}: expected an object with a 'runs' list; {_REWRITE}")
         records = data["runs"]
     elif (path / "index.csv").is_file():
         data = {"name": path.name}
-        with open(path / "index.csv", newline="") as f:
-            records = [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        records = _read_index_csv(path / "index.csv")
     else:
         raise PlotInputError(f"{path}: not a study folder (no study.json or index.csv)")
     runs = []
@@ -201,11 +224,17 @@ def _lookup(d: Any, dotted: str) -> Any:
     return cur
 
 
+MAX_RESOLVED_BYTES = 1 << 20  # a resolved scenario is tens of KB (the simulator reads at most 1 MB of YAML)
+
+
 def _resolved(run_dir: Path) -> dict[str, Any]:
+    """The run's scenario.resolved.yaml; {} when it is missing or unreadable (then the study's base answers)."""
     p = run_dir / "scenario.resolved.yaml"
     try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError):
+        if p.stat().st_size > MAX_RESOLVED_BYTES:
+            return {}
+        data = yaml.safe_load(p.read_bytes())
+    except (OSError, yaml.YAMLError, RecursionError):  # RecursionError: nested thousands of levels deep
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -29,7 +29,7 @@ from matplotlib.patches import Patch
 
 from analysis.compare import DEFAULT_TARGETS, crossing
 from analysis.plots import _bytes_unit, _energy_unit, _time_unit, energy_by_class, literal
-from analysis.rundir import PlotInputError, Run
+from analysis.rundir import Run
 from analysis.study import Method, Selection
 
 __all__ = ["method_colors", "study_figures", "write_study_plots", "STUDY_FIGURES", "figure_svg", "figure_png"]
@@ -395,10 +395,7 @@ def figure_png(fig: Figure) -> bytes:
 
 def write_study_plots(sel: Selection, out: Path, targets: Sequence[float] = DEFAULT_TARGETS) -> list[Path]:
     """Write every study figure as ``<name>.png`` and ``<name>.svg`` into ``out``; return the paths."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PlotInputError(f"{out}: cannot create the output folder ({e.strerror})") from e
+    out.mkdir(parents=True, exist_ok=True)  # an OSError names the path in the way (the CLI: one line)
     written = []
     for name, fig in iter_study_figures(sel, targets):
         for ext in ("png", "svg"):

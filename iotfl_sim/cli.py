@@ -120,15 +120,12 @@ def _targets(args: argparse.Namespace) -> list[float]:
 def cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import build_tables, compare_markdown, write_tables
     from analysis.rundir import PlotInputError
-    from analysis.study import is_study_dir, select
+    from analysis.study import is_study_dir, require_runs, select
 
     targets = _targets(args)
     try:
         sel = select(args.runs, args.by or None)
-        if not sel.methods:
-            raise PlotInputError(
-                "compare: no finished run to compare" + "".join(f"\n{x.id}: {x.reason}" for x in sel.excluded)
-            )
+        require_runs(sel, args.runs, "compare")
         tables = build_tables(sel, targets)
         first = Path(args.runs[0])
         out = Path(args.out) if args.out else (first if is_study_dir(first) else first.parent) / "compare"
@@ -383,6 +380,38 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def os_error_line(e: OSError) -> str:
+    """One line for an operating-system error on a path the user gave or a file the tool writes: the path
+    (``e.filename``), what the system said, and what to do about it."""
+    import errno
+    import os
+
+    from iotfl_sim.output.space import no_space
+
+    full = no_space(e, "run the command again")
+    if full is not None:
+        return str(full)
+    if e.filename is None:
+        return f"{e.strerror or e}; check the paths given and the space left on the disk"
+    name = os.fsdecode(e.filename)
+    what = name + (f" -> {os.fsdecode(e.filename2)}" if e.filename2 is not None else "")
+    path = Path(name)
+    said = e.strerror or type(e).__name__
+    if e.errno == errno.ELOOP or (path.is_symlink() and not path.exists()):
+        return (f"{what}: a symbolic link that leads nowhere (its target is missing, or the links go round a loop); "
+                "repoint or remove it, or give another path")  # fmt: skip
+    fixes = {
+        errno.EEXIST: "something that is not a folder is in the way: move it away or give another path",
+        errno.ENOTDIR: "a part of this path is a file, not a folder: give another path",
+        errno.EISDIR: "this is a folder, not a file: give a file's path, or move the folder away",
+        errno.ENOENT: "check the path (the folder above it must exist)",
+        errno.EACCES: "check its owner and mode, or give a path you may use",
+        errno.EPERM: "check its owner and mode, or give a path you may use",
+        errno.EROFS: "give a path on a writable disk",
+    }
+    return f"{what}: {said}; {fixes.get(e.errno, 'check the path')}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -398,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # a path the system refuses: one line naming it and the fix (only OSError: bugs stay loud)
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {os_error_line(e)}\n")
+        sys.stderr.flush()
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
