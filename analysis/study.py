@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +226,18 @@ def _lookup(d: Any, dotted: str) -> Any:
 
 
 MAX_RESOLVED_BYTES = 1 << 20  # a resolved scenario is tens of KB (the simulator reads at most 1 MB of YAML)
+MAX_RESOLVED_DEPTH = 100  # as the simulator's YAML limit; PyYAML takes seconds, then recurses too deep, past ~600
+
+
+def _nested_too_deep(text: str) -> bool:
+    """Whether YAML ``text`` may nest more than MAX_RESOLVED_DEPTH levels (brackets or indentation), checked
+    before parsing: PyYAML's time grows faster than the nesting, and it ends in a RecursionError."""
+    depth = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_RESOLVED_DEPTH:
+            return True
+    return any(len(line) - len(line.lstrip(" -")) > 2 * MAX_RESOLVED_DEPTH for line in text.splitlines())
 
 
 def _resolved(run_dir: Path) -> dict[str, Any]:
@@ -233,8 +246,11 @@ def _resolved(run_dir: Path) -> dict[str, Any]:
     try:
         if p.stat().st_size > MAX_RESOLVED_BYTES:
             return {}
-        data = yaml.safe_load(p.read_bytes())
-    except (OSError, yaml.YAMLError, RecursionError):  # RecursionError: nested thousands of levels deep
+        text = p.read_text(encoding="utf-8")
+        if _nested_too_deep(text):
+            return {}
+        data = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):  # ValueError: not UTF-8
         return {}
     return data if isinstance(data, dict) else {}
 
