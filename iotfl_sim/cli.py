@@ -393,8 +393,11 @@ def os_error_line(e: OSError) -> str:
         return str(full)
     if e.filename is None:
         return f"{e.strerror or e}; check the paths given and the space left on the disk"
-    name = os.fsdecode(e.filename)
-    what = name + (f" -> {os.fsdecode(e.filename2)}" if e.filename2 is not None else "")
+    def text(f: object) -> str:
+        return os.fsdecode(f) if isinstance(f, str | bytes | os.PathLike) else str(f)
+
+    name = text(e.filename)
+    what = name + (f" -> {text(e.filename2)}" if e.filename2 is not None else "")
     path = Path(name)
     said = e.strerror or type(e).__name__
     if e.errno == errno.ELOOP or (path.is_symlink() and not path.exists()):

@@ -613,3 +613,35 @@ def test_a_fedscale_trace_within_its_file_size_still_loads(tmp_path):
     trace = load_fedscale_trace(path)
     assert sorted(trace) == [0, 1, 2]
     assert all(list(t.starts) == [0.0, 5.0] and list(t.ends) == [1.0, 6.0] for t in trace.values())
+
+
+def test_report_out_never_overwrites_a_file_that_is_not_a_report(odd, capsys):
+    """`report --out` is a file name: a report there is rewritten (as a sweep's report.html is), any other
+    file is the user's and stays."""
+    notes = odd / "a_file"
+    before = snapshot(odd)
+    line = one_error_line(main(["report", str(odd / "demo"), "--out", str(notes)]), *capsys.readouterr())
+    assert str(notes) in line and "not a report" in line and "give a new file name" in line, line
+    assert snapshot(odd) == before
+    report = odd / "report.html"  # an earlier report (a stand-in with a report's title) is rewritten
+    report.write_text("<!DOCTYPE html><html><head><title>demo — iotfl-sim report</title></head></html>\n")
+    assert main(["report", str(odd / "demo"), "--out", str(report)]) == 0, capsys.readouterr().err
+    assert b"data-table=" in report.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "error, needles",
+    [
+        (PermissionError(13, "Permission denied", "/srv/x"), ["/srv/x: Permission denied", "owner and mode"]),
+        (OSError(30, "Read-only file system", "/ro/runs"), ["/ro/runs: Read-only file system", "writable disk"]),
+        (OSError(28, "No space left on device", "/full/rounds.csv"), ["/full/rounds.csv", "disk is full", "run the command again"]),
+        (IsADirectoryError(21, "Is a directory", "/tmp"), ["/tmp: Is a directory", "a folder, not a file"]),
+        (OSError(5, "Input/output error"), ["Input/output error", "check the paths"]),
+        (OSError(2, "No such file or directory", 3), ["3: No such file or directory"]),
+    ],
+)
+def test_os_error_line_names_the_path_and_a_fix(error, needles):
+    from iotfl_sim.cli import os_error_line
+
+    line = os_error_line(error)
+    assert "\n" not in line and all(n in line for n in needles), line
