@@ -194,13 +194,15 @@ MAX_MEASURE_BATCH = 4096
 
 
 def cmd_profiles_measure(args: argparse.Namespace) -> int:
+    import os
+
     from pydantic import ValidationError
 
     from iotfl_sim.fl import measure
     from iotfl_sim.scenario.profile import DeviceProfile
 
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists():
+    if out is not None and os.path.lexists(out):  # lexists: a symbolic link to nothing is in the way too
         raise ScenarioError(f"profiles measure --out: {out} already exists; give a new file name or remove it first")
     if out is not None and not out.parent.is_dir():
         raise ScenarioError(f"profiles measure --out: folder {out.parent} does not exist; create it or pick another path")
