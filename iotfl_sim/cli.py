@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -194,8 +196,6 @@ MAX_MEASURE_BATCH = 4096
 
 
 def cmd_profiles_measure(args: argparse.Namespace) -> int:
-    import os
-
     from pydantic import ValidationError
 
     from iotfl_sim.fl import measure
@@ -382,12 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _path_text(f: object) -> str:
+    return os.fsdecode(f) if isinstance(f, str | bytes | os.PathLike) else str(f)
+
+
 def os_error_line(e: OSError) -> str:
     """One line for an operating-system error on a path the user gave or a file the tool writes: the path
     (``e.filename``), what the system said, and what to do about it."""
-    import errno
-    import os
-
     from iotfl_sim.output.space import no_space
 
     full = no_space(e, "run the command again")
@@ -395,15 +396,12 @@ def os_error_line(e: OSError) -> str:
         return str(full)
     if e.filename is None:
         return f"{e.strerror or e}; check the paths given and the space left on the disk"
-    def text(f: object) -> str:
-        return os.fsdecode(f) if isinstance(f, str | bytes | os.PathLike) else str(f)
-
-    name = text(e.filename)
-    what = name + (f" -> {text(e.filename2)}" if e.filename2 is not None else "")
-    path = Path(name)
+    name = _path_text(e.filename)
+    what = name + (f" -> {_path_text(e.filename2)}" if e.filename2 is not None else "")
     said = e.strerror or type(e).__name__
-    if e.errno == errno.ELOOP or (path.is_symlink() and not path.exists()):
-        return (f"{what}: a symbolic link that leads nowhere (its target is missing, or the links go round a loop); "
+    broken = next((p for p in (Path(name), *Path(name).parents) if p.is_symlink() and not p.exists()), None)
+    if broken is not None:  # the path, or a folder on the way to it (ELOOP names the whole path)
+        return (f"{broken}: a symbolic link that leads nowhere (its target is missing, or the links go round a loop); "
                 "repoint or remove it, or give another path")  # fmt: skip
     fixes = {
         errno.EEXIST: "something that is not a folder is in the way: move it away or give another path",
@@ -413,6 +411,7 @@ def os_error_line(e: OSError) -> str:
         errno.EACCES: "check its owner and mode, or give a path you may use",
         errno.EPERM: "check its owner and mode, or give a path you may use",
         errno.EROFS: "give a path on a writable disk",
+        errno.ELOOP: "symbolic links on the way go round a loop: repoint or remove one, or give another path",
     }
     return f"{what}: {said}; {fixes.get(e.errno, 'check the path')}"
 
@@ -428,8 +427,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `iotfl-sim schema | head`
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:  # a path the system refuses: one line naming it and the fix (only OSError: bugs stay loud)

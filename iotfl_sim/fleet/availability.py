@@ -773,7 +773,9 @@ _FEDSCALE_HOW = (
 
 def _length(value: Any) -> int:
     """How many times a client's list (or array) holds, before it is copied; 0 for what is not one."""
-    return len(value) if isinstance(value, list | tuple | np.ndarray) and np.ndim(value) > 0 else 0
+    if isinstance(value, np.ndarray):
+        return value.size
+    return len(value) if isinstance(value, list | tuple) else 0
 
 
 def _times(path: Path, cid: Any, field: str, value: Any) -> list[Any]:
@@ -816,7 +818,8 @@ def _read_fedscale(path: str | Path) -> _Flat:
     ids = _sorted_ids(data)
     # A pickle stores a list shared by many clients once: a file of a few MB can name one long list from
     # every client, and copying it per client (below) would take tens of GB. Without sharing, every time in
-    # the file takes at least one byte of it, so the expanded lists may hold at most one time per byte.
+    # the file takes at least one byte of it (an opcode), so the expanded lists may hold at most one time per
+    # byte: what is built from the file stays within a few times its size.
     budget = p.stat().st_size
     counts: list[int] = []
     periods: list[float] = []

@@ -101,7 +101,7 @@ _META = {
     "tape_counts": ("counts of recorded answers", lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values())),
     "rows": (
         "a list of metric rows",
-        lambda v: _list_of(v, lambda r: isinstance(r, dict) and all(type(x) in (int, float, str, type(None)) for x in r.values())),
+        lambda v: _list_of(v, lambda r: isinstance(r, dict) and all(type(x) in (int, float, bool, str, type(None)) for x in r.values())),
     ),
     "host": (
         "host times in seconds",
