@@ -9,6 +9,12 @@ loader looks) and are reached through the ``profile_*.yaml`` scenarios; broken a
 
 Every case asserts: exit status 2, exactly one line on stderr starting with ``error: `` and ending
 with a newline, nothing on stdout, no traceback, and each expected substring in that line.
+
+Cases that are paths or large files are made by the tests themselves, in ``tmp_path``: paths the operating
+system refuses on every command (a file where a folder goes, a symbolic link to nothing or round a loop, a
+lock file that is a folder), damaged files the tool reads back (a study's index, a run's checkpoint
+``meta.json`` and ``summary.json`` on ``--resume``, a CSV trace field over 128 KB) and a FedScale pickle
+bomb, refused in a real process under a memory limit. Those also assert that no file changed.
 """
 
 from __future__ import annotations
