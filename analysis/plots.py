@@ -124,10 +124,7 @@ def load_plot_runs(paths: Sequence[str | Path]) -> list[Run]:
 
 def plot_loaded(loaded: Sequence[Run], out: Path, targets: Sequence[float]) -> list[Path]:
     """Write the figures of loaded runs into ``out`` (created if needed); return the paths."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PlotInputError(f"{out}: cannot create the output folder ({e.strerror})") from e
+    out.mkdir(parents=True, exist_ok=True)  # an OSError names the path in the way (the CLI: one line)
     written: list[Path] = []
     for filename, fig in iter_figures(loaded, targets):
         target = _target_path(out, filename)

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from analysis.compare import Table, build_tables, selection_targets
+from analysis.rundir import PlotInputError
 from analysis.study import Selection, Study, require_runs, select
 from analysis.study_plots import figure_png, iter_study_figures
 from analysis.targets import target_label
@@ -145,6 +146,12 @@ def build_report(sel: Selection, targets: Sequence[float] | None = None, title: 
     return "\n".join(parts)
 
 
+def _is_report(path: Path) -> bool:
+    """Whether the file at ``path`` is a report this module wrote (its title says so, near the top)."""
+    with open(path, "rb") as f:
+        return b"iotfl-sim report</title>" in f.read(1 << 16)
+
+
 def write_report(paths: Sequence[str | Path], out: Path | None = None, targets: Sequence[float] | None = None,
                  by: Sequence[str] | None = None) -> Path:  # fmt: skip
     """Write the report of ``paths`` (a study folder, or run folders) to ``out`` (default <study>/report.html)."""
@@ -153,6 +160,11 @@ def write_report(paths: Sequence[str | Path], out: Path | None = None, targets: 
     if out is None:
         first = Path(paths[0])
         out = first / "report.html"
+    if out.is_file() and not out.is_symlink() and not _is_report(out):
+        raise PlotInputError(
+            f"report --out: {out} is a file, and not a report iotfl-sim wrote (a report is rewritten, nothing else "
+            "is): give a new file name, or move that file away"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.part")
     try:

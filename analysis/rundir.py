@@ -45,6 +45,26 @@ class PlotInputError(Exception):
     """A run directory (or a file in it) is missing or unreadable."""
 
 
+MAX_JSON_DEPTH = 100  # run and study files nest about 10 levels; deeper would break whatever walks them
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads`` of a file the simulator wrote, refusing (ValueError, like any malformed JSON) a document
+    nested more than MAX_JSON_DEPTH levels: the decoder's own RecursionError at about 1,000 levels, and
+    whatever would recurse over it later (YAML dumps, formatting), never escape as a traceback."""
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        doc = None
+    else:
+        level = [doc]
+        for _ in range(MAX_JSON_DEPTH):
+            level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+            if not level:
+                return doc
+    raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+
+
 @dataclass
 class Run:
     """One run directory, loaded.
@@ -261,11 +281,33 @@ def _scenario_name_algorithm(path: Path) -> tuple[str | None, str | None]:
     return name, algo
 
 
+MAX_RESOLVED_BYTES = 1 << 20  # a resolved scenario is tens of KB (the simulator reads at most 1 MB of YAML)
+MAX_RESOLVED_DEPTH = 100  # as the simulator's YAML limit; PyYAML takes seconds, then recurses too deep, past ~600
+
+
+def _nested_too_deep(text: str) -> bool:
+    """Whether YAML ``text`` may nest more than MAX_RESOLVED_DEPTH levels (brackets or indentation), checked
+    before parsing: PyYAML's time grows faster than the nesting, and it ends in a RecursionError."""
+    depth = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_RESOLVED_DEPTH:
+            return True
+    return any(len(line) - len(line.lstrip(" -")) > 2 * MAX_RESOLVED_DEPTH for line in text.splitlines())
+
+
 def read_resolved(run_dir: Path) -> dict[str, Any]:
-    """scenario.resolved.yaml as a dict ({} when absent or unreadable)."""
+    """The run's scenario.resolved.yaml as a dict; {} when it is missing, unreadable, over 1 MB or nested over
+    100 levels (then the study's base answers)."""
+    p = Path(run_dir) / "scenario.resolved.yaml"
     try:
-        data = yaml.safe_load((Path(run_dir) / "scenario.resolved.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        if p.stat().st_size > MAX_RESOLVED_BYTES:
+            return {}
+        text = p.read_text(encoding="utf-8")
+        if _nested_too_deep(text):
+            return {}
+        data = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):  # ValueError: not UTF-8
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -331,7 +373,7 @@ def load_run(path: str | Path, device_columns: Iterable[str] | None = None) -> R
     summary_path = path / "summary.json"
     if summary_path.is_file():
         try:
-            loaded = json.loads(summary_path.read_text())
+            loaded = loads_json(summary_path.read_bytes())
             if isinstance(loaded, dict):
                 summary = loaded
         except (OSError, ValueError):
@@ -418,7 +460,7 @@ def read_device_events(
     def keep(d: int, line: bytes) -> None:
         nonlocal t_last
         try:
-            ev = json.loads(line)
+            ev = loads_json(line)
         except ValueError:
             return
         if not isinstance(ev, dict):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels, read_resolved
+from analysis.rundir import PlotInputError, Run, load_run, loads_json, number_repeated_labels, read_resolved
 
 __all__ = [
     "Excluded",
@@ -126,9 +126,33 @@ def _parse_cell(text: str) -> Any:
     if text == "":
         return None
     try:
-        return json.loads(text)
+        return loads_json(text)
     except ValueError:
         return text
+
+
+_REWRITE = "the sweep rewrites the study's index: run `iotfl-sim sweep` on its study file again"
+
+
+def _read_index_csv(path: Path) -> list[dict[str, Any]]:
+    """index.csv's rows as records (cells parsed by ``_parse_cell``); a row with more or fewer cells than the
+    header, a cell over the csv module's field limit or bytes that are not UTF-8 are refused."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            records = []
+            for row in reader:
+                if not row:  # a blank line
+                    continue
+                if len(row) != len(header):
+                    raise PlotInputError(
+                        f"{path}: line {reader.line_num} has {len(row)} cells, the header {len(header)}; {_REWRITE}"
+                    )
+                records.append({k: _parse_cell(v) for k, v in zip(header, row, strict=True)})
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise PlotInputError(f"{path}: not a readable CSV file ({e}); {_REWRITE}") from None
+    return records
 
 
 def load_study(path: str | Path) -> Study:
@@ -137,16 +161,15 @@ def load_study(path: str | Path) -> Study:
     sj = path / "study.json"
     if sj.is_file():
         try:
-            data = json.loads(sj.read_text())
-        except (OSError, ValueError) as e:
-            raise PlotInputError(f"{sj}: not readable JSON ({e})") from None
+            data = loads_json(sj.read_bytes())
+        except ValueError as e:
+            raise PlotInputError(f"{sj}: not readable JSON ({e}); {_REWRITE}") from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-            raise PlotInputError(f"{sj}: expected an object with a 'runs' list")
+            raise PlotInputError(f"{sj}: expected an object with a 'runs' list; {_REWRITE}")
         records = data["runs"]
     elif (path / "index.csv").is_file():
         data = {"name": path.name}
-        with open(path / "index.csv", newline="") as f:
-            records = [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        records = _read_index_csv(path / "index.csv")
     else:
         raise PlotInputError(f"{path}: not a study folder (no study.json or index.csv)")
     runs = []

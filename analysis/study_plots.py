@@ -41,7 +41,7 @@ from analysis.plots import (
     some_device_died,
     target_lines,
 )
-from analysis.rundir import PlotInputError, Run
+from analysis.rundir import Run
 from analysis.study import Method, Selection, is_study_dir, require_runs, select
 from analysis.targets import Targets, resolve_targets, target_label
 
@@ -491,10 +491,7 @@ def plot_paths(
 
 def write_study_plots(sel: Selection, out: Path, targets: Sequence[float] | None = None) -> list[Path]:
     """Write every study figure as ``<name>.png`` and ``<name>.svg`` into ``out``; return the paths."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PlotInputError(f"{out}: cannot create the output folder ({e.strerror})") from e
+    out.mkdir(parents=True, exist_ok=True)  # an OSError names the path in the way (the CLI: one line)
     written = []
     for name, fig in iter_study_figures(sel, targets):
         for ext in ("png", "svg"):

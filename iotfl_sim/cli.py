@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -117,15 +119,12 @@ def _targets(args: argparse.Namespace) -> list[float] | None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import build_tables, compare_markdown, write_tables
     from analysis.rundir import PlotInputError
-    from analysis.study import is_study_dir, select
+    from analysis.study import is_study_dir, require_runs, select
 
     targets = _targets(args)
     try:
         sel = select(args.runs, args.by or None)
-        if not sel.methods:
-            raise PlotInputError(
-                "compare: no finished run to compare" + "".join(f"\n{x.id}: {x.reason}" for x in sel.excluded)
-            )
+        require_runs(sel, args.runs, "compare")
         tables = build_tables(sel, targets)
         first = Path(args.runs[0])
         out = Path(args.out) if args.out else (first if is_study_dir(first) else first.parent) / "compare"
@@ -200,7 +199,7 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     from iotfl_sim.scenario.profile import DeviceProfile
 
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists():
+    if out is not None and os.path.lexists(out):  # lexists: a symbolic link to nothing is in the way too
         raise ScenarioError(f"profiles measure --out: {out} already exists; give a new file name or remove it first")
     if out is not None and not out.parent.is_dir():
         raise ScenarioError(f"profiles measure --out: folder {out.parent} does not exist; create it or pick another path")
@@ -384,6 +383,40 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _path_text(f: object) -> str:
+    return os.fsdecode(f) if isinstance(f, str | bytes | os.PathLike) else str(f)
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an operating-system error on a path the user gave or a file the tool writes: the path
+    (``e.filename``), what the system said, and what to do about it."""
+    from iotfl_sim.output.space import no_space
+
+    full = no_space(e, "run the command again")
+    if full is not None:
+        return str(full)
+    if e.filename is None:
+        return f"{e.strerror or e}; check the paths given and the space left on the disk"
+    name = _path_text(e.filename)
+    what = name + (f" -> {_path_text(e.filename2)}" if e.filename2 is not None else "")
+    said = e.strerror or type(e).__name__
+    broken = next((p for p in (Path(name), *Path(name).parents) if p.is_symlink() and not p.exists()), None)
+    if broken is not None:  # the path, or a folder on the way to it (ELOOP names the whole path)
+        return (f"{broken}: a symbolic link that leads nowhere (its target is missing, or the links go round a loop); "
+                "repoint or remove it, or give another path")  # fmt: skip
+    fixes = {
+        errno.EEXIST: "something that is not a folder is in the way: move it away or give another path",
+        errno.ENOTDIR: "a part of this path is a file, not a folder: give another path",
+        errno.EISDIR: "this is a folder, not a file: give a file's path, or move the folder away",
+        errno.ENOENT: "check the path (the folder above it must exist)",
+        errno.EACCES: "check its owner and mode, or give a path you may use",
+        errno.EPERM: "check its owner and mode, or give a path you may use",
+        errno.EROFS: "give a path on a writable disk",
+        errno.ELOOP: "symbolic links on the way go round a loop: repoint or remove one, or give another path",
+    }
+    return f"{what}: {said}; {fixes.get(e.errno, 'check the path')}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -395,10 +428,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `iotfl-sim schema | head`
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # a path the system refuses: one line naming it and the fix (only OSError: bugs stay loud)
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {os_error_line(e)}\n")
+        sys.stderr.flush()
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

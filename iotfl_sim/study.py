@@ -52,6 +52,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from iotfl_sim import safe_json
 from iotfl_sim.output.run_dir import NEW_SUFFIX, FolderLock, write_atomic
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml
@@ -337,14 +338,15 @@ def write_index(folder: Path, name: str, records: list[dict[str, Any]]) -> None:
 
 
 def read_index(folder: Path) -> dict[str, Any]:
-    return json.loads((Path(folder) / "study.json").read_text())
+    return safe_json.read(Path(folder) / "study.json")
 
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((run_dir / "summary.json").read_text())
+        summary = safe_json.read(run_dir / "summary.json")
     except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
 
 
 def _host_s(summary: dict[str, Any] | None) -> float | None:
@@ -440,10 +442,7 @@ def study_folder(study: Study, out: str | Path) -> Path:
 def lock_study(folder: Path) -> FolderLock:
     """Make the study folder if need be and take its lock (``output.run_dir.FolderLock``, as a run folder's):
     one sweep at a time writes a study; a second is refused before it changes anything."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ScenarioError(f"sweep --out: cannot make the study folder {folder} ({e.strerror}); give another --out") from None
+    folder.mkdir(parents=True, exist_ok=True)  # an OSError names the path in the way (the CLI: one line)
     return FolderLock(
         folder, f"{folder}: another `iotfl-sim sweep` is running this study (it holds {folder / FolderLock.NAME}); "
         "wait for it to end, or give another --out",
@@ -464,10 +463,10 @@ def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
     }
     if resolved_path.is_file():
         try:
-            before = yaml.safe_load(resolved_path.read_text()) or {}
-        except yaml.YAMLError:
-            before = {}
-        if before.get("base") != study.base_resolved:
+            before = read_yaml(resolved_path, "resolved study").data
+        except ScenarioError as e:
+            raise ScenarioError(f"{e}; it records which study {folder} holds: restore it, or give another --out") from None
+        if not isinstance(before, dict) or before.get("base") != study.base_resolved:
             raise ScenarioError(
                 f"{folder}: holds a study whose base scenario differs from {study.source}'s; its runs would not "
                 "match: give another --out or another name"

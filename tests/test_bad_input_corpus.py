@@ -9,10 +9,17 @@ loader looks) and are reached through the ``profile_*.yaml`` scenarios; broken a
 
 Every case asserts: exit status 2, exactly one line on stderr starting with ``error: `` and ending
 with a newline, nothing on stdout, no traceback, and each expected substring in that line.
+
+Cases that are paths or large files are made by the tests themselves, in ``tmp_path``: paths the operating
+system refuses on every command (a file where a folder goes, a symbolic link to nothing or round a loop, a
+lock file that is a folder), damaged files the tool reads back (a study's index, a run's checkpoint
+``meta.json`` and ``summary.json`` on ``--resume``, a CSV trace field over 128 KB) and a FedScale pickle
+bomb, refused in a real process under a memory limit. Those also assert that no file changed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -311,3 +318,336 @@ def test_set_error_in_a_real_process(good_scenario):
     proc = _cli(["-m", "iotfl_sim.cli", "validate", good_scenario, "--set", "rounds=.inf"])
     assert proc.returncode == 2 and proc.stderr.endswith("\n") and "Traceback" not in proc.stderr
     assert "--set rounds" in proc.stderr and "finite number" in proc.stderr
+
+
+# ---------------------------------------------------------------- operating-system errors on paths
+# A path the system refuses (a file where a folder goes, a symbolic link to nothing, a loop of links, a lock
+# file that is a folder) is one line naming the path and the fix, whatever the command; nothing is written.
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every entry under ``root``: file contents, symbolic link targets, folders (links are not followed)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = f"-> {os.readlink(p)}" if p.is_symlink() else ("dir" if p.is_dir() else p.read_bytes().hex())
+    return out
+
+
+ODD = ["a_file", "dangling", "loop"]
+
+
+@pytest.fixture
+def odd(tmp_path) -> Path:
+    """``a_file`` (a file where a folder goes), ``dangling`` (a symbolic link to nothing), ``loop`` (a link
+    to itself), and a tiny synthetic study ``demo`` to read."""
+    from study_fixtures import make_study
+
+    (tmp_path / "a_file").write_text("mine\n")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    make_study(tmp_path / "demo")
+    return tmp_path
+
+
+def _odd_line(args: list[str], capsys, root: Path, name: str) -> str:
+    before = snapshot(root)
+    line = one_error_line(main(args), *capsys.readouterr())
+    assert str(root / name) in line, line
+    fix = "symbolic link" if name != "a_file" else "file"
+    assert fix in line and ("give another" in line or "give a folder" in line), line
+    assert snapshot(root) == before  # nothing written, the odd path itself untouched
+    return line
+
+
+@pytest.mark.parametrize("name", ODD)
+@pytest.mark.parametrize("command", ["run", "sweep", "compare", "plot", "report", "data download"])
+def test_an_output_path_the_system_refuses(command, name, odd, good_scenario, capsys, monkeypatch):
+    monkeypatch.setenv("IOTFL_DATA_MIRROR", "http://127.0.0.1:9")  # never the network: refused before it
+    out = str(odd / name)
+    study = odd / "study.yaml"
+    study.write_text(f"name: st\nbase: {good_scenario}\ngrid: {{seed: [0]}}\n")
+    args = {
+        "run": ["run", good_scenario, "--out", out, "--quiet"],
+        "sweep": ["sweep", str(study), "--out", out, "--quiet"],
+        "compare": ["compare", str(odd / "demo"), "--out", out],
+        "plot": ["plot", str(odd / "demo"), "--out", out],
+        "report": ["report", str(odd / "demo"), "--out", f"{out}/report.html"],
+        "data download": ["data", "download", "mnist", "--root", out],
+    }[command]
+    if command == "data download" and name == "dangling":
+        pytest.skip("a link to a missing folder is a data root to make: the download follows it")
+    _odd_line(args, capsys, odd, name)
+
+
+@pytest.mark.parametrize("name", ["dangling", "loop"])
+@pytest.mark.parametrize("command", ["validate", "run", "run --resume", "sweep", "compare", "plot", "report"])
+def test_an_input_path_that_is_a_broken_symlink(command, name, odd, capsys):
+    path = str(odd / name)
+    args = {"run --resume": ["run", "--resume", path, "--quiet"]}.get(command, [command, path])
+    before = snapshot(odd)
+    line = one_error_line(main(args), *capsys.readouterr())
+    assert path in line, line
+    assert snapshot(odd) == before
+
+
+def test_a_lock_file_that_is_a_folder(tmp_path, good_scenario, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scenario.resolved.yaml").write_text(Path(good_scenario).read_text())
+    (run / ".lock").mkdir()
+    study = tmp_path / "study.yaml"
+    study.write_text(f"name: st\nbase: {good_scenario}\ngrid: {{seed: [0]}}\n")
+    (tmp_path / "studies" / "st" / ".lock").mkdir(parents=True)
+    before = snapshot(tmp_path)
+    for args, lock in [
+        (["run", "--resume", str(run), "--quiet"], run / ".lock"),
+        (["sweep", str(study), "--out", str(tmp_path / "studies"), "--quiet"], tmp_path / "studies" / "st" / ".lock"),
+    ]:
+        line = one_error_line(main(args), *capsys.readouterr())
+        assert f"{lock}: cannot open the lock file" in line and "move it away" in line, line
+    assert snapshot(tmp_path) == before
+
+
+def test_only_os_errors_become_one_line(monkeypatch, capsys):
+    """A bug (any other exception) still ends in its traceback: main() translates OSError and nothing else."""
+    import iotfl_sim.cli as cli
+
+    def boom(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_schema", boom)
+    with pytest.raises(KeyError):
+        main(["schema"])
+
+
+# ---------------------------------------------------------------- files the tool reads back
+
+DEEP = "[" * 100_000 + "]" * 100_000  # RecursionError in Python's JSON decoder, in a fraction of a second
+
+
+def _study_edit(name: str, data: str | bytes):
+    def edit(study: Path) -> None:
+        if name == "index.csv":
+            (study / "study.json").unlink()  # index.csv is read only where there is no study.json
+        path = study / name
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+    return edit
+
+
+STUDY_CASES = {
+    "study_json_invalid": (_study_edit("study.json", "{not json"), ["study.json", "not readable JSON"]),
+    "study_json_binary": (_study_edit("study.json", b"\x89PNG\r\n\x1a\n\xff\xfe\x00"), ["study.json", "not readable JSON"]),
+    "study_json_deep": (_study_edit("study.json", DEEP), ["study.json", "nested"]),
+    "study_json_deep_record": (
+        _study_edit("study.json", '{"runs": [{"id": "a", "overrides": ' + "[" * 200 + "]" * 200 + "}]}"),
+        ["study.json", "nested more than 100 levels"],
+    ),
+    "study_json_no_runs": (_study_edit("study.json", '{"name": "x"}'), ["study.json", "'runs' list"]),
+    "index_csv_ragged": (
+        _study_edit("index.csv", "id,overrides,status,run_dir\nfedavg-s0,{},done,runs/fedavg-s0,extra\n"),
+        ["index.csv", "line 2 has 5 cells, the header 4"],
+    ),
+    "index_csv_short_row": (_study_edit("index.csv", "id,overrides,status,run_dir\nfedavg-s0\n"), ["index.csv", "line 2 has 1 cells"]),
+    "index_csv_binary": (_study_edit("index.csv", b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00"), ["index.csv", "not a readable CSV"]),
+    "index_csv_field_over_128k": (
+        _study_edit("index.csv", 'id,overrides,status,run_dir\nfedavg-s0,"' + "x" * 200_000 + '",done,runs/fedavg-s0\n'),
+        ["index.csv", "field larger than field limit"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STUDY_CASES))
+@pytest.mark.parametrize("command", ["compare", "plot", "report"])
+def test_a_corrupt_study_index(case, command, tmp_path, capsys):
+    from study_fixtures import make_study
+
+    study = make_study(tmp_path / "demo")
+    edit, needles = STUDY_CASES[case]
+    edit(study)
+    before = snapshot(tmp_path)
+    line = one_error_line(main([command, str(study)]), *capsys.readouterr())
+    assert all(n in line for n in needles), line
+    assert "iotfl-sim sweep" in line  # the fix: the sweep rewrites the index
+    assert snapshot(tmp_path) == before
+
+
+def test_a_study_still_compares_around_a_corrupt_run_file(tmp_path, capsys):
+    """A run's summary.json nested thousands deep, or its scenario.resolved.yaml nested deeper than Python
+    recurses, is read as missing (a half-written file must not stop the study's tables): no traceback."""
+    from study_fixtures import make_study
+
+    study = make_study(tmp_path / "demo")
+    (study / "runs" / "fedavg-s0" / "summary.json").write_text(DEEP)
+    (study / "runs" / "fedavg-s1" / "scenario.resolved.yaml").write_text("x: " + "[" * 1500 + "]" * 1500 + "\n")
+    (study / "runs" / "fedavg-s2" / "events.jsonl").write_text('{"device": 1, "x": ' + DEEP + "}\n")
+    assert main(["compare", str(study), "--out", str(tmp_path / "cmp")]) == 0, capsys.readouterr().err
+    assert "fedavg" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def resumable(tmp_path_factory) -> Path:
+    """A run folder killed after its round-1 checkpoint (its summary.json removed): system-only, 2 rounds."""
+    import yaml
+    from conftest import base_scenario
+
+    tmp = tmp_path_factory.mktemp("resumable")
+    sc = base_scenario(numerics="none", output={"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}})
+    (tmp / "s.yaml").write_text(yaml.safe_dump(sc))
+    assert main(["run", str(tmp / "s.yaml"), "--out", str(tmp / "runs"), "--quiet"]) == 0
+    (run,) = (tmp / "runs").iterdir()
+    (run / "summary.json").unlink()
+    assert (run / "checkpoints" / "round-000001" / "meta.json").is_file()
+    return run
+
+
+def _meta(change):
+    def edit(run: Path) -> None:
+        path = run / "checkpoints" / "round-000001" / "meta.json"
+        meta = json.loads(path.read_text())
+        out = change(meta)
+        path.write_text(out if isinstance(out, str) else json.dumps(meta))
+
+    return edit
+
+
+RESUME_CASES = {
+    "meta_invalid": (_meta(lambda m: "{"), ["meta.json", "not readable JSON", "remove this checkpoint folder"]),
+    "meta_deep": (_meta(lambda m: DEEP), ["meta.json", "nested too deeply"]),
+    "meta_a_list": (_meta(lambda m: "[1]"), ["meta.json", "a JSON list, not an object"]),
+    "meta_no_rows": (_meta(lambda m: m.pop("rows")), ["meta.json", "no 'rows'"]),
+    "meta_no_host": (_meta(lambda m: m.pop("host")), ["meta.json", "no 'host'"]),
+    "meta_tape_not_files": (_meta(lambda m: m.update(tape=[1, 2])), ["meta.json", "'tape' is not a list of tape files"]),
+    "meta_row_nested": (
+        _meta(lambda m: m["rows"][0].update(x=json.loads("[" * 500 + "]" * 500))),
+        ["meta.json", "'rows' is not a list of metric rows"],
+    ),
+    "meta_round_not_its_folder": (_meta(lambda m: m.update(round=7)), ["meta.json", "round 7, not 1"]),
+    "meta_negative_offset": (
+        _meta(lambda m: m["offsets"].update({"rounds.csv": -5})),
+        ["checkpoints", "offsets are not byte counts"],
+    ),
+    "summary_invalid": (lambda run: (run / "summary.json").write_text("{"), ["summary.json", "not readable JSON", "move it away"]),
+    "summary_deep": (lambda run: (run / "summary.json").write_text(DEEP), ["summary.json", "nested too deeply"]),
+    "summary_a_list": (lambda run: (run / "summary.json").write_text("[1]"), ["summary.json", "not a run summary"]),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_CASES))
+def test_resume_of_a_run_with_a_corrupt_file(case, resumable, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(resumable, run, symlinks=True)
+    edit, needles = RESUME_CASES[case]
+    edit(run)
+    before = snapshot(run)
+    line = one_error_line(main(["run", "--resume", str(run), "--quiet"]), *capsys.readouterr())
+    assert all(n in line for n in needles), line
+    assert snapshot(run) == before
+
+
+def test_sweep_refuses_a_corrupt_study_record(tmp_path, good_scenario, capsys):
+    """The study folder's study.resolved.yaml (which study it holds) is read under the YAML limits."""
+    study = tmp_path / "study.yaml"
+    study.write_text(f"name: st\nbase: {good_scenario}\ngrid: {{seed: [0]}}\n")
+    folder = tmp_path / "studies" / "st"
+    folder.mkdir(parents=True)
+    bomb = "a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)
+    )
+    (folder / "study.resolved.yaml").write_text(bomb)
+    before = snapshot(tmp_path)
+    line = one_error_line(main(["sweep", str(study), "--out", str(tmp_path / "studies"), "--quiet"]), *capsys.readouterr())
+    assert "study.resolved.yaml" in line and "alias" in line and "give another --out" in line, line
+    assert snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------- traces the loaders must not expand
+
+
+def _trace_scenario(tmp_path: Path, fmt: str, name: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: t\nrounds: 2\nclients_per_round: 2\nfleet:\n  groups:\n"
+        f"    - {{profile: raspberry_pi_4b, count: 4, availability: {{kind: trace, format: {fmt}, path: {name}}}}}\n"
+        "data: {dataset: digits}\nalgorithm: {name: fedavg}\nnumerics: none\n"
+    )
+    return path
+
+
+def test_a_csv_trace_field_over_128_kb(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text('device,online_from,online_until\n0,1,2\n1,"' + "9" * 200_000 + '",3\n')
+    line = one_error_line(main(["validate", str(_trace_scenario(tmp_path, "csv", "t.csv"))]), *capsys.readouterr())
+    assert "t.csv: line 3" in line and "field larger than field limit" in line and "device,online_from" in line
+
+
+def _pickle_bomb(path: Path, shared: int = 20_000, clients: int = 100_000) -> int:
+    """A FedScale trace whose clients all name ONE list of ``shared`` times: about 2.8 MB that a loader
+    copying each client's lists would expand to 2 x shared x clients times (4e9: 32 GB as float64)."""
+    import pickle
+
+    times = [0.0] * shared
+    data = {c: {"active": times, "inactive": times, "finish_time": 10.0} for c in range(clients)}
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    return 2 * shared * clients
+
+
+TRACE_LIMIT = 4 * 1024**3  # validate imports torch to read a trace (its libraries alone map over 512 MB)
+
+
+def test_a_fedscale_pickle_bomb_in_a_real_process_under_a_memory_limit(tmp_path):
+    assert _pickle_bomb(tmp_path / "t.pkl") * 8 > 7 * TRACE_LIMIT
+    scenario = _trace_scenario(tmp_path, "fedscale", "t.pkl")
+    proc = _cli(["-m", "iotfl_sim.cli", "validate", str(scenario)], TRACE_LIMIT, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "t.pkl" in proc.stderr and "pickle bomb" in proc.stderr and "own 'active' and 'inactive' lists" in proc.stderr
+
+
+def test_a_fedscale_trace_within_its_file_size_still_loads(tmp_path):
+    """The bound refuses expansion past one time per byte of the file, not sharing itself: clients naming one
+    short list (as a pickle of equal lists may) load, each with its own copy."""
+    import pickle
+
+    from iotfl_sim.fleet.availability import load_fedscale_trace
+
+    shared = [0.0, 5.0]
+    path = tmp_path / "t.pkl"
+    path.write_bytes(pickle.dumps({c: {"active": shared, "inactive": [1.0, 6.0], "finish_time": 10.0} for c in range(3)}))
+    trace = load_fedscale_trace(path)
+    assert sorted(trace) == [0, 1, 2]
+    assert all(list(t.starts) == [0.0, 5.0] and list(t.ends) == [1.0, 6.0] for t in trace.values())
+
+
+def test_report_out_never_overwrites_a_file_that_is_not_a_report(odd, capsys):
+    """`report --out` is a file name: a report there is rewritten (as a sweep's report.html is), any other
+    file is the user's and stays."""
+    notes = odd / "a_file"
+    before = snapshot(odd)
+    line = one_error_line(main(["report", str(odd / "demo"), "--out", str(notes)]), *capsys.readouterr())
+    assert str(notes) in line and "not a report" in line and "give a new file name" in line, line
+    assert snapshot(odd) == before
+    report = odd / "report.html"  # an earlier report (a stand-in with a report's title) is rewritten
+    report.write_text("<!DOCTYPE html><html><head><title>demo — iotfl-sim report</title></head></html>\n")
+    assert main(["report", str(odd / "demo"), "--out", str(report)]) == 0, capsys.readouterr().err
+    assert b"data-table=" in report.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "error, needles",
+    [
+        (PermissionError(13, "Permission denied", "/srv/x"), ["/srv/x: Permission denied", "owner and mode"]),
+        (OSError(30, "Read-only file system", "/ro/runs"), ["/ro/runs: Read-only file system", "writable disk"]),
+        (OSError(28, "No space left on device", "/full/rounds.csv"), ["/full/rounds.csv", "disk is full", "run the command again"]),
+        (IsADirectoryError(21, "Is a directory", "/tmp"), ["/tmp: Is a directory", "a folder, not a file"]),
+        (OSError(5, "Input/output error"), ["Input/output error", "check the paths"]),
+        (OSError(2, "No such file or directory", 3), ["3: No such file or directory"]),
+    ],
+)
+def test_os_error_line_names_the_path_and_a_fix(error, needles):
+    from iotfl_sim.cli import os_error_line
+
+    line = os_error_line(error)
+    assert "\n" not in line and all(n in line for n in needles), line

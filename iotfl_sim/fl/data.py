@@ -12,6 +12,7 @@ Loaded datasets are cached in-process; treat their tensors as read-only.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import gzip
 import json
@@ -102,7 +103,10 @@ def resolve_root(root: str | Path | None) -> Path | None:
         if not env:
             return None
         root = env
-    return Path(root).expanduser().resolve()
+    try:
+        return Path(root).expanduser().resolve()
+    except RuntimeError:  # Python < 3.13 reports a loop of symbolic links so; an OSError says it everywhere
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(root)) from None
 
 
 def load_dataset(

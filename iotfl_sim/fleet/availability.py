@@ -771,6 +771,13 @@ _FEDSCALE_HOW = (
 )
 
 
+def _length(value: Any) -> int:
+    """How many times a client's list (or array) holds, before it is copied; 0 for what is not one."""
+    if isinstance(value, np.ndarray):
+        return value.size
+    return len(value) if isinstance(value, list | tuple) else 0
+
+
 def _times(path: Path, cid: Any, field: str, value: Any) -> list[Any]:
     if isinstance(value, np.ndarray):
         value = value.tolist()
@@ -809,6 +816,11 @@ def _read_fedscale(path: str | Path) -> _Flat:
     if not data:
         raise _fail(p, "the trace has no clients", _FEDSCALE_HOW)
     ids = _sorted_ids(data)
+    # A pickle stores a list shared by many clients once: a file of a few MB can name one long list from
+    # every client, and copying it per client (below) would take tens of GB. Without sharing, every time in
+    # the file takes at least one byte of it (an opcode), so the expanded lists may hold at most one time per
+    # byte: what is built from the file stays within a few times its size.
+    budget = p.stat().st_size
     counts: list[int] = []
     periods: list[float] = []
     act: list[Any] = []
@@ -820,6 +832,14 @@ def _read_fedscale(path: str | Path) -> _Flat:
         missing = [k for k in ("active", "inactive", "finish_time") if k not in entry]
         if missing:
             raise _fail(p, f"client {cid!r} has no {', '.join(repr(m) for m in missing)}", _FEDSCALE_HOW)
+        budget -= _length(entry["active"]) + _length(entry["inactive"])
+        if budget < 0:
+            raise _fail(
+                p,
+                f"its clients' interval lists hold more times than its {p.stat().st_size:,} bytes can store, i.e. "
+                "one list is shared by many clients (a pickle bomb: it would expand to far more memory than the file)",
+                "write each client's own 'active' and 'inactive' lists",
+            )
         a = _times(p, cid, "active", entry["active"])
         b = _times(p, cid, "inactive", entry["inactive"])
         try:
@@ -904,6 +924,8 @@ def _read_csv(path: str | Path) -> _Flat:
                 lines.append(reader.line_num)
     except UnicodeDecodeError:
         raise _fail(p, "not a text file", _CSV_HOW) from None
+    except csv.Error as e:  # e.g. a field over the csv module's limit (128 KB): no trace has one
+        raise _fail(p, f"line {reader.line_num}: not readable CSV ({e})", _CSV_HOW) from None
     dev, s, e = np.array(devs), np.array(t0s), np.array(t1s)
     bad_dev = np.flatnonzero(~((dev >= 0) & (dev == np.floor(dev)) & (dev < _CSV_MAX_ID)))
     if bad_dev.size:

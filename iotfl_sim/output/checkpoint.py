@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from iotfl_sim import faults
+from iotfl_sim import faults, safe_json
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.space import writing
 
@@ -75,6 +76,58 @@ def _plain(v: Any) -> Any:
 
 
 _FIX = "remove this checkpoint folder to resume from the one before it, or start a new run"
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _list_of(v: Any, ok: Any) -> bool:
+    return isinstance(v, list) and all(ok(x) for x in v)
+
+
+# what a resume reads from meta.json, and the test each value must pass (offsets: run_dir.check_offsets)
+_META = {
+    "state_sha256": ("a SHA-256 string", lambda v: isinstance(v, str)),
+    "scenario_sha256": ("a SHA-256 string", lambda v: isinstance(v, str)),
+    "tape": (
+        "a list of tape files",
+        lambda v: _list_of(v, lambda c: isinstance(c, dict) and isinstance(c.get("file"), str) and isinstance(c.get("sha256"), str)),
+    ),
+    "tape_counts": ("counts of recorded answers", lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values())),
+    "rows": (
+        "a list of metric rows",
+        lambda v: _list_of(v, lambda r: isinstance(r, dict) and all(type(x) in (int, float, bool, str, type(None)) for x in r.values())),
+    ),
+    "host": (
+        "host times in seconds",
+        lambda v: isinstance(v, dict) and {"setup", "total"} <= v.keys() and all(_is_number(x) for x in v.values()),
+    ),
+    "oracle_users": ("a list of names", lambda v: _list_of(v, lambda x: isinstance(x, str))),
+    "digest": ("a list of numbers", lambda v: _list_of(v, lambda x: type(x) in (int, float))),
+    "offsets": ("file offsets", lambda v: isinstance(v, dict)),
+}
+
+
+def meta_problem(meta: Any, rnd: int) -> str | None:
+    """What is wrong with checkpoint description ``meta`` of the folder ``round-<rnd>`` (None: nothing); every
+    value a resume reads is checked here, before anything is loaded or replayed."""
+    if not isinstance(meta, dict):
+        return f"a JSON {type(meta).__name__}, not an object"
+    if meta.get("format") != FORMAT:
+        return f"format {meta.get('format')!r}, not {FORMAT}"
+    if not (_is_int(meta.get("round")) and meta["round"] == rnd):
+        return f"round {meta.get('round')!r}, not {rnd} as its folder's name says"
+    for key, (what, ok) in _META.items():
+        if key not in meta:
+            return f"no {key!r}"
+        if not ok(meta[key]):
+            return f"{key!r} is not {what}"
+    return None
 
 
 class CheckpointStore:
@@ -161,18 +214,17 @@ class CheckpointStore:
         folder = self.dir / f"round-{rounds[-1]:06d}"
         meta_path = folder / "meta.json"
         try:
-            meta = json.loads(meta_path.read_text())
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise ValueError("unknown format")
-            state_sha = meta["state_sha256"]
-            chunks = meta["tape"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise CheckpointError(f"{meta_path}: missing or not a checkpoint description; {_FIX}") from None
+            meta = safe_json.read(meta_path)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{meta_path}: missing or not readable JSON ({e}); {_FIX}") from None
+        problem = meta_problem(meta, rounds[-1])
+        if problem is not None:
+            raise CheckpointError(f"{meta_path}: not a checkpoint description ({problem}); {_FIX}")
         state_path = folder / "state.pt"
-        self._verify(state_path, state_sha)
+        self._verify(state_path, meta["state_sha256"])
         tape = []
-        for c in chunks:
-            path = self.dir / str(c.get("file", ""))
+        for c in meta["tape"]:
+            path = self.dir / c["file"]
             if path.parent != self.dir:
                 raise CheckpointError(f"{meta_path}: names a tape file outside the checkpoint folder; {_FIX}")
             self._verify(path, c.get("sha256"))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from iotfl_sim import faults
+from iotfl_sim import faults, safe_json
 from iotfl_sim.algorithms.base import SERVER_WORK_KINDS
 from iotfl_sim.fleet.fleet import FAILURE_REASONS
 from iotfl_sim.output.codec import CheckpointError
@@ -179,7 +179,7 @@ def write_origin(path: Path, base_dir: Path | None) -> None:
 
 def read_origin(path: Path) -> Path | None:
     try:
-        base = json.loads((path / "origin.json").read_text()).get("base_dir")
+        base = safe_json.read(path / "origin.json").get("base_dir")
     except (OSError, ValueError, AttributeError):
         return None
     return Path(base) if isinstance(base, str) else None

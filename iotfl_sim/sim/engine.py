@@ -766,10 +766,23 @@ class Simulation:
         return summary
 
 
-def _json_meta(path: Path) -> dict[str, Any]:
-    import json
+def _summary_complete(path: Path) -> bool:
+    """Whether the run folder's summary.json says the run is complete (refuses one that is not a summary)."""
+    from iotfl_sim import safe_json
 
-    return json.loads(path.read_text())
+    summary_path = path / "summary.json"
+    if not summary_path.is_file():
+        return False
+    try:
+        summary = safe_json.read(summary_path)
+    except ValueError as e:
+        summary = f"not readable JSON ({e})"
+    if not isinstance(summary, dict) or not isinstance(summary.get("status", "complete"), str):
+        what = summary if isinstance(summary, str) else "not a run summary"
+        raise ScenarioError(
+            f"--resume {path}: {summary_path} is {what}; move it away to resume from the last checkpoint"
+        )
+    return summary.get("status", "complete") == "complete"
 
 
 class _StopOnSignal:
@@ -888,8 +901,7 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
     bar = None
     ok = False
     try:
-        summary_path = path / "summary.json"
-        if summary_path.is_file() and _json_meta(summary_path).get("status", "complete") == "complete":
+        if _summary_complete(path):
             raise ScenarioError(f"--resume {path}: this run is already complete (summary.json); nothing to resume")
         sc = load_scenario(path / "scenario.resolved.yaml")
         groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))

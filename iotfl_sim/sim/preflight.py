@@ -51,8 +51,13 @@ def check_output(out: str | Path, where: str, source: str) -> None:
     """The folder the run folder goes into exists or can be made, and can be written (nothing is created)."""
     path = Path(out).expanduser()
     probe = path
-    while not probe.exists() and probe.parent != probe:
+    while not os.path.lexists(probe) and probe.parent != probe:
         probe = probe.parent
+    if probe.is_symlink() and not probe.exists():
+        raise ScenarioError(
+            f"{source}: {where}: {probe} is a symbolic link that leads nowhere (its target is missing, or the links "
+            "go round a loop); repoint or remove it, or give another folder"
+        )
     if not probe.is_dir():
         raise ScenarioError(f"{source}: {where}: {probe} is a file, not a folder; give a folder for the run folders")
     if not os.access(probe, os.W_OK | os.X_OK):
