@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from analysis.compare import DEFAULT_TARGETS, Table, build_tables
-from analysis.study import Selection, Study, require_runs, select
+from analysis.study import EXAMPLES, Selection, Study, excluded_counts, require_runs, select
 from analysis.study_plots import figure_png, iter_study_figures
 
 __all__ = ["build_report", "write_report"]
@@ -124,7 +124,9 @@ def build_report(sel: Selection, targets: Sequence[float] = DEFAULT_TARGETS, tit
         parts.append(
             f'<p class="excluded"><b>Excluded runs ({len(sel.excluded)})</b>, not counted in any table or figure:</p><ul>'
         )
-        parts += [f'<li class="excluded"><code>{_e(x.id)}</code>: {_e(x.reason)}</li>' for x in sel.excluded]
+        parts += [f'<li class="excluded"><code>{_e(x.id)}</code>: {_e(x.reason)}</li>' for x in sel.excluded[:EXAMPLES]]
+        if len(sel.excluded) > EXAMPLES:
+            parts.append(f'<li class="excluded">and {len(sel.excluded) - EXAMPLES:,} more ({_e(excluded_counts(sel.excluded))} in all)</li>')
         parts.append("</ul>")
     parts.append("<h2>Figures</h2>")
     parts += figs

@@ -120,15 +120,12 @@ def _targets(args: argparse.Namespace) -> list[float]:
 def cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import build_tables, compare_markdown, write_tables
     from analysis.rundir import PlotInputError
-    from analysis.study import is_study_dir, select
+    from analysis.study import is_study_dir, require_runs, select
 
     targets = _targets(args)
     try:
         sel = select(args.runs, args.by or None)
-        if not sel.methods:
-            raise PlotInputError(
-                "compare: no finished run to compare" + "".join(f"\n{x.id}: {x.reason}" for x in sel.excluded)
-            )
+        require_runs(sel, args.runs, "compare")
         tables = build_tables(sel, targets)
         first = Path(args.runs[0])
         out = Path(args.out) if args.out else (first if is_study_dir(first) else first.parent) / "compare"
