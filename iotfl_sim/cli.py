@@ -264,7 +264,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from iotfl_sim.fl.download import DownloadError, download
 
     try:
-        download(args.name, args.root, mirror=args.mirror)
+        bounds = {k: v for k, v in (("timeout_s", args.timeout), ("deadline_s", args.deadline)) if v is not None}
+        download(args.name, args.root, mirror=args.mirror, **bounds)
     except (DownloadError, DatasetError) as e:
         raise ScenarioError(f"data download: {e}") from None
     return 0
@@ -373,6 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="the data root (default: $IOTFL_DATA); files go where the loaders look")
     p.add_argument("--mirror", help="base URL serving <URL>/<name>/<file> instead of the official site "
                    "(default: $IOTFL_DATA_MIRROR; femnist needs one)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds a read may wait for a byte; a server silent that long twice is given up (default 30)")
+    p.add_argument("--deadline", type=float, metavar="S",
+                   help="seconds the whole download may take (default 3600)")
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
