@@ -30,11 +30,15 @@ def _scenario_and_groups(args: argparse.Namespace):
 
 
 def _checked(args: argparse.Namespace):
-    """The scenario and its groups, after every check `run` makes before training (run and validate)."""
+    """The scenario and its groups, after every check `run` makes before training (run and validate), which
+    print the memory each submodel needs and how many devices hold it (``preflight.memory_fit``)."""
     sc, groups = _scenario_and_groups(args)
-    from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
+    from iotfl_sim.sim.preflight import memory_fit, preflight  # torch: only once the scenario itself is sound
 
-    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
+    sim = preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
+    notes, warnings = memory_fit(sim)
+    for line in [*(f"note: {n}" for n in notes), *(f"warning: {w}" for w in warnings)]:
+        print(line, file=sys.stderr)
     return sc, groups
 
 
