@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from analysis.rundir import Run
-from analysis.study import Selection, fmt_value
+from analysis.study import EXAMPLES, Selection, excluded_counts, excluded_examples, fmt_value, short
 from analysis.targets import Targets, resolve_targets, target_label
 
 __all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing", "CROSSING_FIELDS"]
@@ -522,10 +522,13 @@ def methods_markdown(sel: Selection) -> str:
 
 
 def excluded_markdown(sel: Selection) -> str:
+    """The excluded runs counted by why, and a few of them (``excluded.csv`` lists every one)."""
     if not sel.excluded:
         return ""
-    lines = [f"**Excluded runs ({len(sel.excluded)}):** not counted in any table.", ""]
-    lines += [f"- `{e.id}`: {e.reason}" for e in sel.excluded]
+    n = len(sel.excluded)
+    lines = [f"**Excluded runs ({n:,}):** {excluded_counts(sel.excluded)}, not counted in any table"
+             + ("; every one in `excluded.csv`." if n > EXAMPLES else "."), ""]  # fmt: skip
+    lines += [f"- `{e.id}`: {short(e.reason)}" for e in excluded_examples(sel.excluded)]
     return "\n".join(lines) + "\n"
 
 

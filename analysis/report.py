@@ -18,7 +18,7 @@ import yaml
 
 from analysis.compare import Table, build_tables, selection_targets
 from analysis.rundir import PlotInputError
-from analysis.study import Selection, Study, require_runs, select
+from analysis.study import EXAMPLES, Selection, Study, excluded_counts, require_runs, select
 from analysis.study_plots import figure_png, iter_study_figures
 from analysis.targets import target_label
 
@@ -128,7 +128,9 @@ def build_report(sel: Selection, targets: Sequence[float] | None = None, title: 
         parts.append(
             f'<p class="excluded"><b>Excluded runs ({len(sel.excluded)})</b>, not counted in any table or figure:</p><ul>'
         )
-        parts += [f'<li class="excluded"><code>{_e(x.id)}</code>: {_e(x.reason)}</li>' for x in sel.excluded]
+        parts += [f'<li class="excluded"><code>{_e(x.id)}</code>: {_e(x.reason)}</li>' for x in sel.excluded[:EXAMPLES]]
+        if len(sel.excluded) > EXAMPLES:
+            parts.append(f'<li class="excluded">and {len(sel.excluded) - EXAMPLES:,} more ({_e(excluded_counts(sel.excluded))} in all)</li>')
         parts.append("</ul>")
     parts.append("<h2>Figures</h2>")
     parts += figs

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,18 +96,43 @@ class Selection:
     studies: list[Study]
 
 
+EXAMPLES = 3  # excluded runs named one by one in messages and pages; excluded.csv lists every one
+
+
+def excluded_counts(excluded: Sequence[Excluded]) -> str:
+    """The excluded runs counted by why, most common first: ``99,999 pending, 1 unreadable``."""
+    kinds = Counter(e.reason.split(":")[0].removeprefix("status ") for e in excluded)
+    return ", ".join(f"{n:,} {k}" for k, n in kinds.most_common())
+
+
+def excluded_examples(excluded: Sequence[Excluded], n: int = EXAMPLES) -> list[Excluded]:
+    """The first ``n`` excluded runs with different reasons."""
+    out: list[Excluded] = []
+    reasons: set[str] = set()
+    for e in excluded:
+        if e.reason not in reasons:
+            reasons.add(e.reason)
+            out.append(e)
+            if len(out) == n:
+                break
+    return out
+
+
+def short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def require_runs(sel: Selection, paths: Sequence[str | Path], what: str) -> None:
-    """Refuse (one line) a selection with no finished run: ``what`` would otherwise write nothing, or an empty
-    page, and exit 0."""
+    """Refuse (one line, however many runs were left out) a selection with no finished run: ``what`` would
+    otherwise write nothing, or an empty page, and exit 0."""
     if sel.methods:
         return
     given = ", ".join(str(p) for p in paths)
     if sel.excluded:
-        why = sorted({e.reason for e in sel.excluded})
-        shown = "; ".join(why[:2]) + (f"; and {len(why) - 2} more reasons" if len(why) > 2 else "")
+        shown = "; ".join(short(f"{e.id}: {e.reason}") for e in excluded_examples(sel.excluded, 2))
         raise PlotInputError(
-            f"{what}: no finished run in {given} ({len(sel.excluded)} left out: {shown}); a run folder has rounds.csv "
-            "and summary.json, a study folder study.json"
+            f"{what}: no finished run in {given} ({len(sel.excluded):,} left out: {excluded_counts(sel.excluded)}; "
+            f"e.g. {shown}); a run folder has rounds.csv and summary.json, a study folder study.json"
         )
     raise PlotInputError(
         f"{what}: {given} holds no run (a run folder has rounds.csv and summary.json, a study folder study.json)"
@@ -173,6 +200,8 @@ def load_study(path: str | Path) -> Study:
     else:
         raise PlotInputError(f"{path}: not a study folder (no study.json or index.csv)")
     runs = []
+    root = path.resolve()
+    inside = os.path.join(root, "")  # the study folder's path with a trailing separator
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
             raise PlotInputError(f"{path}: run record {i} is not an object")
@@ -181,9 +210,11 @@ def load_study(path: str | Path) -> Study:
         if not isinstance(overrides, dict):
             overrides = {}
         rd = rec.get("run_dir") or f"runs/{rid}"
-        run_dir = (path / str(rd)).resolve()
         status = str(rec.get("status") or "pending")
-        if not run_dir.is_relative_to(path.resolve()):  # a study's runs live in it: never read another folder
+        # only a run that is read needs its links followed (100,000 records: a resolve() each took a minute)
+        where = str((root / str(rd)).resolve()) if status == "done" else os.path.normpath(os.path.join(root, str(rd)))
+        run_dir = Path(where)
+        if not where.startswith(inside):  # a study's runs live in it: never read another folder
             status, rec = "failed", {**rec, "error": f"run_dir {rd!r} is outside the study folder"}
         host = rec.get("host_s")
         runs.append(

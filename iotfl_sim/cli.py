@@ -33,16 +33,20 @@ def _scenario_and_groups(args: argparse.Namespace):
 
 def _checked(args: argparse.Namespace, progress: bool | None = False):
     """The scenario and its groups, after every check `run` makes before training (run and validate).
-    ``progress`` (run's bar setting, before the scenario's own): say on stderr what the slow part is doing."""
+    ``progress`` (run's bar setting, before the scenario's own): say on stderr what the slow part is doing. Both
+    print the memory each submodel needs and how many devices hold it (``preflight.memory_fit``)."""
     sc, groups = _scenario_and_groups(args)
     from iotfl_sim.sim.console import say
 
     if progress is not False:
         say(sc.name, "loading PyTorch and checking the scenario (data files, the method's set-up)",
             progress if progress is not None else sc.output.progress)  # fmt: skip
-    from iotfl_sim.sim.preflight import preflight  # torch: only once the scenario itself is sound
+    from iotfl_sim.sim.preflight import memory_fit, preflight  # torch: only once the scenario itself is sound
 
-    preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
+    sim = preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
+    notes, warnings = memory_fit(sim)
+    for line in [*(f"note: {n}" for n in notes), *(f"warning: {w}" for w in warnings)]:
+        print(line, file=sys.stderr)
     return sc, groups
 
 
@@ -263,7 +267,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from iotfl_sim.fl.download import DownloadError, download
 
     try:
-        download(args.name, args.root, mirror=args.mirror)
+        bounds = {k: v for k, v in (("timeout_s", args.timeout), ("deadline_s", args.deadline)) if v is not None}
+        download(args.name, args.root, mirror=args.mirror, **bounds)
     except (DownloadError, DatasetError) as e:
         raise ScenarioError(f"data download: {e}") from None
     return 0
@@ -376,6 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="the data root (default: $IOTFL_DATA); files go where the loaders look")
     p.add_argument("--mirror", help="base URL serving <URL>/<name>/<file> instead of the official site "
                    "(default: $IOTFL_DATA_MIRROR; femnist needs one)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds a read may wait for a byte; a server silent that long twice is given up (default 30)")
+    p.add_argument("--deadline", type=float, metavar="S",
+                   help="seconds the whole download may take (default 3600)")
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")

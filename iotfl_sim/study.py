@@ -58,6 +58,7 @@ from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml
 from iotfl_sim.scenario.model import plain_name
 from iotfl_sim.scenario.profile import Strict
+from iotfl_sim.study_check import axes_of, check_settings, raise_problems
 
 STATUSES = ("pending", "running", "done", "failed", "interrupted")
 MAX_RUNS = 100_000
@@ -237,27 +238,44 @@ def load_point(base: dict[str, Any], sets: list[str], check: bool = False):
     """Scenario and groups of one point (in the sweep process or a worker); ``check``: every preflight check."""
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 
-    base_dir = Path(base["base_dir"])
-    try:
+    with _inline_base_errors(base):
         if base["path"] is not None:
             sc = load_scenario(base["path"], sets=sets)
         else:
             sc = load_scenario(text=base["text"], sets=sets)
-        source = base["path"] or f"{base['study']}: base"
-        groups = resolve_groups(sc, base_dir / "device_profiles", source)
-        if check:
-            from iotfl_sim.output.loggers import check_available
-            from iotfl_sim.sim.preflight import check_data, check_system
+        groups = resolve_groups(sc, Path(base["base_dir"]) / "device_profiles", _source(base))
+    if check:
+        check_point(base, sc, groups)
+    return sc, groups
 
-            check_available(sc.output, source)
-            check_data(sc, sum(g.count for g in groups), source)
-            check_system(sc, groups, base_dir, source)
+
+def check_point(base: dict[str, Any], sc: Any, groups: list[Any]) -> None:
+    """The checks ``run`` makes before training (``sim.preflight``, less the output folder: the sweep's own)
+    of a point that ``load_point`` loaded."""
+    from iotfl_sim.output.loggers import check_available
+    from iotfl_sim.sim.preflight import check_data, check_system
+
+    source = _source(base)
+    with _inline_base_errors(base):
+        check_available(sc.output, source)
+        check_data(sc, sum(g.count for g in groups), source)
+        check_system(sc, groups, Path(base["base_dir"]), source)
+
+
+def _source(base: dict[str, Any]) -> str:
+    return base["path"] or f"{base['study']}: base"
+
+
+@contextlib.contextmanager
+def _inline_base_errors(base: dict[str, Any]):
+    """An inline base's errors name the study file: the dumped text's lines mean nothing to the user."""
+    try:
+        yield
     except ScenarioError as e:
-        if base["path"] is None:  # inline base: the dumped text's lines mean nothing to the user
+        if base["path"] is None:
             text = re.sub(r"(?m)^<scenario>(:\d+)?: ", f"{base['study']}: base.", str(e))
             raise ScenarioError(text) from None
         raise
-    return sc, groups
 
 
 def read_study(path: str | Path, check: bool = True, *, text: str | None = None) -> Study:
@@ -285,10 +303,7 @@ def read_study(path: str | Path, check: bool = True, *, text: str | None = None)
     for key in [*spec.grid, *spec.zip_]:
         _set_parts(f"{key}=0")
     if isinstance(spec.base, str):
-        base_path = (path.resolve().parent / spec.base).resolve()
-        if not base_path.is_file():
-            line = doc.lines.get(("base",))
-            raise ScenarioError(f"{path}:{line}: base: no scenario file {base_path}" if line else f"{path}: base: no scenario file {base_path}")
+        base_path = _base_file(path, spec, doc.lines)
         base_dir = base_path.parent
     else:
         base_path, base_dir = None, path.resolve().parent
@@ -297,22 +312,48 @@ def read_study(path: str | Path, check: bool = True, *, text: str | None = None)
     with contextlib.redirect_stderr(notes):
         sc, groups = load_point(study.task_base(), study.executor_sets)
         study.base_resolved = resolved_dict(sc, groups)
-        problems, seen = [], {}
+        seen: set[str] = set()
         for overrides in expand(spec.grid, spec.zip_):
             rid = run_id(overrides)
             if rid in seen:
                 raise ScenarioError(f"{path}: grid: point {rid} appears twice (a value repeated in a list); list each value once")
-            seen[rid] = True
-            try:
-                load_point(study.task_base(), study.executor_sets + set_args(overrides), check=check)
-            except ScenarioError as e:
-                problems += [f"point {rid}: {line}" for line in str(e).splitlines() if line.strip()]
+            seen.add(rid)
             study.points.append(Point(rid, overrides))
+        report = check_settings(
+            axes_of(spec.grid, spec.zip_),
+            lambda overrides: load_point(study.task_base(), study.executor_sets + set_args(overrides)),
+            (lambda loaded: check_point(study.task_base(), *loaded)) if check else (lambda loaded: None),
+            str(path),
+            run_id,
+        )
     for line in dict.fromkeys(notes.getvalue().splitlines()):
         print(line, file=sys.stderr)
-    if problems:
-        raise ScenarioError("\n".join(problems))
+    raise_problems(report)
     return study
+
+
+def _base_file(path: Path, spec: StudyFile, lines: dict[tuple, int]) -> Path:
+    """The base scenario file a study names, refused in one line when it is missing or is a study file (the
+    study itself, say: its keys would read as nine unrelated scenario errors)."""
+    where = f"{path}:{lines[('base',)]}" if ("base",) in lines else str(path)
+    base_path = (path.resolve().parent / str(spec.base)).resolve()
+    if not base_path.is_file():
+        raise ScenarioError(f"{where}: base: no scenario file {base_path}")
+    if base_path == path.resolve():
+        raise ScenarioError(
+            f"{where}: base: {spec.base} is this study file itself; base names the scenario file every point "
+            "starts from (e.g. base: ../scenarios/quickstart.yaml), or holds that scenario inline"
+        )
+    try:
+        data = read_yaml(base_path, "scenario").data
+    except ScenarioError:
+        return base_path  # the base's own problems are reported when it is loaded, naming its lines
+    if isinstance(data, dict) and "base" in data and ("grid" in data or "zip" in data or "fleet" not in data):
+        raise ScenarioError(
+            f"{where}: base: {base_path} is a study file (it has base:), not a scenario; name the scenario file "
+            "that study starts from, or sweep that study itself"
+        )
+    return base_path
 
 
 # ---------------------------------------------------------------- the index

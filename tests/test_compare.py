@@ -457,3 +457,39 @@ def test_accuracy_curves_draw_the_targets_and_devices_alive_only_when_one_dies(t
             w.writeheader()
             w.writerows(rows)
     assert "devices_alive" not in study_figures(select([calm]))
+
+
+def _with_pending(root: Path, n: int) -> Path:
+    """The synthetic study plus ``n`` pending records (a study of 100,000 points just started, in small)."""
+    study = make_study(root)
+    data = json.loads((study / "study.json").read_text())
+    data["runs"] += [{"id": f"seed={i}", "overrides": {"seed": i}, "status": "pending", "run_dir": f"runs/seed={i}",
+                      "error": None, "host_s": None} for i in range(n)]  # fmt: skip
+    (study / "study.json").write_text(json.dumps(data))
+    return study
+
+
+def test_compare_of_a_study_mostly_pending_prints_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """5,000 pending records: compare prints the same few lines it prints for none (counts by status and
+    three examples), and excluded.csv still lists every left-out run."""
+    study = _with_pending(tmp_path / "demo", 5_000)
+    assert main(["compare", str(study), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    few = _with_pending(tmp_path / "few", 3)
+    assert main(["compare", str(few), "--out", str(tmp_path / "cmp_few")]) == 0
+    assert len(out.splitlines()) == len(capsys.readouterr().out.splitlines())
+    assert "**Excluded runs (5,001):** 5,000 pending, 1 failed, not counted in any table; every one in `excluded.csv`." in out
+    assert "- `fedavg-s3`: status failed: ValueError: boom" in out and "- `seed=0`: status pending" in out
+    assert len((tmp_path / "cmp" / "excluded.csv").read_text().splitlines()) == 1 + 5_001
+
+
+def test_compare_with_no_finished_run_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    study = tmp_path / "pending"
+    study.mkdir()
+    runs = [{"id": f"seed={i}", "status": "pending"} for i in range(5_000)] + [{"id": "x", "status": "failed", "error": "boom"}]
+    (study / "study.json").write_text(json.dumps({"name": "p", "runs": runs}))
+    assert main(["compare", str(study)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: compare: no finished run in {study} (5,001 left out: 5,000 pending, 1 failed; ")
+    assert "e.g. seed=0: status pending; x: status failed: boom)" in line
+    assert not (study / "compare").exists()

@@ -15,6 +15,7 @@ import pickle
 import socket
 import tarfile
 import threading
+import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,7 +34,8 @@ def loopback_only(monkeypatch):
     real = socket.create_connection
 
     def guarded(address, *a, **k):
-        assert address[0] in ("127.0.0.1", "localhost"), f"test tried to reach {address}"
+        # .invalid names never resolve (RFC 6761): the tests of a failed lookup use one
+        assert address[0] in ("127.0.0.1", "localhost") or address[0].endswith(".invalid"), f"test tried to reach {address}"
         return real(address, *a, **k)
 
     monkeypatch.setattr(socket, "create_connection", guarded)
@@ -297,3 +299,114 @@ def test_cli_data_download(server, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("IOTFL_DATA", raising=False)
     assert main(["data", "download", "mnist"]) == 2
     assert "--root" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- no network, a dead or a silent mirror
+
+
+def _root_untouched(tmp_path):
+    """A data root that does not exist yet: a failed download must not leave it (or anything in it) behind."""
+    return tmp_path / "datasets"
+
+
+def _fails_fast(mirror: str, root, **bounds) -> tuple[str, list[str], float]:
+    logged: list[str] = []
+    t0 = time.monotonic()
+    with pytest.raises(dl.DownloadError) as e:
+        dl.download("mnist", root, mirror=mirror, log=logged.append, retry_wait_s=0.5, **bounds)
+    return str(e.value), logged, time.monotonic() - t0
+
+
+def test_an_unresolvable_host_fails_at_once_and_leaves_nothing(tmp_path):
+    root = _root_untouched(tmp_path)
+    msg, logged, took = _fails_fast("http://nonexistent.invalid", root)
+    assert "cannot resolve the host name" in msg and "--mirror" in msg
+    assert "resume" not in msg and not any("retrying" in x for x in logged)  # no retries: it will not go away
+    assert took < 10  # a lookup, not five retries with waits (22 s)
+    assert not root.exists()
+
+
+def test_a_refused_connection_fails_at_once_and_leaves_nothing(tmp_path):
+    with socket.socket() as closed:  # bound, never listening: every connection to it is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        root = _root_untouched(tmp_path)
+        msg, logged, _ = _fails_fast(f"http://127.0.0.1:{port}", root)
+    assert "connection was refused" in msg and "resume" not in msg
+    assert not any("retrying" in x for x in logged)
+    assert not root.exists()
+
+
+def test_http_404_fails_at_once_and_leaves_nothing(server, tmp_path):
+    root = _root_untouched(tmp_path)
+    msg, logged, _ = _fails_fast(server.url, root)
+    assert "HTTP 404" in msg and "resume" not in msg
+    assert server.requests == ["/mnist/train-images-idx3-ubyte.gz"]
+    assert not root.exists()
+
+
+def test_an_existing_root_stays_and_only_the_made_folders_go(server, tmp_path):
+    root = tmp_path / "datasets"
+    (root / "cifar-10-batches-py").mkdir(parents=True)  # the user's: untouched
+    _fails_fast(server.url, root)
+    assert sorted(p.name for p in root.iterdir()) == ["cifar-10-batches-py"]
+
+
+def test_a_server_that_accepts_and_never_answers_is_given_up_after_two_timeouts(tmp_path):
+    """A listening socket that never reads: the connection opens, no byte ever comes. With a 0.2 s bound the
+    command gives up after two silent tries (not 6 x 60 s) and leaves nothing."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        root = _root_untouched(tmp_path)
+        msg, logged, took = _fails_fast(f"http://127.0.0.1:{silent.getsockname()[1]}", root, timeout_s=0.2)
+    assert "sent nothing for 0.2 s, twice" in msg and "resume" not in msg
+    assert sum("retrying" in x for x in logged) == 1
+    assert took < 5
+    assert not root.exists()
+
+
+def test_the_deadline_bounds_a_trickling_transfer_and_keeps_the_part_to_resume(tmp_path):
+    """A server that sends a byte every 20 ms of a 1 MB file: the read timeout never fires, the deadline
+    (0.5 s) does; the bytes received stay in the .part, and the message says how to resume from it."""
+    stop = threading.Event()
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+
+        def trickle():
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+                while not stop.is_set():
+                    try:
+                        conn.sendall(b"x")
+                    except OSError:
+                        return
+                    time.sleep(0.02)
+
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        root = _root_untouched(tmp_path)
+        try:
+            msg, _, took = _fails_fast(f"http://127.0.0.1:{srv.getsockname()[1]}", root, timeout_s=5, deadline_s=0.5)
+        finally:
+            stop.set()
+            t.join(5)
+    part = root / "mnist" / "train-images-idx3-ubyte.gz.part"
+    assert "stopped at the deadline (0.5 s" in msg and f"resume from {part}" in msg
+    assert 0 < part.stat().st_size < 1000
+    assert took < 5
+
+
+def test_cli_download_without_network_is_one_line(tmp_path, capsys):
+    root = _root_untouched(tmp_path)
+    code = main(["data", "download", "mnist", "--root", str(root), "--mirror", "http://nonexistent.invalid", "--timeout", "1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith("error: data download: http://nonexistent.invalid/mnist/") and "cannot resolve" in line
+    assert not root.exists()
+    assert main(["data", "download", "mnist", "--root", str(root), "--deadline", "nan"]) == 2
+    assert "--deadline must be > 0" in capsys.readouterr().err and not root.exists()

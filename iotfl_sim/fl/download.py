@@ -9,6 +9,12 @@ and moved into place only once complete. A dataset that already loads is never t
 
 Base URLs: the official ones, or ``<mirror>/<dataset>/<file>`` with ``--mirror URL`` / ``$IOTFL_DATA_MIRROR``.
 
+Bounded and clean: an error that retrying will not cure (a host name that does not resolve, a refused
+connection, an HTTP error) ends the command at once; a dropped or stalled transfer is retried (``RETRIES``),
+but a server that sends nothing for ``timeout_s`` twice in a row is given up, and the whole command stops at
+``deadline_s``. A failed command removes the folders it made that hold nothing, and mentions resuming only when
+a ``.part`` with bytes in it is there to resume from (an empty one is removed).
+
 Two datasets have no published checksums, which the command says when it runs:
 
 - UCI HAR: UCI publishes none for ``UCI HAR Dataset.zip``. The zip's own CRC-32 of every member is checked,
@@ -27,6 +33,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import tarfile
 import tempfile
 import time
@@ -43,6 +50,8 @@ from iotfl_sim.fl import data as _data
 MIRROR_ENV = "IOTFL_DATA_MIRROR"
 CHUNK = 1 << 16
 RETRIES = 5
+TIMEOUT_S = 30.0  # a read that waits longer has stalled
+DEADLINE_S = 3600.0  # the whole command
 
 
 class DownloadError(Exception):
@@ -126,11 +135,14 @@ def download(
     checksums: Mapping[str, str | None] | None = None,
     log: Callable[[str], None] = print,
     retry_wait_s: float = 1.0,
+    timeout_s: float = TIMEOUT_S,
+    deadline_s: float = DEADLINE_S,
 ) -> Path:
     """Download dataset ``name`` under ``root`` (else ``$IOTFL_DATA``); returns the dataset's folder.
 
     ``checksums`` overrides the MD5 of files by name (tests serving stand-in files); ``mirror`` (else
-    ``$IOTFL_DATA_MIRROR``) replaces the official base URL by ``<mirror>/<name>/``.
+    ``$IOTFL_DATA_MIRROR``) replaces the official base URL by ``<mirror>/<name>/``. ``timeout_s``: the
+    longest a read may wait for a byte; ``deadline_s``: the whole command.
     """
     key = _data._canonical(name)
     if key == "digits":
@@ -138,7 +150,35 @@ def download(
     resolved = _data.resolve_root(root)
     if resolved is None:
         raise DownloadError(f"give --root DIR or set {_data.ENV_VAR} to the folder the datasets go to")
-    resolved.mkdir(parents=True, exist_ok=True)
+    if not (timeout_s > 0 and deadline_s > 0):  # also refuses NaN
+        raise DownloadError(f"--timeout and --deadline must be > 0 seconds (got {timeout_s:g} and {deadline_s:g})")
+    clock = _Clock(time.monotonic() + deadline_s, deadline_s, timeout_s, retry_wait_s, log)
+    made: list[Path] = []
+    try:
+        return _download(key, resolved, mirror, checksums, log, clock, made)
+    except BaseException:
+        _remove_empty(made)
+        raise
+
+
+def _mkdir(path: Path, made: list[Path]) -> None:
+    """``path.mkdir(parents=True)``, noting in ``made`` every folder it creates."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    made.extend(reversed(missing))
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """After a failure: remove the folders this command made, innermost first, where they hold nothing."""
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:  # not empty (a .part to resume from), or gone
+            pass
+
+
+def _download(key: str, resolved: Path, mirror, checksums, log, clock: _Clock, made: list[Path]) -> Path:
+    _mkdir(resolved, made)
     src = SOURCES[key]
     target = resolved / _PARENT.get(key, "") / src.folder
     try:
@@ -163,9 +203,9 @@ def download(
     if checksums:
         table.update(checksums)
     if src.kind == "files":
-        target.mkdir(parents=True, exist_ok=True)
+        _mkdir(target, made)
         for f in src.files:
-            _fetch_verified(base + urllib.parse.quote(f.name), target / f.name, table.get(f.name), log, retry_wait_s)
+            _fetch_verified(base + urllib.parse.quote(f.name), target / f.name, table.get(f.name), log, clock)
     elif src.kind in ("tar", "zip"):
         if target.exists():
             raise DownloadError(
@@ -173,10 +213,10 @@ def download(
                 "(nothing is overwritten)"
             )
         staging = resolved / ".iotfl-downloads"
-        staging.mkdir(exist_ok=True)
+        _mkdir(staging, made)
         f = src.files[0]
         archive = staging / f.name
-        _fetch_verified(base + urllib.parse.quote(f.name), archive, table.get(f.name), log, retry_wait_s)
+        _fetch_verified(base + urllib.parse.quote(f.name), archive, table.get(f.name), log, clock)
         _extract(archive, src.kind, src.folder, target, key)
         archive.unlink()
         try:
@@ -186,7 +226,7 @@ def download(
         if key == "har":
             _check_har(target)
     else:  # LEAF json from a mirror
-        _fetch_leaf(base, target, key, table, log, retry_wait_s)
+        _fetch_leaf(base, target, key, table, log, clock, made)
     _data.check_files(key, resolved)
     log(f"{key}: ready in {target}")
     return target
@@ -204,7 +244,7 @@ def md5_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fetch_verified(url: str, dest: Path, md5: str | None, log, retry_wait_s: float) -> None:
+def _fetch_verified(url: str, dest: Path, md5: str | None, log, clock: _Clock) -> None:
     if dest.is_file():
         if md5 is None or md5_of(dest) == md5:
             log(f"  {dest.name}: present and verified")
@@ -213,7 +253,7 @@ def _fetch_verified(url: str, dest: Path, md5: str | None, log, retry_wait_s: fl
             f"{dest} exists and its MD5 {md5_of(dest)} differs from the published {md5}; move it away and run again"
         )
     part = dest.with_name(dest.name + ".part")
-    _transfer(url, part, log, retry_wait_s)
+    _transfer(url, part, clock)
     if md5 is not None:
         got = md5_of(part)
         if got != md5:
@@ -227,27 +267,67 @@ def _fetch_verified(url: str, dest: Path, md5: str | None, log, retry_wait_s: fl
     log(f"  {dest.name}: downloaded" + (" and verified (MD5)" if md5 else " (no published checksum)"))
 
 
-def _transfer(url: str, part: Path, log, retry_wait_s: float) -> None:
-    """Bring ``url`` into ``part``, resuming what is there with a Range request; retry dropped transfers."""
+@dataclass
+class _Clock:
+    """The command's bounds: its deadline (``time.monotonic``), the longest wait for a byte, the pause
+    before a retry, and where to say so."""
+
+    deadline: float
+    deadline_s: float
+    timeout_s: float
+    retry_wait_s: float
+    log: Callable[[str], None]
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def _permanent(exc: BaseException) -> str | None:
+    """Why ``exc`` will not go away by retrying (None: it may): a name that does not resolve, a refused
+    connection."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, socket.gaierror):
+        return f"cannot resolve the host name ({reason.strerror or reason}): no network, or a wrong --mirror"
+    if isinstance(reason, ConnectionRefusedError):
+        return "the connection was refused: nothing serves that address (a wrong --mirror, or the server is down)"
+    return None
+
+
+def _resume_hint(part: Path) -> str:
+    """``; run the command again to resume ...`` where ``part`` holds bytes; else nothing (an empty ``part``
+    is removed: there is nothing to resume)."""
+    size = part.stat().st_size if part.is_file() else 0
+    if size:
+        return f"; run the command again to resume from {part} ({size:,} bytes)"
+    part.unlink(missing_ok=True)
+    return ""
+
+
+def _transfer(url: str, part: Path, clock: _Clock) -> None:
+    """Bring ``url`` into ``part``, resuming what is there with a Range request; retry dropped transfers,
+    within the command's deadline."""
     last: Exception | None = None
+    silent = 0  # tries in a row that received nothing
     for attempt in range(RETRIES + 1):
         have = part.stat().st_size if part.exists() else 0
         req = urllib.request.Request(url, headers={"User-Agent": "iotfl-sim"})
         if have:
             req.add_header("Range", f"bytes={have}-")
+        got = 0
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with urllib.request.urlopen(req, timeout=max(0.01, min(clock.timeout_s, clock.left()))) as resp:
                 if have and resp.status == 206:
-                    log(f"  {part.name}: resuming at byte {have:,}")
+                    clock.log(f"  {part.name}: resuming at byte {have:,}")
                     mode = "ab"
                 else:
                     mode = "wb"  # 200: the server sent the whole file (no Range support)
                 total = resp.headers.get("Content-Length")
                 expect = int(total) if total is not None else None
-                got = 0
                 with part.open(mode) as out:
                     while True:
-                        block = resp.read(CHUNK)
+                        if clock.left() <= 0:
+                            raise TimeoutError("the command's deadline passed")
+                        block = resp.read1(CHUNK)  # what has arrived: a trickle cannot hold one read past the deadline
                         if not block:
                             break
                         out.write(block)
@@ -258,15 +338,28 @@ def _transfer(url: str, part: Path, log, retry_wait_s: float) -> None:
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and have:  # nothing left to send: the .part is complete (the MD5 will tell)
                 return
-            raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+            raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}{_resume_hint(part)}") from exc
         except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as exc:
+            why = _permanent(exc)
+            if why is not None:
+                raise DownloadError(f"{url}: {why}{_resume_hint(part)}") from exc
             last = exc
+            silent = silent + 1 if got == 0 else 0
+            if clock.left() <= 0:
+                raise DownloadError(
+                    f"{url}: stopped at the deadline ({clock.deadline_s:g} s, --deadline){_resume_hint(part)}"
+                ) from exc
+            if silent >= 2:
+                raise DownloadError(
+                    f"{url}: the server sent nothing for {clock.timeout_s:g} s, twice (--timeout){_resume_hint(part)}; "
+                    "try again later or another --mirror"
+                ) from exc
             if attempt < RETRIES:
-                log(f"  {part.name}: transfer interrupted ({type(exc).__name__}); retrying")
-                time.sleep(retry_wait_s * (attempt + 1))
+                wait = min(clock.retry_wait_s * (attempt + 1), max(0.0, clock.left()))
+                clock.log(f"  {part.name}: transfer interrupted ({type(exc).__name__}); retrying")
+                time.sleep(wait)
     raise DownloadError(
-        f"{url}: transfer failed after {RETRIES + 1} tries ({last}); run the command again to resume from "
-        f"{part} (or try another --mirror)"
+        f"{url}: transfer failed after {RETRIES + 1} tries ({last}){_resume_hint(part)} (or try another --mirror)"
     )
 
 
@@ -356,13 +449,13 @@ def check_leaf_json(path: Path) -> int:
     return int(sum(counts))
 
 
-def _fetch_leaf(base: str, target: Path, key: str, table, log, retry_wait_s: float) -> None:
+def _fetch_leaf(base: str, target: Path, key: str, table, log, clock: _Clock, made: list[Path]) -> None:
     if target.exists() and any(target.iterdir()):
         raise DownloadError(f"{key}: {target} exists but does not load; move it away and run again")
     staging = target.with_name(target.name + ".download")
-    staging.mkdir(parents=True, exist_ok=True)
+    _mkdir(staging, made)
     listing = staging / "files.txt"
-    _fetch_verified(base + "files.txt", listing, table.get("files.txt"), log, retry_wait_s)
+    _fetch_verified(base + "files.txt", listing, table.get("files.txt"), log, clock)
     names = [ln.strip() for ln in listing.read_text().splitlines() if ln.strip()]
     total = {"train": 0, "test": 0}
     for rel in names:
@@ -370,8 +463,8 @@ def _fetch_leaf(base: str, target: Path, key: str, table, log, retry_wait_s: flo
         if len(p.parts) != 2 or p.parts[0] not in total or p.suffix != ".json" or p.parts[1].startswith("."):
             raise DownloadError(f"{key}: files.txt lists {rel!r}; expected train/NAME.json or test/NAME.json")
         dest = staging / p
-        dest.parent.mkdir(exist_ok=True)
-        _fetch_verified(base + urllib.parse.quote(rel), dest, table.get(rel), log, retry_wait_s)
+        _mkdir(dest.parent, made)
+        _fetch_verified(base + urllib.parse.quote(rel), dest, table.get(rel), log, clock)
         total[p.parts[0]] += check_leaf_json(dest)
     if not total["train"] or not total["test"]:
         raise DownloadError(f"{key}: files.txt must list train/ and test/ json files")

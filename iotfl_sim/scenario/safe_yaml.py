@@ -17,6 +17,8 @@ the fix, which the callers turn into a ``ScenarioError``.
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,7 +288,15 @@ def _syntax_message(e: yaml.YAMLError, source: str, text: str) -> str:
 
 
 def load(text: str, source: str) -> YamlDoc:
-    """Parse one YAML document under the limits; raises YamlInputError."""
+    """Parse one YAML document under the limits; raises YamlInputError. A text parsed again (a sweep reads
+    its base scenario and the same profiles for every point it checks) comes from a cache; every call gets its
+    own copy of the data, which callers may change."""
+    doc = _load_cached(text, source)
+    return YamlDoc(copy.deepcopy(doc.data), dict(doc.lines))
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(text: str, source: str) -> YamlDoc:
     if len(text) > MAX_BYTES:
         raise YamlInputError(f"{source}: longer than {MAX_BYTES // 1024 ** 2} MB, the limit for YAML input")
     loader = None

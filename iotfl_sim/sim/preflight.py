@@ -12,12 +12,16 @@ Beyond the scenario's own validation (``scenario.loader``), a run checks:
   trace files, the method's set-up (model family, levels, cuts ...) and that some device can hold some
   submodel the method would assign;
 - that the run folder can be made under the output folder (``--out`` or ``output.dir``).
+
+Both commands then print :func:`memory_fit`: for a method with several submodels, each one's training memory
+need and how many devices declare that much free, and a warning when every device holds every submodel.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from iotfl_sim.fl.data import NATURAL_GROUPS, DatasetError, check_files
 from iotfl_sim.fl.recipe import DATASET_SHAPES
@@ -26,6 +30,9 @@ from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.sim.setup import load_data, split_clients
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.engine import Simulation
 
 THIN_DATA = 50  # nominal train samples per device below which the split is drawn for real
 
@@ -38,13 +45,13 @@ def _sourced(source: str, e: ScenarioError) -> ScenarioError:
 
 def preflight(
     sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str, out: str | None = None
-) -> None:
+) -> Simulation:
     """Raise ScenarioError for anything that would stop ``run`` before its first round (``out``: the
-    ``--out`` option, else ``output.dir``)."""
+    ``--out`` option, else ``output.dir``); the system-only simulation built to check it (``memory_fit``)."""
     check_output(out if out is not None else sc.output.dir, "--out" if out is not None else "output.dir", source)
     check_available(sc.output, source)  # output.tensorboard / output.wandb: their optional packages
     check_data(sc, sum(g.count for g in groups), source)
-    check_system(sc, groups, base_dir, source)
+    return check_system(sc, groups, base_dir, source)
 
 
 def check_output(out: str | Path, where: str, source: str) -> None:
@@ -107,14 +114,14 @@ def _trace_group(sc: Scenario, base_dir: Path | None, message: str) -> int | Non
     return traced[0] if len(traced) == 1 else None
 
 
-def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> None:
+def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> Simulation:
     """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
     from iotfl_sim.fleet.availability import TraceError
     from iotfl_sim.sim.engine import Simulation
 
     system_only = sc.model_copy(update={"numerics": "none"})
     try:
-        Simulation(system_only, groups, base_dir=base_dir)
+        return Simulation(system_only, groups, base_dir=base_dir)
     except TraceError as e:
         i = _trace_group(sc, base_dir, str(e))
         where = f"fleet.groups[{i}].availability.path" if i is not None else "availability.path"
@@ -126,3 +133,45 @@ def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | Non
             f"{source}: algorithm ({sc.algorithm.name}) with model.family {sc.model.family}: {e}; change the "
             "algorithm's options or model.family"
         ) from None
+
+
+def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
+    """(notes, warnings) on memory for a method with several submodels: per submodel, its training memory
+    need (``Simulation.memory_need``) and how many devices declare that much free memory; a warning when every
+    device holds every submodel, so memory never tells devices apart and the method has nothing to adapt to
+    (with MB units the bundled profiles of Pis, phones and Jetsons hold every HeteroFL level of a small model:
+    such a study is FedAvg under another name). Nothing for a one-model method, or one that ignores memory."""
+    specs = sim.strategy.candidate_specs()
+    if len(specs) < 2 or sim.memory_ignored:
+        return [], []
+    unit, scale = ("MB", sim.memory_scale) if sim.sc.fleet.memory_units == "mb" else ("% of the full model", 1.0)
+    free = sim.fleet.mem_free
+    name = sim.sc.algorithm.name
+    families = {r.family for r, _ in specs}
+    notes = []
+    needs = []
+    for i, (recipe, spec) in enumerate(specs):
+        need = sim.memory_need(recipe, spec)
+        needs.append(need)
+        label = spec.name or f"#{i + 1}"
+        if len(families) > 1:
+            label = f"{recipe.family} {label}"
+        notes.append(
+            f"memory: {name} submodel {label} (width {spec.rate:g}{'' if spec.depth is None else f', depth {spec.depth}'}) "
+            f"needs {_amount(need / scale)} {unit} to train; {int((free >= need).sum())} of {sim.fleet.n} devices declare that much free"
+        )
+    if (free >= max(needs)).all():
+        warnings = [
+            f"memory: every device declares room for every submodel of {name} (the largest needs "
+            f"{_amount(max(needs) / scale)} {unit}, the tightest device has {_amount(free.min() / scale)} {unit} free), so memory "
+            "never tells devices apart and the method has nothing to adapt to; to make memory bind, lower the groups' "
+            "memory.free_mb, raise local.batch_size or the model, or use fleet.memory_units: relative (README: "
+            "Making memory bind)"
+        ]
+    else:
+        warnings = []
+    return notes, warnings
+
+
+def _amount(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
