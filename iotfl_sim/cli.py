@@ -225,6 +225,11 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise ScenarioError("profiles measure --device cuda: PyTorch sees no CUDA GPU here; measure on the GPU machine or use --device cpu")
+    if args.train_w is None or args.idle_w is None:
+        raise ScenarioError(
+            "profiles measure: give --train-w and --idle-w (watts while training and idle, from a power meter or the "
+            "datasheet; they are not measured), else every device of this profile spends 0 J; e.g. --train-w 6 --idle-w 2"
+        )
     if args.threads is not None:
         import torch
 
@@ -371,8 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure: also time a server's own work (aggregation, QSGD encode/decode) for use as server.profile",
     )
     p.add_argument("--device-class", default="server", choices=["mcu", "sbc", "edge_gpu", "phone", "server"])
-    p.add_argument("--idle-w", type=float, help="measure: idle power to record, W (not measured)")
-    p.add_argument("--train-w", type=float, help="measure: training power to record, W (not measured)")
+    p.add_argument("--idle-w", type=float, help="measure (required): idle power to record, W (not measured)")
+    p.add_argument("--train-w", type=float, help="measure (required): training power to record, W (not measured)")
     p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("data", help="download a dataset's official files, checksum-verified, into a data root")

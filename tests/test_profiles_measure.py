@@ -9,10 +9,12 @@ import yaml
 from iotfl_sim.cli import main
 from iotfl_sim.scenario.profile import DeviceProfile
 
+POWER = ["--train-w", "6", "--idle-w", "2"]  # required: power is not measured
+
 
 def test_measure_writes_a_profile_that_validates(tmp_path, capsys):
     out = tmp_path / "my_host.yaml"
-    assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.3", "--family", "cnn_small"]) == 0
+    assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.3", "--family", "cnn_small", *POWER]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     p = DeviceProfile.model_validate(yaml.safe_load(out.read_text()))
     assert p.name == "my_host"
@@ -44,7 +46,7 @@ def test_measure_threads_option(tmp_path, capsys):
     before = torch.get_num_threads()
     out = tmp_path / "one.yaml"
     try:
-        assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.2", "--threads", "1"]) == 0
+        assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.2", "--threads", "1", *POWER]) == 0
     finally:
         torch.set_num_threads(before)
     assert "1 torch threads" in " ".join(yaml.safe_load(out.read_text())["sources"])
@@ -75,7 +77,7 @@ def test_measure_server_writes_a_profile_a_scenario_can_use_as_its_server(tmp_pa
     from iotfl_sim.sim.server_cost import ServerCost
 
     out = tmp_path / "my_server.yaml"
-    assert main(["profiles", "measure", "--server", "--out", str(out), "--seconds", "0.4", "--train-w", "90"]) == 0
+    assert main(["profiles", "measure", "--server", "--out", str(out), "--seconds", "0.4", "--train-w", "90", "--idle-w", "30"]) == 0
     said = capsys.readouterr().out
     assert "aggregation" in said and "QSGD encode" in said
     p = DeviceProfile.model_validate(yaml.safe_load(out.read_text()))
@@ -123,3 +125,13 @@ def test_the_measured_gpu_server_prices_fedx_fine_tuning_near_its_real_time():
     work = TrainWork(ModelRecipe("ofa_mbv3", 10, 3, (32, 32)), fedx_levels("ofa_mbv3")["large"], 750, 1, 32, 0.0, True)
     real = statistics.median([1.071, 1.051, 1.089])
     assert 0.5 < ServerCost(profile).price(work).seconds / real < 2.0
+
+
+def test_measure_requires_the_power_figures_before_measuring(tmp_path, capsys):
+    """A measured profile without power would make every device of it spend 0 J: refused, before measuring."""
+    out = tmp_path / "p.yaml"
+    for given in ([], ["--train-w", "6"], ["--idle-w", "2"]):
+        assert main(["profiles", "measure", "--out", str(out), "--seconds", "0.1", *given]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "--train-w and --idle-w" in err and "0 J" in err
+        assert not out.exists()
