@@ -172,10 +172,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
+    # the lookup `run` uses for a scenario in this folder: $IOTFL_PROFILES, ./device_profiles, the bundled ones
+    here = Path.cwd() / "device_profiles"
     if args.action == "list":
         rows = []
-        for name in available_profiles():
-            p = load_profile(name)
+        for name in available_profiles(here):
+            p = load_profile(name, here)
             battery = "mains" if p.battery.joules == float("inf") else f"{p.battery.joules / 1000:.1f} kJ"
             rows.append(
                 f"{name:<22} {p.device_class:<9} {p.compute.flops / 1e9:>8.2f} GFLOP/s "
@@ -187,7 +189,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         return cmd_profiles_measure(args)
     if not args.name:
         raise ScenarioError("profiles show: name a profile, e.g. `iotfl-sim profiles show jetson_nano`")
-    p = load_profile(args.name, where="profiles show")
+    p = load_profile(args.name, here, where="profiles show")
     print(yaml.safe_dump(p.model_dump(mode="json", exclude_none=True), sort_keys=False), end="")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import yaml
 
@@ -135,3 +136,17 @@ def test_measure_requires_the_power_figures_before_measuring(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "--train-w and --idle-w" in err and "0 J" in err
         assert not out.exists()
+
+
+def test_profiles_list_and_show_see_the_profiles_run_finds_beside_a_scenario(tmp_path, monkeypatch, capsys):
+    """One lookup rule: a scenario in this folder finds ./device_profiles/NAME.yaml by name, so list and show do."""
+    (tmp_path / "device_profiles").mkdir()
+    bundled = (Path(__file__).resolve().parents[1] / "device_profiles" / "raspberry_pi_5.yaml").read_text()
+    (tmp_path / "device_profiles" / "my_pi.yaml").write_text(bundled.replace("name: raspberry_pi_5", "name: my_pi"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["profiles", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert any(line.split()[0] == "my_pi" for line in listed)
+    assert any(line.split()[0] == "raspberry_pi_5" for line in listed)  # the bundled ones too
+    assert main(["profiles", "show", "my_pi"]) == 0
+    assert capsys.readouterr().out.startswith("name: my_pi\n")
