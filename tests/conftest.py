@@ -68,6 +68,8 @@ SLOW_TESTS = (
 
 
 def _is_slow(nodeid: str) -> bool:
+    if nodeid.rfind("@") > nodeid.rfind("]"):  # under --dist loadgroup, xdist appends @<group> to the id
+        nodeid = nodeid.rsplit("@", 1)[0]
     path, _, rest = nodeid.partition("::")  # tests/test_x.py::test_y[id] -> test_x.py::test_y[id]
     name = Path(path).name + (f"::{rest}" if rest else "")
     for entry in SLOW_TESTS:
