@@ -85,6 +85,12 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if _is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    # Long tests first: xdist hands tests to the workers in this order (after the xdist groups, largest
+    # first), and a long test handed out last would leave the other workers idle while it runs. So the files
+    # that hold slow tests come before the others, each file's tests together and in their order (a module
+    # fixture is then built once per worker); the sort is stable.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 SHARED_DATA = Path(os.environ.get("IOTFL_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
