@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,11 +67,12 @@ _server: subprocess.Popen | None = None
 
 
 def _start() -> subprocess.Popen:
-    global _server
+    global _server, _replies
     if _server is None or _server.poll() is not None:
+        _replies = b""
         env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
         _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True, env=env, cwd=ROOT)  # fmt: skip
+                                   bufsize=0, env=env, cwd=ROOT)  # fmt: skip
         atexit.register(_stop, _server)
     return _server
 
@@ -81,11 +83,22 @@ def _stop(server: subprocess.Popen) -> None:
         server.wait(timeout=60)
 
 
+_replies = b""  # what the helper wrote and was not read yet (its two lines may come in one read)
+
+
 def _read(server: subprocess.Popen, timeout: float) -> dict:
-    ready, _, _ = select.select([server.stdout], [], [], timeout)
-    line = server.stdout.readline() if ready else ""
-    if not line:
-        raise TimeoutError
+    """The helper's next line (unbuffered reads: a line already read must not wait for select)."""
+    global _replies
+    deadline = time.monotonic() + timeout
+    while b"\n" not in _replies:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([server.stdout], [], [], left)[0]:
+            raise TimeoutError
+        chunk = os.read(server.stdout.fileno(), 4096)
+        if not chunk:
+            raise RuntimeError(f"the fork helper exited with status {server.wait()}")
+        _replies += chunk
+    line, _, _replies = _replies.partition(b"\n")
     return json.loads(line)
 
 
@@ -98,8 +111,7 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subpr
         out.touch()
         err.touch()
         req = {"args": args, "env": env, "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
-        server.stdin.write(json.dumps(req) + "\n")
-        server.stdin.flush()
+        server.stdin.write(json.dumps(req).encode() + b"\n")
         pid = _read(server, 120)["pid"]
         try:
             status = _read(server, timeout)["status"]
