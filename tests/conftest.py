@@ -25,7 +25,8 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 
 # Tests left out of the fast subset (python -m pytest -m "not slow"; CI runs everything): those that took
 # 20-240 s each in `--durations` under 2 parallel workers on the shared 2-core machine (load ~8; about
-# 5-50 s each on a quiet core), i.e. end-to-end runs of a method, studies, real-model checks. Tests that
+# 5-50 s each on a quiet core), i.e. end-to-end runs of a method, studies, real-model checks; added later by
+# their CPU seconds (a per-test getrusage record, 10-20 s of CPU each on the busy machine). Tests that
 # kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
 # "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
 SLOW_TESTS = (
@@ -47,7 +48,7 @@ SLOW_TESTS = (
     "test_docs_all_examples.py::test_scenario_header_command_works",
     "test_e2e.py",
     "test_engine.py::test_same_seed_same_metrics_other_seed_differs",
-    "test_eval_prefix.py::test_shared_prefix_statistics_equal_separate_calibration",
+    "test_eval_prefix.py",
     "test_executors.py::test_ray_executor_gives_the_inline_bits",
     "test_executors.py::test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job",
     "test_executors.py::test_pool_executor_gives_the_inline_bits",
@@ -55,13 +56,17 @@ SLOW_TESTS = (
     "test_feddf.py::test_feddf_runs_end_to_end",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
     "test_flexfl.py::test_end_to_end_digits",
+    "test_fused.py::test_fused_is_deterministic",
     "test_models.py::test_submodels_nest_in_global_model[mobilenetv2",
     "test_models.py::test_submodels_nest_in_global_model[resnet18",
     "test_models.py::test_costs_grow_with_rate[mobilenetv2",
     "test_models.py::test_cnn_small_learns_sklearn_digits",
     "test_plots.py::test_plot_one_run_default_folder",
+    "test_profiles_measure.py::test_measure_writes_a_profile_that_validates",
     "test_ready_study.py",
     "test_resume.py::test_every_method_resumes_to_the_same_numbers",
+    "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_device_setting",
+    "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_digits",
     "test_sweep.py::test_index_failures_and_rerun",
     "test_thread_determinism.py",
 )
