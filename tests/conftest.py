@@ -25,7 +25,8 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 
 # Tests left out of the fast subset (python -m pytest -m "not slow"; CI runs everything): those that took
 # 20-240 s each in `--durations` under 2 parallel workers on the shared 2-core machine (load ~8; about
-# 5-50 s each on a quiet core), i.e. end-to-end runs of a method, studies, real-model checks. Tests that
+# 5-50 s each on a quiet core), i.e. end-to-end runs of a method, studies, real-model checks; added later by
+# their CPU seconds (a per-test getrusage record, 10-20 s of CPU each on the busy machine). Tests that
 # kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
 # "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
 SLOW_TESTS = (
@@ -47,7 +48,7 @@ SLOW_TESTS = (
     "test_docs_all_examples.py::test_scenario_header_command_works",
     "test_e2e.py",
     "test_engine.py::test_same_seed_same_metrics_other_seed_differs",
-    "test_eval_prefix.py::test_shared_prefix_statistics_equal_separate_calibration",
+    "test_eval_prefix.py",
     "test_executors.py::test_ray_executor_gives_the_inline_bits",
     "test_executors.py::test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job",
     "test_executors.py::test_pool_executor_gives_the_inline_bits",
@@ -55,19 +56,25 @@ SLOW_TESTS = (
     "test_feddf.py::test_feddf_runs_end_to_end",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
     "test_flexfl.py::test_end_to_end_digits",
+    "test_fused.py::test_fused_is_deterministic",
     "test_models.py::test_submodels_nest_in_global_model[mobilenetv2",
     "test_models.py::test_submodels_nest_in_global_model[resnet18",
     "test_models.py::test_costs_grow_with_rate[mobilenetv2",
     "test_models.py::test_cnn_small_learns_sklearn_digits",
     "test_plots.py::test_plot_one_run_default_folder",
+    "test_profiles_measure.py::test_measure_writes_a_profile_that_validates",
     "test_ready_study.py",
     "test_resume.py::test_every_method_resumes_to_the_same_numbers",
+    "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_device_setting",
+    "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_digits",
     "test_sweep.py::test_index_failures_and_rerun",
     "test_thread_determinism.py",
 )
 
 
 def _is_slow(nodeid: str) -> bool:
+    if nodeid.rfind("@") > nodeid.rfind("]"):  # under --dist loadgroup, xdist appends @<group> to the id
+        nodeid = nodeid.rsplit("@", 1)[0]
     path, _, rest = nodeid.partition("::")  # tests/test_x.py::test_y[id] -> test_x.py::test_y[id]
     name = Path(path).name + (f"::{rest}" if rest else "")
     for entry in SLOW_TESTS:
@@ -83,6 +90,12 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if _is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    # Long tests first: xdist hands tests to the workers in this order (after the xdist groups, largest
+    # first), and a long test handed out last would leave the other workers idle while it runs. So the files
+    # that hold slow tests come before the others, each file's tests together and in their order (a module
+    # fixture is then built once per worker); the sort is stable.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 SHARED_DATA = Path(os.environ.get("IOTFL_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_fork import run_cli
 from conftest import base_scenario
 from test_resume import assert_same_run, only_run, rounds
 
-pytestmark = pytest.mark.slow  # real processes, each importing torch: the fast subset leaves them out
+# real processes: the fast subset leaves them out. One worker runs this file and test_data_safety one test
+# after another (xdist group): they share one uninterrupted run (``whole``) and one fork helper (cli_fork)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash")]
 
 ROUNDS = 5
 
@@ -35,18 +38,22 @@ def scenario(tmp: Path, executor: dict | None = None, rounds_: int = ROUNDS, epo
 
 
 def iotfl(*args: str, fault: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``iotfl-sim *args --quiet`` in its own process, forked from a helper that imported torch and the
+    package once (tests/cli_fork.py: the imports are three quarters of a fresh interpreter's CPU here)."""
     env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
     if fault:
         env["IOTFL_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "iotfl_sim.cli", *args, "--quiet"], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_cli([*args, "--quiet"], env, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def whole(tmp_path_factory) -> Path:
+    """The run never stopped, by a fresh interpreter (``python -m iotfl_sim.cli``, not a fork: the forked
+    runs compared with it must give a fresh process's bits); shared by this file and test_data_safety."""
     tmp = tmp_path_factory.mktemp("whole")
-    done = iotfl("run", str(scenario(tmp)), "--out", str(tmp / "runs"))
+    env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
+    cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(scenario(tmp)), "--out", str(tmp / "runs"), "--quiet"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return only_run(tmp / "runs")
 

@@ -23,6 +23,9 @@ from test_crash_resume import iotfl, scenario
 from test_resume import assert_same_run, only_run, rounds
 
 ROOT = Path(__file__).resolve().parents[1]
+# real processes resumed and swept: slow (left out of the fast subset); in test_crash_resume's xdist group,
+# whose worker has the uninterrupted run (``whole``) and the fork helper already
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash")]
 whole = test_crash_resume.whole  # the fixture: a run of ``scenario`` never stopped
 
 
