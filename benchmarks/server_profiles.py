@@ -26,6 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--family", default="ofa_mbv3", help="the model whose real step is recorded (FedX's fine-tuning)")
     ap.add_argument("--profile-out", help="also write the measured profile here (a new file)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
@@ -35,7 +36,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cloud_cpu_2vcpu.yaml"
         args = ["profiles", "measure", "cloud_cpu_2vcpu", "--server", "--seconds", str(a.seconds),
-                "--threads", str(a.threads), "--train-w", "40", "--idle-w", "10", "--out", str(out)]  # fmt: skip
+                "--threads", str(a.threads), "--train-w", "40", "--idle-w", "10", "--out", str(out),
+                "--family", a.family]  # fmt: skip
         assert cli(args) == 0
         text = out.read_text()
     load_after = os.getloadavg()
@@ -44,7 +46,7 @@ def main() -> None:
     lines = [
         "# Server profiles measured here", "",
         f"`python benchmarks/server_profiles.py` on {platform.node()} ({platform.machine()}), "
-        f"`iotfl-sim profiles measure cloud_cpu_2vcpu --server --seconds {a.seconds:g} --threads {a.threads}`. "
+        f"`iotfl-sim profiles measure cloud_cpu_2vcpu --server --seconds {a.seconds:g} --threads {a.threads} --family {a.family}`. "
         f"Load average before {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}, after "
         f"{load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f} (1 / 5 / 15 min).", "",
         "| quantity | measured |", "|---|---|",

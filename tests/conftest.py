@@ -142,6 +142,22 @@ def base_scenario(**over) -> dict:
     return sc
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray (2 CPUs) for every Ray test of this xdist worker (they share the group "ray"): a sweep or
+    executor finding Ray connected leaves it running, so each test no longer starts and stops its own cluster
+    and re-imports torch in fresh Ray workers (five start-ups, most of these tests' wall time)."""
+    pytest.importorskip("ray")
+    import ray
+
+    from iotfl_sim.exec.ray_exec import start_ray
+
+    owns = start_ray(None, 2)
+    yield
+    if owns:
+        ray.shutdown()
+
+
 @pytest.fixture
 def data_root(monkeypatch) -> str | None:
     """Point IOTFL_DATA at the shared offline datasets when it is unset (``validate`` checks the dataset

@@ -90,7 +90,7 @@ def test_inline_executor_pins_and_restores_threads(threads):
 
 
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (test_sweep's Ray tests)
-def test_ray_executor_gives_the_inline_bits(tmp_path, write_scenario):
+def test_ray_executor_gives_the_inline_bits(tmp_path, write_scenario, ray_cluster):
     pytest.importorskip("ray")
     inline = _rows(tmp_path, write_scenario, "inline", {"kind": "inline"})
     on_ray = _rows(tmp_path, write_scenario, "ray", {"kind": "ray", "workers": 2})

@@ -210,7 +210,7 @@ def rounds_without_host_time(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
-def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path):
+def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path, ray_cluster):
     """`dispatch: {kind: ray}` runs each point as a Ray task: same index, same results (rounds.csv bit for
     bit but host time) as worker processes; a failing point is recorded and the others finish."""
     pytest.importorskip("ray")
@@ -241,7 +241,7 @@ def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
-def test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes(tmp_path):
+def test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes(tmp_path, ray_cluster):
     """Ctrl-C to a Ray-dispatched sweep: no new runs start, the running ones (Ray cancels them, which they
     get as Ctrl-C) checkpoint and are marked interrupted; the next sweep resumes them and runs the rest."""
     pytest.importorskip("ray")
