@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import re
 import warnings
 from collections.abc import Iterable, Sequence
@@ -18,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import yaml
+
+from analysis import safe_json
 
 __all__ = [
     "PlotInputError",
@@ -43,26 +44,6 @@ _EVENT_BLOCK = 4 * 2**20
 
 class PlotInputError(Exception):
     """A run directory (or a file in it) is missing or unreadable."""
-
-
-MAX_JSON_DEPTH = 100  # run and study files nest about 10 levels; deeper would break whatever walks them
-
-
-def loads_json(text: str | bytes) -> Any:
-    """``json.loads`` of a file the simulator wrote, refusing (ValueError, like any malformed JSON) a document
-    nested more than MAX_JSON_DEPTH levels: the decoder's own RecursionError at about 1,000 levels, and
-    whatever would recurse over it later (YAML dumps, formatting), never escape as a traceback."""
-    try:
-        doc = json.loads(text)
-    except RecursionError:
-        doc = None
-    else:
-        level = [doc]
-        for _ in range(MAX_JSON_DEPTH):
-            level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
-            if not level:
-                return doc
-    raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
 
 
 @dataclass
@@ -373,7 +354,7 @@ def load_run(path: str | Path, device_columns: Iterable[str] | None = None) -> R
     summary_path = path / "summary.json"
     if summary_path.is_file():
         try:
-            loaded = loads_json(summary_path.read_bytes())
+            loaded = safe_json.loads(summary_path.read_bytes())
             if isinstance(loaded, dict):
                 summary = loaded
         except (OSError, ValueError):
@@ -460,7 +441,7 @@ def read_device_events(
     def keep(d: int, line: bytes) -> None:
         nonlocal t_last
         try:
-            ev = loads_json(line)
+            ev = safe_json.loads(line)
         except ValueError:
             return
         if not isinstance(ev, dict):

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.rundir import PlotInputError, Run, load_run, loads_json, number_repeated_labels, read_resolved
+from analysis import safe_json
+from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels, read_resolved
 
 __all__ = [
     "Excluded",
@@ -153,7 +154,7 @@ def _parse_cell(text: str) -> Any:
     if text == "":
         return None
     try:
-        return loads_json(text)
+        return safe_json.loads(text)
     except ValueError:
         return text
 
@@ -188,7 +189,7 @@ def load_study(path: str | Path) -> Study:
     sj = path / "study.json"
     if sj.is_file():
         try:
-            data = loads_json(sj.read_bytes())
+            data = safe_json.loads(sj.read_bytes())
         except ValueError as e:
             raise PlotInputError(f"{sj}: not readable JSON ({e}); {_REWRITE}") from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):

@@ -52,7 +52,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from iotfl_sim import safe_json
+from analysis import safe_json
 from iotfl_sim.output.run_dir import NEW_SUFFIX, FolderLock, write_atomic
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml

@@ -517,13 +517,13 @@ def _meta(change):
 
 RESUME_CASES = {
     "meta_invalid": (_meta(lambda m: "{"), ["meta.json", "not readable JSON", "remove this checkpoint folder"]),
-    "meta_deep": (_meta(lambda m: DEEP), ["meta.json", "nested too deeply"]),
+    "meta_deep": (_meta(lambda m: DEEP), ["meta.json", "nested more than 100 levels"]),
     "meta_a_list": (_meta(lambda m: "[1]"), ["meta.json", "a JSON list, not an object"]),
     "meta_no_rows": (_meta(lambda m: m.pop("rows")), ["meta.json", "no 'rows'"]),
     "meta_no_host": (_meta(lambda m: m.pop("host")), ["meta.json", "no 'host'"]),
     "meta_tape_not_files": (_meta(lambda m: m.update(tape=[1, 2])), ["meta.json", "'tape' is not a list of tape files"]),
     "meta_row_nested": (
-        _meta(lambda m: m["rows"][0].update(x=json.loads("[" * 500 + "]" * 500))),
+        _meta(lambda m: m["rows"][0].update(x=json.loads("[" * 50 + "]" * 50))),
         ["meta.json", "'rows' is not a list of metric rows"],
     ),
     "meta_round_not_its_folder": (_meta(lambda m: m.update(round=7)), ["meta.json", "round 7, not 1"]),
@@ -532,7 +532,7 @@ RESUME_CASES = {
         ["checkpoints", "offsets are not byte counts"],
     ),
     "summary_invalid": (lambda run: (run / "summary.json").write_text("{"), ["summary.json", "not readable JSON", "move it away"]),
-    "summary_deep": (lambda run: (run / "summary.json").write_text(DEEP), ["summary.json", "nested too deeply"]),
+    "summary_deep": (lambda run: (run / "summary.json").write_text(DEEP), ["summary.json", "nested more than 100 levels"]),
     "summary_a_list": (lambda run: (run / "summary.json").write_text("[1]"), ["summary.json", "not a run summary"]),
 }
 

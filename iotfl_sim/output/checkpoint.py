@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from iotfl_sim import faults, safe_json
+from analysis import safe_json
+from iotfl_sim import faults
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.space import writing
 

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from iotfl_sim import faults, safe_json
+from analysis import safe_json
+from iotfl_sim import faults
 from iotfl_sim.algorithms.base import SERVER_WORK_KINDS
 from iotfl_sim.fleet.fleet import FAILURE_REASONS
 from iotfl_sim.output.codec import CheckpointError

@@ -768,7 +768,7 @@ class Simulation:
 
 def _summary_complete(path: Path) -> bool:
     """Whether the run folder's summary.json says the run is complete (refuses one that is not a summary)."""
-    from iotfl_sim import safe_json
+    from analysis import safe_json
 
     summary_path = path / "summary.json"
     if not summary_path.is_file():
