@@ -22,12 +22,13 @@ are None).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from analysis import safe_json
 
 # summary.json figures that study tables show, in this order (final_accuracy's acc_* keys come first)
 TABLE_FIGURES = (
@@ -146,7 +147,7 @@ class Run:
 
         def read() -> dict[str, Any]:
             p = self.path / "summary.json"
-            return json.loads(p.read_text()) if p.is_file() else {}
+            return safe_json.read(p) if p.is_file() else {}
 
         return self._once("summary", read)
 
@@ -175,7 +176,7 @@ class Run:
         with open(p) as f:
             for line in f:
                 try:
-                    yield json.loads(line)
+                    yield safe_json.loads(line)
                 except ValueError:
                     continue
 
@@ -273,7 +274,7 @@ class StudyRuns:
     def __init__(self, path: str | Path) -> None:
         p = Path(path)
         self.path = p.parent if p.name == "study.json" else p
-        index = json.loads((self.path / "study.json").read_text())
+        index = safe_json.read(self.path / "study.json")
         self.name: str = index["name"]
         self.records: list[dict[str, Any]] = index["runs"]
         self.runs = _LazyRuns(self.path, self.records)
