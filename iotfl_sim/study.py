@@ -490,6 +490,39 @@ def lock_study(folder: Path) -> FolderLock:
     )  # fmt: skip
 
 
+def base_difference(recorded: Any, now: Any, path: str = "") -> str | None:
+    """Where a study folder's recorded base scenario (``study.resolved.yaml``) and the study's base now first
+    differ, as ``field: recorded -> now``; None when they are the same study. A key the record lacks whose
+    value now is None is a field a later version added with its "not set" default (the behaviour the
+    recorded runs had), so it is no difference: upgrading iotfl-sim does not strand a half-run study."""
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        for key in list(recorded) + [k for k in now if k not in recorded]:
+            if key not in recorded and now[key] is None:
+                continue
+            if key not in now:
+                return f"{path}{key}: {_short(recorded[key])} -> absent"
+            if key not in recorded:
+                return f"{path}{key}: absent -> {_short(now[key])}"
+            found = base_difference(recorded[key], now[key], f"{path}{key}.")
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now):
+        for i, (a, b) in enumerate(zip(recorded, now)):
+            found = base_difference(a, b, f"{path}{i}.")
+            if found is not None:
+                return found
+        return None
+    if recorded != now:
+        return f"{path.rstrip('.') or 'base'}: {_short(recorded)} -> {_short(now)}"
+    return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
     """Reopen (or fill) the study folder, whose lock the caller holds (``lock_study``); the index records,
     with runs complete on disk marked done. Checks before it writes: a refusal leaves the folder as it was."""
@@ -507,10 +540,11 @@ def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
             before = read_yaml(resolved_path, "resolved study").data
         except ScenarioError as e:
             raise ScenarioError(f"{e}; it records which study {folder} holds: restore it, or give another --out") from None
-        if not isinstance(before, dict) or before.get("base") != study.base_resolved:
+        where = base_difference(before.get("base") if isinstance(before, dict) else None, study.base_resolved)
+        if where is not None:
             raise ScenarioError(
-                f"{folder}: holds a study whose base scenario differs from {study.source}'s; its runs would not "
-                "match: give another --out or another name"
+                f"{folder}: holds a study whose base scenario differs from {study.source}'s ({where}); its runs "
+                "would not match: give another --out or another name"
             )
     write_atomic(folder / "study.yaml", study.text)
     write_atomic(resolved_path, yaml.safe_dump(resolved, sort_keys=False))

@@ -132,8 +132,28 @@ def test_index_failures_and_rerun(tmp_path):
 
     changed = dict(base, rounds=2)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(changed))
-    with pytest.raises(ScenarioError, match="base scenario differs"):
+    with pytest.raises(ScenarioError, match=r"base scenario differs .*\(rounds: 1 -> 2\)"):
         sweep(read_study(p), tmp_path / "out", progress=False)
+
+
+def test_base_difference_names_the_first_changed_field_and_ignores_fields_added_unset():
+    """A field a later version added with its unset default (None) is the recorded study, so a half-run study
+    survives an upgrade; a value that changed, a field added with a value or a field removed is another study,
+    named by its dotted path."""
+    from iotfl_sim.study import base_difference
+
+    recorded = {"rounds": 5, "fleet": {"groups": [{"name": "a", "compute": {"flops": 1.0}}]}}
+    added_unset = {"rounds": 5, "fleet": {"groups": [{"name": "a", "compute": {"flops": 1.0, "steps": None}}]}}
+    assert base_difference(recorded, added_unset) is None
+    changed = {"rounds": 5, "fleet": {"groups": [{"name": "a", "compute": {"flops": 2.0}}]}}
+    assert base_difference(recorded, changed) == "fleet.groups.0.compute.flops: 1.0 -> 2.0"
+    added_set = {"rounds": 5, "fleet": {"groups": [{"name": "a", "compute": {"flops": 1.0, "steps": 3}}]}}
+    assert base_difference(recorded, added_set) == "fleet.groups.0.compute.steps: absent -> 3"
+    assert base_difference({"rounds": 5, "x": None}, {"rounds": 5}) == "x: None -> absent"
+    assert base_difference(recorded, {**recorded, "fleet": {"groups": []}}) == (
+        "fleet.groups: [{'name': 'a', 'compute': {'flops': 1.0}}] -> []"
+    )
+    assert base_difference(None, recorded) == "base: None -> " + repr(recorded)[:57] + "..."
 
 
 @pytest.mark.slow
