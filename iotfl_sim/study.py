@@ -508,7 +508,7 @@ def base_difference(recorded: Any, now: Any, path: str = "") -> str | None:
                 return found
         return None
     if isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now):
-        for i, (a, b) in enumerate(zip(recorded, now)):
+        for i, (a, b) in enumerate(zip(recorded, now, strict=True)):
             found = base_difference(a, b, f"{path}{i}.")
             if found is not None:
                 return found
