@@ -67,7 +67,7 @@ ID_MAX = 80  # longer run ids are cut and get a hash suffix
 
 
 class Dispatch(Strict):
-    """Where a sweep's runs execute. ``processes``: spawned worker processes on this machine. ``ray``: one Ray
+    """Where a sweep's runs execute. ``processes``: worker processes on this machine (``worker_context``). ``ray``: one Ray
     task per run, on a local Ray or the cluster at ``address``; every node then needs iotfl-sim, the data
     under the same path (``IOTFL_DATA``) and the study folder on a shared filesystem."""
 
@@ -403,6 +403,26 @@ _EVENTS: Any = None
 _STOP: Any = None
 
 
+# What a sweep's worker processes import before they run anything: the simulator (and with it PyTorch) and
+# torch._dynamo, which the first FLOP count loads (``fl.cost``): about 7 s of CPU in a fresh interpreter.
+WORKER_PRELOAD = ("iotfl_sim.study", "torch._dynamo")
+
+
+def worker_context() -> Any:
+    """Where a sweep's workers come from. On Linux, a fork server (``multiprocessing``'s forkserver) that
+    imports ``WORKER_PRELOAD`` once and forks each worker from there, so a sweep of n workers pays those
+    imports once instead of n times; nothing has run in the server (no OpenMP pool, no RNG drawn: it only
+    imported), so a forked worker starts as a spawned one does. Elsewhere (macOS, Windows): spawn. The server's
+    environment is the one it started with, so each task carries the sweep's environment (``_run_task``)."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(WORKER_PRELOAD))
+    return ctx
+
+
 def _init_worker(events: Any, stop: Any) -> None:
     """A worker ignores Ctrl-C while idle; the run it executes installs its own handler (checkpoint, stop)."""
     global _EVENTS, _STOP
@@ -416,6 +436,9 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
     from iotfl_sim.sim.engine import resume_run, run_scenario
 
     rid, run_dir = task["id"], Path(task["run_dir"])  # never removed here: a run folder appears whole
+    if task.get("env") is not None:  # the sweep's environment now, not the fork server's when it started
+        os.environ.clear()
+        os.environ.update(task["env"])
     if _STOP is not None and _STOP.is_set():  # queued before the sweep was stopped: leave it pending
         return {"id": rid, "status": "pending", "error": None, "host_s": None}
     if _EVENTS is not None:
@@ -569,7 +592,7 @@ def sweep(
     dispatch: str | None = None,
 ) -> SweepResult:
     """Run every point of ``study`` not complete yet, ``workers`` at a time (default: the study's, else
-    one per core), in spawned worker processes or as Ray tasks (``dispatch``: overrides the study's
+    one per core), in worker processes (``worker_context``) or as Ray tasks (``dispatch``: overrides the study's
     ``dispatch.kind``). Ctrl-C (or SIGTERM to this process) stops launching runs; running ones finish their
     round, checkpoint and are marked ``interrupted``; run the sweep again to go on.
     """
@@ -677,10 +700,9 @@ class _Sweep:
 
     def on_processes(self, todo: list[dict[str, Any]], n: int) -> None:
         import concurrent.futures as cf
-        import multiprocessing as mp
         import queue
 
-        ctx = mp.get_context("spawn")
+        ctx = worker_context()
         events, stop_event = ctx.Queue(), ctx.Event()
         self.on_stop.append(stop_event.set)
         try:
@@ -688,7 +710,8 @@ class _Sweep:
                 max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(events, stop_event),
                 max_tasks_per_child=self.study.spec.runs_per_worker,
             ) as pool:  # fmt: skip
-                futures = {pool.submit(_run_task, self.task(r)): r["id"] for r in todo}
+                env = dict(os.environ)  # (Ray tasks may run on other machines: they keep theirs)
+                futures = {pool.submit(_run_task, {**self.task(r), "env": env}): r["id"] for r in todo}
                 pending = set(futures)
                 cancelled = False
                 while pending:

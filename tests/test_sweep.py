@@ -293,3 +293,35 @@ def test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes(tmp_path, ray_cluster
     assert [r["status"] for r in again.records] == ["done"] * 3
     for d in interrupted:
         assert json.loads((d / "summary.json").read_text())["status"] == "complete"
+
+
+def test_workers_see_the_environment_of_the_sweep_not_of_the_fork_server(tmp_path, monkeypatch):
+    """Workers fork from a server that keeps the environment it started with (``study.worker_context``); each
+    task carries the sweep's. Two sweeps in one process, the second with $IOTFL_PROFILES pointing at another
+    folder whose profile "edge" is twice as fast: the second study's run, which resolves its profile in the
+    worker, must have the second folder's figure (with the server's environment it would have the first's,
+    or, with a server started before either, no "edge" at all and fail)."""
+    import copy
+
+    from conftest import TINY
+
+    folders = {}
+    for tag, flops in (("a", 1.0e9), ("b", 2.0e9)):
+        prof = copy.deepcopy(TINY)
+        prof.update(name="edge", compute={"flops": flops, "jitter": {"dist": "none"}})
+        folders[tag] = tmp_path / f"profiles_{tag}"
+        folders[tag].mkdir()
+        (folders[tag] / "edge.yaml").write_text(yaml.safe_dump(prof))
+    base = base_scenario(rounds=1)
+    base["fleet"] = {"groups": [{"name": "g", "count": 4, "profile": "edge"}]}
+    base["numerics"] = "none"
+    for tag in ("a", "b"):
+        monkeypatch.setenv("IOTFL_PROFILES", str(folders[tag]))
+        study = tmp_path / tag
+        study.mkdir()
+        p = write_study(study, {"name": f"env_{tag}", "base": "base.yaml", "grid": {"seed": [1, 2]}, "workers": 2}, base)
+        res = sweep(read_study(p), tmp_path / "out", progress=False)
+        assert [r["status"] for r in res.records] == ["done", "done"], res.records
+        for r in res.records:
+            resolved = yaml.safe_load((tmp_path / "out" / f"env_{tag}" / r["run_dir"] / "scenario.resolved.yaml").read_text())
+            assert resolved["fleet"]["groups"][0]["profile"]["compute"]["flops"] == {"a": 1.0e9, "b": 2.0e9}[tag]
