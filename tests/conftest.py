@@ -158,6 +158,19 @@ def ray_cluster():
         ray.shutdown()
 
 
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """The shared Ray stops after the last test that uses it in this worker (the "ray" xdist group runs its
+    tests one after another), not at the session's end: its daemons would otherwise hold memory and take CPU
+    for the rest of the suite. A later Ray test (one run on its own) starts its own Ray again."""
+    if "ray_cluster" in getattr(item, "fixturenames", ()) and (
+        nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ())
+    ):
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
 @pytest.fixture
 def data_root(monkeypatch) -> str | None:
     """Point IOTFL_DATA at the shared offline datasets when it is unset (``validate`` checks the dataset
