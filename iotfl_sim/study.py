@@ -53,6 +53,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from analysis import safe_json
+from iotfl_sim.forkserver import worker_context
 from iotfl_sim.output.run_dir import NEW_SUFFIX, FolderLock, write_atomic
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml
@@ -401,26 +402,6 @@ def _host_s(summary: dict[str, Any] | None) -> float | None:
 
 _EVENTS: Any = None
 _STOP: Any = None
-
-
-# What a sweep's worker processes import before they run anything: the simulator (and with it PyTorch) and
-# torch._dynamo, which the first FLOP count loads (``fl.cost``): about 7 s of CPU in a fresh interpreter.
-WORKER_PRELOAD = ("iotfl_sim.study", "torch._dynamo")
-
-
-def worker_context() -> Any:
-    """Where a sweep's workers come from. On Linux, a fork server (``multiprocessing``'s forkserver) that
-    imports ``WORKER_PRELOAD`` once and forks each worker from there, so a sweep of n workers pays those
-    imports once instead of n times; nothing has run in the server (no OpenMP pool, no RNG drawn: it only
-    imported), so a forked worker starts as a spawned one does. Elsewhere (macOS, Windows): spawn. The server's
-    environment is the one it started with, so each task carries the sweep's environment (``_run_task``)."""
-    import multiprocessing as mp
-
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(WORKER_PRELOAD))
-    return ctx
 
 
 def _init_worker(events: Any, stop: Any) -> None:

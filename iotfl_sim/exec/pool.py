@@ -1,7 +1,7 @@
 """Runs the round's training and evaluation jobs in parallel worker processes on this machine.
 
-Workers are started once per run (``spawn``: no fork of a process whose OpenMP pool is already
-running) and given the run's tensors once, in shared memory; each keeps a model skeleton per
+Workers are started once per run (``forkserver.worker_context``: forked from a server that only imported,
+never from a process whose OpenMP pool is already running) and given the run's tensors once, in shared memory; each keeps a model skeleton per
 submodel spec. A job travels with its weights only; results come back in job order. Evaluation is
 split in two passes so that both parallelise: static-BN calibration, one task per evaluated model,
 then scoring, each model's test set cut into batch-aligned slices (models sharing a prefix go together:
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 
-import torch.multiprocessing as mp
+import torch.multiprocessing  # noqa: F401 - its reductions share the run's tensors with the workers
 
 from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, parallel_evaluate
 from iotfl_sim.fl.train import TrainJob, TrainResult
+from iotfl_sim.forkserver import worker_context
 
 _WORKER: Worker | None = None
 
@@ -59,7 +60,7 @@ class PoolExecutor:
     def __init__(self, data: NumericData, workers: int | None = None, threads: int = 1) -> None:
         self.workers = workers or default_workers()
         self.n_test = len(data.y_test)
-        ctx = mp.get_context("spawn")
+        ctx = worker_context()
         self.pool = ctx.Pool(self.workers, initializer=_init, initargs=(data.share_memory(), threads))
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
