@@ -68,8 +68,8 @@ ID_MAX = 80  # longer run ids are cut and get a hash suffix
 
 
 class Dispatch(Strict):
-    """Where a sweep's runs execute. ``processes``: worker processes on this machine (``worker_context``). ``ray``: one Ray
-    task per run, on a local Ray or the cluster at ``address``; every node then needs iotfl-sim, the data
+    """Where a sweep's runs execute. ``processes``: worker processes on this machine (``worker_context``).
+    ``ray``: one Ray task per run, on a local Ray or the cluster at ``address``; every node then needs iotfl-sim, the data
     under the same path (``IOTFL_DATA``) and the study folder on a shared filesystem."""
 
     kind: Literal["processes", "ray"] = "processes"

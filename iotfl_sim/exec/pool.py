@@ -1,8 +1,8 @@
 """Runs the round's training and evaluation jobs in parallel worker processes on this machine.
 
 Workers are started once per run (``forkserver.worker_context``: forked from a server that only imported,
-never from a process whose OpenMP pool is already running) and given the run's tensors once, in shared memory; each keeps a model skeleton per
-submodel spec. A job travels with its weights only; results come back in job order. Evaluation is
+never from a process whose OpenMP pool is already running) and given the run's tensors once, in shared
+memory; each keeps a model skeleton per submodel spec. A job travels with its weights only; results come back in job order. Evaluation is
 split in two passes so that both parallelise: static-BN calibration, one task per evaluated model,
 then scoring, each model's test set cut into batch-aligned slices (models sharing a prefix go together:
 ``exec.base.sharing_groups``). Every worker trains and scores
