@@ -53,6 +53,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from analysis import safe_json
+from analysis.study import short
 from iotfl_sim.forkserver import worker_context
 from iotfl_sim.output.run_dir import NEW_SUFFIX, FolderLock, write_atomic
 from iotfl_sim.output.space import no_space
@@ -522,9 +523,8 @@ def base_difference(recorded: Any, now: Any, path: str = "") -> str | None:
     return None
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: Any) -> str:
+    return short(repr(value), 60)
 
 
 def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:

@@ -81,7 +81,7 @@ def test_study_file_errors(tmp_path, capsys):
     assert not (tmp_path / "out").exists()  # nothing ran, nothing was made
 
 
-def test_index_failures_and_rerun(tmp_path):
+def test_index_failures_and_rerun(tmp_path, capsys):
     """A failing point is recorded with its message while the others finish; the index holds one record per
     run with the shared field names; a second sweep skips the complete runs and retries the failed ones."""
     bad = tmp_path / "bad_data" / "mnist"
@@ -132,8 +132,16 @@ def test_index_failures_and_rerun(tmp_path):
 
     changed = dict(base, rounds=2)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(changed))
+    files = {f: f.read_bytes() for f in folder.rglob("*") if f.is_file()}
     with pytest.raises(ScenarioError, match=r"base scenario differs .*\(rounds: 1 -> 2\)"):
         sweep(read_study(p), tmp_path / "out", progress=False)
+    # refused before any write: every file of the study folder as it was, none added
+    assert {f: f.read_bytes() for f in folder.rglob("*") if f.is_file()} == files
+    capsys.readouterr()
+    assert main(["sweep", str(p), "--out", str(tmp_path / "out"), "--quiet"]) == 2  # the command: one line, exit 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rounds: 1 -> 2" in err[0] and "Traceback" not in err[0], err
+    assert {f: f.read_bytes() for f in folder.rglob("*") if f.is_file()} == files
 
 
 def test_base_difference_names_the_first_changed_field_and_ignores_fields_added_unset():
