@@ -75,3 +75,89 @@ def test_two_round_run_books_the_encoded_uploads(write_scenario, tmp_path):
     # phi = 1 doubles the level every round (G^^_t >= G^^_t): round 2's levels are higher, its messages longer,
     # and both far below float32 (cnn_small: 94,410 parameters of 4 bytes)
     assert max(b for k, b in encoded if k == 1) < min(b for k, b in encoded if k == 2) < 4 * 94410 / 10
+
+
+# ------------------------------------------------------------------- FedX's comparison setting: server data, plain FT
+
+def _dadaquant(ctx_changes: dict | None = None, **cfg):
+    from dataclasses import replace
+
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from tests.conftest import strategy_context
+
+    torch.manual_seed(0)
+    ctx = strategy_context(ModelRecipe("mlp", 3, 1, (2, 2), norm="none", scaler=False), n=4, k=4)
+    if ctx_changes:
+        ctx = replace(ctx, **ctx_changes)
+    s = DAdaQuant(DAdaQuantConfig(name="dadaquant", **cfg))
+    s.setup(ctx)
+    return s
+
+
+def _server_data(m: int = 96) -> dict:
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(m, 1, 2, 2, generator=g)
+    y = x.reshape(m, 4)[:, :3].argmax(1)  # a learnable rule
+    return {"data": SimpleNamespace(x_train=x, y_train=y), "proxy_indices": np.arange(m), "parts": None}
+
+
+def _updates(s) -> list:
+    """Two clients of 10 samples each, their models p_t + 0.01 and p_t + 0.02 (as received)."""
+    from iotfl_sim.algorithms.base import Assignment, Update
+
+    return [
+        Update(Assignment(d, s.spec, level="full", extras={"q": 8}), {k: v + 0.01 * (d + 1) for k, v in s.state.items()},
+               10, np.arange(3), 0.0)
+        for d in (0, 1)
+    ]  # fmt: skip
+
+
+def test_server_fine_tuning_fits_the_server_data_without_a_pull_and_prices_the_next_upload_from_it():
+    import torch.nn.functional as F
+
+    cfg = dict(proxy_classes=[0, 1, 2], finetune_samples=None, finetune_lr=0.1, adapt="none")
+    off = _dadaquant(_server_data(), **cfg)
+    on = _dadaquant(_server_data(), finetune_epochs=5, **cfg)
+    before = {k: v.clone() for k, v in on.state.items()}
+    for s in (off, on):
+        s.aggregate(0, _updates(s))
+    # without fine-tuning the aggregate is p_t + the data-weighted mean of +0.01 and +0.02 (10 samples each)
+    assert torch.allclose(off.state["classifier.bias"], before["classifier.bias"] + 0.015, atol=1e-6)
+
+    def loss(state):
+        m = on.recipe.build(on.spec)
+        m.load_state_dict(state)
+        with torch.no_grad():
+            return float(F.cross_entropy(m(on.server_x), on.server_y))
+
+    assert on.server_x is not None and off.server_x is None  # 0 epochs: the server's data is not even held
+    assert loss(on.state) < loss(off.state) - 0.01  # the fine-tuning fits the server's classes
+    # the next uploads are priced from p_{t+1} - p_t, the fine-tuned step, not the aggregate's
+    step = {k: on.state[k] - before[k] for k in before}
+    assert all(torch.equal(on.last_update[k], step[k]) for k in step)
+
+
+def test_server_fine_tuning_is_charged_each_round_on_the_servers_share():
+    from iotfl_sim.algorithms.base import Assignment, Outcome, TrainWork
+
+    s = _dadaquant(_server_data(96), proxy_classes=[0, 1, 2], finetune_epochs=2, finetune_samples=64)
+    done = [Outcome(Assignment(0, s.spec, level="full"), "completed")]
+    s.observe(0, done)
+    ((what, work),) = s.c.server_work.drain()
+    assert what == "fine_tune" and isinstance(work, TrainWork)
+    assert (work.samples, work.epochs, work.batch, work.l2_pull) == (64, 2, 32, False)  # min(96, 64); no pull
+    # system-only: no data, so the server's classes' share of the nominal train set, classes balanced:
+    # 4 devices x 10 samples = 40; 1 of 3 classes -> round(40 / 3) = 13 < finetune_samples
+    s = _dadaquant(proxy_classes=[2], finetune_epochs=1)
+    s.observe(0, done)
+    ((_, work),) = s.c.server_work.drain()
+    assert work.samples == 13
+    s.observe(1, [])  # a round in which nothing completed fine-tunes nothing
+    assert s.c.server_work.drain() == []
+
+
+def test_fine_tuning_without_server_classes_is_refused_naming_both_fields():
+    with pytest.raises(ValueError, match="finetune_epochs > 0 .* proxy_classes"):
+        DAdaQuantConfig(name="dadaquant", finetune_epochs=1)

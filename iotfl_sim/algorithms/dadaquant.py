@@ -42,8 +42,14 @@ Choices the paper leaves open, made here:
   mu = 0 on CelebA; the proximal term is not part of DAdaQuant). The simulated system heterogeneity of its
   experiments (fewer epochs on 90 % of the clients) is the fleet's business here.
 
-FedX's comparison runs DAdaQuant with FedX's two sub-networks and server fine-tuning without regularisation
-(FedX Section IV-D); this module is DAdaQuant as its own paper defines it, on one full model.
+FedX's comparison runs DAdaQuant "where the server has data, fine-tunes without regularization" and with FedX's two
+sub-networks (FedX Section IV-D). The first is an option here: ``proxy_classes`` gives the server those classes
+(FedX's disjoint split; the devices get none of them) and ``finetune_epochs`` > 0 fine-tunes the aggregated model
+on them after every aggregation (``fl.server_train.fine_tune`` with no L2 pull: FedX's eq. 5 at gamma = 0, the
+same draw of ``finetune_samples`` per round, charged as server work ``fine_tune``); the loss estimate and levels
+are DAdaQuant's, unchanged. No server pretraining (FedX names only fine-tuning for its baselines). The second is
+not: FedX does not say how DAdaQuant's one quantizer is shared by two sub-networks, and a full model keeps it as
+its own paper defines it. ``finetune_epochs: 0`` (default) is DAdaQuant as its own paper runs it.
 
 AdaGQ (Liu, He, Cao, INFOCOM 2023; FedX's other quantization baseline) is not implemented, because it cannot be
 done faithfully here yet: its rule consumes each client's measured local-training, upload and download times of
@@ -63,12 +69,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, select_uniform
+from iotfl_sim.algorithms.base import (
+    Assignment,
+    EvalTarget,
+    FleetView,
+    Outcome,
+    TrainWork,
+    Update,
+    select_uniform,
+)
 from iotfl_sim.algorithms.common import StrategyBase, contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.evaluate import evaluate
 from iotfl_sim.fl.quantize import NORM_BITS, encoded_bits, stochastic_levels
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.server_train import fine_tune
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import DAdaQuantConfig
 from iotfl_sim.seeding import int_seed
@@ -146,6 +161,9 @@ class DAdaQuant(StrategyBase):
         q_min = cfg.q_min if cfg.adapt in ("both", "time") else cfg.q_max
         self.schedule = LevelSchedule(q_min, cfg.q_max, cfg.psi, phi)
         self.last_update: State = {}  # p_t - p_{t-1}: prices the next uploads
+        self.server_x = self.server_y = None
+        if cfg.finetune_epochs > 0 and ctx.data is not None and ctx.proxy_indices is not None:
+            self.server_x, self.server_y = ctx.data.x_train[ctx.proxy_indices], ctx.data.y_train[ctx.proxy_indices]
         self.estimates: dict[int, float] = {}  # device -> priced upload bytes, this round
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
@@ -198,10 +216,34 @@ class DAdaQuant(StrategyBase):
             return
         loss = self._loss_estimate(updates)
         new = aggregate_nested(self.state, contributions(updates, "data"))
+        if self.server_x is not None and len(self.server_x) > 1:
+            cfg = self.cfg
+            new = fine_tune(
+                self.recipe, self.spec, new, self.server_x, self.server_y, samples=cfg.finetune_samples,
+                epochs=cfg.finetune_epochs, batch_size=cfg.server_batch_size, lr=cfg.finetune_lr, gamma=0.0,
+                seed=self.c.seed, tag="dadaquant", rnd=rnd,
+            )  # fmt: skip
         self.last_update = {k: new[k] - self.state[k] for k in new}
         self.state = new
         if loss is not None:
             self.schedule.observe(loss)
+
+    def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
+        """Charge the round's fine-tuning (here, so that system-only runs price it too)."""
+        cfg, n = self.cfg, self._server_samples()
+        if cfg.finetune_epochs == 0 or n < 2 or not any(o.status == "completed" for o in outcomes):
+            return
+        k = n if cfg.finetune_samples is None else min(n, cfg.finetune_samples)
+        self.c.server_work.charge("fine_tune", TrainWork(self.recipe, self.spec, k, cfg.finetune_epochs, cfg.server_batch_size))
+
+    def _server_samples(self) -> int:
+        """The server's samples: its classes' train samples; system-only, their share of the nominal train set
+        (classes assumed balanced)."""
+        if self.server_x is not None:
+            return len(self.server_x)
+        if self.c.data is None and self.cfg.proxy_classes:
+            return round(int(self.c.samples_per_device.sum()) * len(self.cfg.proxy_classes) / self.c.num_classes)
+        return 0
 
     def _loss_estimate(self, updates: list[Update]) -> float | None:
         """G^_t = sum_k w_k F_k(p_t), w_k = |D_k| over the arrived updates; None without data."""

@@ -58,14 +58,14 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   reach nobody).
 - Evaluation: each sub-network of the mix on the whole test set (``acc_<level>``, averaged in ``acc_avg``,
   the paper's mean over devices of their sub-network's accuracy up to device weighting) and the global model.
-- DAdaQuant is a method of its own (``algorithms.dadaquant``, as its paper defines it: one full model, no server
-  data); AdaGQ is not implemented (why: that module's docstring).
+- DAdaQuant is a method of its own (``algorithms.dadaquant``: one full model; with ``proxy_classes`` and
+  ``finetune_epochs`` it gets this module's server data and fine-tuning without regularisation, the setting of
+  FedX's comparison); AdaGQ is not implemented (why: that module's docstring).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from iotfl_sim.algorithms.base import (
     Assignment,
@@ -83,7 +83,7 @@ from iotfl_sim.algorithms.wire import QuantizedWire
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.fedx_models import FEDX_FAMILIES, level_specs
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.server_train import nested_sgd
+from iotfl_sim.fl.server_train import fine_tune, nested_sgd
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedXConfig
 from iotfl_sim.seeding import int_seed, stream
@@ -248,12 +248,10 @@ class FedX(StrategyBase):
     def _fine_tune(self, rnd: int) -> None:
         cfg = self.cfg
         assert self.server_x is not None and self.server_y is not None
-        n, k = len(self.server_x), self._finetune_size()
-        pick = torch.as_tensor(np.sort(stream(self.c.seed, "fedx_finetune_draw", rnd).choice(n, size=k, replace=False)))
-        self.state, _ = nested_sgd(
-            self.recipe, [self.global_spec], self.state, self.server_x[pick], self.server_y[pick], epochs=cfg.finetune_epochs,
-            batch_size=cfg.server_batch_size, lr=cfg.finetune_lr, seed=int_seed(self.c.seed, "fedx_finetune", rnd),
-            ref=self.state, gamma=cfg.gamma,
+        self.state = fine_tune(
+            self.recipe, self.global_spec, self.state, self.server_x, self.server_y, samples=cfg.finetune_samples,
+            epochs=cfg.finetune_epochs, batch_size=cfg.server_batch_size, lr=cfg.finetune_lr, gamma=cfg.gamma,
+            seed=self.c.seed, tag="fedx", rnd=rnd,
         )  # fmt: skip
 
     def eval_targets(self) -> list[EvalTarget]:

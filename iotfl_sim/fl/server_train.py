@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, prefix_index
+from iotfl_sim.seeding import int_seed, stream
 
 State = dict[str, torch.Tensor]
 
@@ -73,3 +75,32 @@ def nested_sgd(
             steps += 1
         last = total / max(steps, 1)
     return {k: v.detach() for k, v in theta.items()}, last
+
+
+def fine_tune(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    state: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    samples: int | None,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    gamma: float,
+    seed: int,
+    tag: str,
+    rnd: int,
+) -> State:
+    """One round's server fine-tuning of the aggregated ``state`` (FedX eq. 5; ``gamma`` 0: plain CE, the
+    setting FedX gives its baselines): ``epochs`` of ``nested_sgd`` on a fresh seeded draw of ``samples`` of
+    the server's ``x, y`` (all of them when None), pulled towards ``state``. ``tag`` names the method's streams."""
+    n = len(x)
+    k = n if samples is None else min(n, samples)
+    pick = torch.as_tensor(np.sort(stream(seed, f"{tag}_finetune_draw", rnd).choice(n, size=k, replace=False)))
+    new, _ = nested_sgd(
+        recipe, [spec], state, x[pick], y[pick], epochs=epochs, batch_size=batch_size, lr=lr,
+        seed=int_seed(seed, f"{tag}_finetune", rnd), ref=state, gamma=gamma,
+    )  # fmt: skip
+    return new

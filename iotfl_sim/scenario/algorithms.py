@@ -452,6 +452,31 @@ class FedDFConfig(_Prototypes):
     cosine: bool = Field(True, description="cosine-anneal the distillation learning rate over the steps")
 
 
+# The server's own data (a class hold-out) and its per-round fine-tuning: FedX's, and the setting FedX gives its
+# quantization baselines (Section IV-D: "the server has data, fine-tunes without regularization"). One
+# definition each, used by FedXConfig and DAdaQuantConfig.
+ProxyClasses = Annotated[
+    list[Annotated[int, Field(ge=0, le=MAX_INDEX)]] | None,
+    Field(
+        description="classes held by the server only (FedX's disjoint split, e.g. CIFAR-10 [8, 9]); every train "
+        "sample of these classes goes to the server and none to the devices",
+    ),
+]
+FinetuneLr = Annotated[float, Field(gt=0, description="server fine-tuning learning rate lambda (FedX: SGD 0.01)")]
+FinetuneSamples = Annotated[
+    int | None,
+    Field(
+        ge=2,
+        le=MAX_SAMPLES,
+        description="server samples per fine-tuning, a fresh seeded draw each round (FedX Table IV times fine-tuning "
+        "on a fixed sample size); null: all the server's data",
+    ),
+]
+ServerBatchSize = Annotated[
+    int, Field(ge=2, le=MAX_BATCH, description="batch size of server pretraining and fine-tuning (FedX: 32)")
+]
+
+
 class FedXConfig(Strict):
     """FedX (Lai, Jiang et al.): nested sub-networks at per-level QSGD bits, server pretraining and regularised
     fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
@@ -474,25 +499,15 @@ class FedXConfig(Strict):
     fine_tune: bool = Field(True, description="server fine-tuning after aggregation (eq. 5); false: FedX without FT")
     gamma: float = Field(1e-4, ge=0, description="regularisation rate gamma of eq. 5 (paper: 1e-4)")
     finetune_epochs: int = Field(1, ge=0, le=MAX_EPOCHS, description="epochs over the server's data per fine-tuning")
-    finetune_lr: float = Field(0.01, gt=0, description="server learning rate lambda (paper: SGD 0.01)")
-    finetune_samples: int | None = Field(
-        750,
-        ge=2,
-        le=MAX_SAMPLES,
-        description="server samples per fine-tuning, a fresh seeded draw each round (FedX Table IV times fine-tuning "
-        "on a fixed sample size); null: all the server's data",
-    )
+    finetune_lr: FinetuneLr = 0.01
+    finetune_samples: FinetuneSamples = 750
     pretrain_epochs: int = Field(5, ge=0, le=MAX_EPOCHS, description="one-time server pretraining epochs on its data")
     pretrain_lr: float = Field(0.01, gt=0, description="pretraining SGD learning rate")
-    server_batch_size: int = Field(32, ge=2, le=MAX_BATCH, description="batch size of server pretraining and fine-tuning (paper: 32)")
+    server_batch_size: ServerBatchSize = 32
     proxy_fraction: float = Field(
         0.1, ge=0, lt=1, description="share of the train set the server holds (all classes) when proxy_classes is null"
     )
-    proxy_classes: list[Annotated[int, Field(ge=0, le=MAX_INDEX)]] | None = Field(
-        None,
-        description="classes held by the server only (the paper's disjoint split, e.g. CIFAR-10 [8, 9]); every "
-        "train sample of these classes goes to the server and none to the devices",
-    )
+    proxy_classes: ProxyClasses = None
     qsgd_bucket: int | None = Field(
         None,
         ge=1,
@@ -574,11 +589,27 @@ class DAdaQuantConfig(Strict):
     loss_batch_size: int = Field(
         100, ge=1, le=MAX_BATCH, description="batch size of the pass that computes each client's loss F_k(p_t)"
     )
+    proxy_classes: ProxyClasses = None
+    finetune_epochs: int = Field(
+        0,
+        ge=0,
+        le=MAX_EPOCHS,
+        description="epochs of plain (unregularised) server fine-tuning on the proxy_classes data after each "
+        "aggregation: FedX's comparison setting (its Section IV-D); 0: DAdaQuant as its own paper runs it",
+    )
+    finetune_lr: FinetuneLr = 0.01
+    finetune_samples: FinetuneSamples = 750
+    server_batch_size: ServerBatchSize = 32
 
     @model_validator(mode="after")
     def _levels_ordered(self) -> DAdaQuantConfig:
         if self.q_min > self.q_max:
             raise ValueError(f"q_min ({self.q_min}) must not exceed q_max ({self.q_max})")
+        if self.finetune_epochs > 0 and not self.proxy_classes:
+            raise ValueError(
+                "finetune_epochs > 0 fine-tunes on the server's data: name its classes in proxy_classes (FedX's "
+                "split, e.g. [4, 5] on HAR), or set finetune_epochs: 0"
+            )
         return self
 
 
