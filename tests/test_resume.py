@@ -35,7 +35,14 @@ METHODS = {
         "algorithm": {"name": "fedx", "proxy_classes": [8, 9], "pretrain_epochs": 1, "finetune_samples": 32},
         "model": {"family": "harwild"},
     },
+    "dadaquant": {"algorithm": {"name": "dadaquant", "phi": 1}},  # phi 1: round 2's level depends on round 1's loss
 }
+
+
+def test_every_method_is_in_the_resume_test():
+    from iotfl_sim.scenario.algorithms import ALGORITHM_NAMES
+
+    assert set(ALGORITHM_NAMES) <= {m["algorithm"]["name"] for m in METHODS.values()}
 
 
 def rounds(run: Path) -> list[dict[str, str]]:
@@ -64,25 +71,26 @@ def only_run(parent: Path) -> Path:
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method):
-    data = base_scenario(rounds=3, **METHODS[method])
+    data = base_scenario(rounds=2, **METHODS[method])
     data["server"] = {"bn_calibration_samples": 64, "eval_every": 1}
     data["fleet"].setdefault("cost_model", "flops")
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
     path = write_scenario(data)
     assert main(["run", str(path), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
 
-    # stop after round 2, as a first Ctrl-C would: checkpoint, summary marked interrupted, exit status 130
+    # stop after round 1, as a first Ctrl-C would: checkpoint, summary marked interrupted, exit status 130; the
+    # resumed round 2 then needs every piece of state round 1 left (weights, the method's own, the clocks)
     checkpoint = engine.Simulation.checkpoint
 
-    def stop_after_two(sim, done):
+    def stop_after_one(sim, done):
         checkpoint(sim, done)
-        sim.stop_requested = done >= 2
+        sim.stop_requested = done >= 1
 
-    monkeypatch.setattr(engine.Simulation, "checkpoint", stop_after_two)
+    monkeypatch.setattr(engine.Simulation, "checkpoint", stop_after_one)
     assert main(["run", str(path), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
     cut = only_run(tmp_path / "cut")
     assert json.loads((cut / "summary.json").read_text())["status"] == "interrupted"
-    assert len(rounds(cut)) == 2
+    assert len(rounds(cut)) == 1
     monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
     assert main(["run", "--resume", str(cut), "--quiet"]) == 0
     assert json.loads((cut / "summary.json").read_text())["status"] == "complete"
