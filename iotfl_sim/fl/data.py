@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from iotfl_sim import safe_pickle
+from iotfl_sim.catalog import DATASETS
 
-DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
 # Datasets whose samples carry a natural owner (``groups_train``): FEMNIST writers, UCI HAR subjects.
 NATURAL_GROUPS: tuple[str, ...] = ("femnist", "har")
 ENV_VAR = "IOTFL_DATA"

@@ -39,9 +39,10 @@ from functools import lru_cache
 import torch
 from torch import nn
 
+from iotfl_sim.catalog import PROTOTYPE_STAGES
 from iotfl_sim.fl.models import VGG, MobileNetV2, PreActResNet, TwoConvCNN, _norm2d, build_model
 from iotfl_sim.fl.submodel import SubmodelSpec
-from iotfl_sim.scenario.algorithms import PROTOTYPE_STAGES, candidate_cuts
+from iotfl_sim.scenario.algorithms import candidate_cuts
 
 PREFIX = "reassembled:"
 PROTOTYPE_FAMILIES: tuple[str, ...] = tuple(PROTOTYPE_STAGES)

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from iotfl_sim.catalog import PROTOTYPE_STAGES
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES, MAX_STEPS
 from iotfl_sim.scenario.profile import Strict
 
@@ -61,9 +62,7 @@ class _Levels(Strict):
 
 
 PrototypeFamily = Literal["cnn2", "mobilenetv2", "resnet18", "vgg16", "conv", "cnn_small", "mlp"]
-AdapterPrototype = Literal["cnn2", "mobilenetv2", "resnet18", "vgg16"]
-# Stages of each AdapterFL prototype in forward order, the head included (``fl.reassemble.stages``).
-PROTOTYPE_STAGES: dict[str, int] = {"cnn2": 3, "mobilenetv2": 9, "resnet18": 6, "vgg16": 6}
+AdapterPrototype = Literal[tuple(PROTOTYPE_STAGES)]  # type: ignore[valid-type]
 
 
 def candidate_cuts(family: str) -> list[int]:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES
 from iotfl_sim.scenario.algorithms import AlgorithmConfig
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (
@@ -22,13 +23,6 @@ from iotfl_sim.scenario.limits import (
     MAX_WORKERS,
 )
 from iotfl_sim.scenario.profile import Strict
-
-DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har")
-MODEL_FAMILIES = (
-    "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
-    "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
-    "ofa_mbv3", "harwild", "resnet110", "resnet110_ee", "resnet110_ee_light",
-)  # fmt: skip
 
 
 class MemoryConfig(Strict):
@@ -199,7 +193,7 @@ class Partition(Strict):
 
 
 class Data(Strict):
-    dataset: Literal["digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "femnist", "har"] = "digits"
+    dataset: Literal[DATASETS] = "digits"  # type: ignore[valid-type]
     root: str | None = Field(None, description="folder holding the dataset files; default: $IOTFL_DATA")
     partition: Partition = Partition()
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share for datasets without a test split")
@@ -212,11 +206,7 @@ class Data(Strict):
 
 
 class Model(Strict):
-    family: Literal[
-        "cnn_small", "conv", "resnet18", "vgg16", "mobilenetv2", "mlp",
-        "conv_ee", "resnet18_ee", "vgg16_ee", "conv_ee_light", "resnet18_ee_light", "vgg16_ee_light",
-        "ofa_mbv3", "harwild", "cnn2", "resnet110", "resnet110_ee", "resnet110_ee_light",
-    ] = Field(
+    family: Literal[MODEL_FAMILIES] = Field(  # type: ignore[valid-type]
         "cnn_small",
         description="model family; *_ee: early-exit variants (one exit per stage, ScaleFL); ofa_mbv3, harwild: "
         "FedX's OFA MobileNetV3 supernet and HAR-Wild CNN; cnn2: AdapterFL's 2-conv CNN (images of at least 16 px); "

@@ -1,0 +1,31 @@
+"""The catalog of names (``iotfl_sim.catalog``) is the one list each consumer uses: the scenario format
+accepts exactly its names, and the code behind each name exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES, PROTOTYPE_STAGES
+from iotfl_sim.fl.models import build_model
+from iotfl_sim.fl.recipe import DATASET_SHAPES
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.model import Data, Model
+
+
+def test_the_scenario_accepts_exactly_the_catalogued_names():
+    for name in DATASETS:
+        assert Data(dataset=name).dataset == name
+    for family in MODEL_FAMILIES:
+        assert Model(family=family).family == family
+    with pytest.raises(ValueError, match="family"):
+        Model(family="resnet19")
+    with pytest.raises(ValueError, match="dataset"):
+        Data(dataset="imagenet")
+
+
+def test_every_dataset_has_its_shape_and_every_family_builds():
+    assert set(DATASET_SHAPES) == set(DATASETS)
+    for family in MODEL_FAMILIES:  # the smallest input each family takes: 32 x 32 covers ResNet110 and VGG
+        model = build_model(family, SubmodelSpec(rate=0.25), num_classes=3, in_channels=1, image_size=(32, 32))
+        assert sum(p.numel() for p in model.parameters()) > 0, family
+    assert set(PROTOTYPE_STAGES) <= set(MODEL_FAMILIES)
