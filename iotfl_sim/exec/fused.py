@@ -58,6 +58,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker
+from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -96,12 +97,7 @@ def batch_schedule(job: TrainJob) -> list[torch.Tensor]:
     idx = torch.as_tensor(job.indices, dtype=torch.long)
     batches: list[torch.Tensor] = []
     for _ in range(job.epochs):
-        order = idx[torch.randperm(len(idx), generator=gen)]
-        for start in range(0, len(order), job.batch_size):
-            batch = order[start : start + job.batch_size]
-            if len(batch) < 2 and len(order) > 1:
-                continue
-            batches.append(batch)
+        batches.extend(epoch_batches(idx, job.batch_size, gen))
     return batches
 
 

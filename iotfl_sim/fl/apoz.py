@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.models import LAYER_GROUPS, VGG16_CONVS, ConvUnit
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -264,12 +265,8 @@ def pretrain(
             opt = torch.optim.Adam(model.parameters(), lr=lr)
         else:
             opt = torch.optim.SGD(model.parameters(), lr=lr)
-        order = torch.randperm(len(x), generator=gen)
         total, steps = 0.0, 0
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            if len(batch) < 2 and len(order) > 1:
-                continue  # BatchNorm without running statistics cannot normalise one sample
+        for batch in epoch_batches(torch.arange(len(x)), batch_size, gen):
             loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
             opt.zero_grad(set_to_none=True)
             loss.backward()

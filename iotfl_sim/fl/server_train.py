@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, prefix_index
 from iotfl_sim.seeding import int_seed, stream
@@ -55,12 +56,8 @@ def nested_sgd(
     torch.manual_seed(seed)
     last = float("nan")
     for _ in range(epochs):
-        order = torch.randperm(len(x), generator=gen)
         total, steps = 0.0, 0
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            if len(batch) < 2:
-                continue  # BatchNorm without running statistics cannot normalise one sample
+        for batch in epoch_batches(torch.arange(len(x)), batch_size, gen):
             xb, yb = x[batch], y[batch]
             loss = torch.zeros(())
             for model, shapes in models:

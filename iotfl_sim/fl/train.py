@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.objectives import LocalObjective, objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
@@ -88,11 +89,7 @@ def train_local(
     teachers = _teacher_fn(model, job, skeleton)
     total_loss, steps = 0.0, 0
     for _ in range(job.epochs):
-        order = idx[torch.randperm(len(idx), generator=gen)]
-        for start in range(0, len(order), job.batch_size):
-            batch = order[start : start + job.batch_size]
-            if len(batch) < 2 and len(order) > 1:
-                continue
+        for batch in epoch_batches(idx, job.batch_size, gen):
             xb, yb = x[batch], y[batch]
             loss = objective_loss(job.objective, model(xb), yb, keep=keep, teachers=teachers, x=xb)
             opt.zero_grad(set_to_none=True)
