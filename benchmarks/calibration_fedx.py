@@ -652,7 +652,7 @@ TRAFFIC_REFS: tuple[tuple[str, str, int], ...] = (
 
 
 def measure_traffic() -> list[Traffic]:
-    from iotfl_sim.fl.models import build_model
+    from iotfl_sim.fl.build import build_model
     from iotfl_sim.fl.submodel import SubmodelSpec
 
     out = [traffic(build_workload(name), f"FedX {name}, 32x32") for name in WORKLOADS]
@@ -790,8 +790,8 @@ def _time_by_class(model: nn.Module) -> dict[str, float]:
 
 
 def host_benchmark(ws: list[Workload]) -> HostResult:
+    from iotfl_sim.fl.build import build_model
     from iotfl_sim.fl.cost import measure_cost
-    from iotfl_sim.fl.models import build_model
     from iotfl_sim.fl.submodel import SubmodelSpec
 
     torch.manual_seed(0)

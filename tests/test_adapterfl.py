@@ -15,7 +15,8 @@ from torch import nn
 from iotfl_sim.algorithms.adapterfl import AdapterFL, FedBase, apportion, select_by_fit
 from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.cli import main
-from iotfl_sim.fl.models import build_model, count_params
+from iotfl_sim.fl.build import build_model
+from iotfl_sim.fl.models import count_params
 from iotfl_sim.fl.reassemble import (
     block_params,
     candidate_cuts,

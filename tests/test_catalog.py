@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES, PROTOTYPE_STAGES
-from iotfl_sim.fl.models import build_model
+from iotfl_sim.fl.build import BUILDERS, build_model
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.model import Data, Model
@@ -29,3 +29,4 @@ def test_every_dataset_has_its_shape_and_every_family_builds():
         model = build_model(family, SubmodelSpec(rate=0.25), num_classes=3, in_channels=1, image_size=(32, 32))
         assert sum(p.numel() for p in model.parameters()) > 0, family
     assert set(PROTOTYPE_STAGES) <= set(MODEL_FAMILIES)
+    assert set(BUILDERS) == set(MODEL_FAMILIES)  # one builder per catalogued family, none uncatalogued

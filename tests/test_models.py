@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from iotfl_sim.fl.build import build_model
 from iotfl_sim.fl.cost import ModelCost, measure_cost
 from iotfl_sim.fl.models import (
     FAMILIES,
@@ -13,7 +14,6 @@ from iotfl_sim.fl.models import (
     InvertedResidual,
     MobileNetV2,
     Scaler,
-    build_model,
     count_params,
 )
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of, slice_state

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.fl import models as m
+from iotfl_sim.fl.resnet_cifar import build_resnet110
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 # Index of the last prunable layer group of each stage (the group whose width the stage outputs).
@@ -187,7 +188,8 @@ def build_early_exit(
         raise ValueError(f"depth for {family!r} must be in [1, {full}], got {depth}")
     use_scaler = True if scaler is None else bool(scaler)
     # The backbone at the spec's depth (no head below full depth); its scalers are swapped below.
-    backbone = m.build_model(
+    build = build_resnet110 if base == "resnet110" else m.build_plain
+    backbone = build(
         base,
         spec,
         num_classes=num_classes,

@@ -45,7 +45,8 @@ FEDX_FAMILIES: tuple[str, ...] = ("ofa_mbv3", "harwild")
 # AdapterFL's 2-conv CNN (``TwoConvCNN``), kept out of FAMILIES because 8x8 inputs are too small for it,
 # and ScaleFL's ResNet110 (``fl.resnet_cifar``), too slow for the generic model tests.
 EXTRA_FAMILIES: tuple[str, ...] = ("cnn2", "resnet110")
-ALL_FAMILIES: tuple[str, ...] = FAMILIES + EE_FAMILIES + FEDX_FAMILIES + EXTRA_FAMILIES
+# What ``build_plain`` builds (ResNet110 is ``fl.resnet_cifar``'s; every family: ``catalog.MODEL_FAMILIES``)
+PLAIN_FAMILIES: tuple[str, ...] = FAMILIES + ("cnn2",)
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
@@ -624,67 +625,11 @@ def _check_depth(family: str, depth: int | None) -> int | None:
     return depth
 
 
-def build_model(
-    family: str,
-    spec: SubmodelSpec,
-    *,
-    num_classes: int,
-    in_channels: int,
-    image_size: tuple[int, int],
-    global_rate: float = 1.0,
-    scaler: bool | None = None,
-    track_bn: bool = False,
-    norm: str = "bn",
-) -> nn.Module:
-    """Build the ``family`` submodel described by ``spec`` (a fresh, randomly initialised module).
-
-    ``global_rate`` is the global model's rate (HeteroFL's first level); in training mode each
-    Scaler divides by its layer's rate / ``global_rate``. ``scaler=None`` means the family's own
-    default: on for ``conv``, ``resnet18``, ``cnn_small`` and ``mlp`` (HeteroFL), off for ``vgg16``
-    (AdaptiveFL has none) and ``mobilenetv2``; ``True``/``False`` force it on/off for any family.
-    ``norm`` is ``bn`` (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln``
-    or ``none``. ``spec.depth`` (conv: conv units 1..4 with their pools, resnet18: stages 1..4, vgg16:
-    stages 1..5, mobilenetv2: bottleneck stages 1..7, resnet110: segments 1..4) keeps only the first stages and drops the head
-    (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
-    (``fl.early_exit``) return one logit tensor per exit. ``reassembled:...`` families are AdapterFL's
-    reassembled models (``fl.reassemble``).
-    """
-    if family.startswith("reassembled:"):
-        from iotfl_sim.fl.reassemble import build_reassembled  # reassemble builds on this module
-
-        return build_reassembled(
-            family,
-            spec,
-            num_classes=num_classes,
-            in_channels=in_channels,
-            image_size=image_size,
-            global_rate=global_rate,
-            scaler=scaler,
-            track_bn=track_bn,
-            norm=norm,
-        )
-    if family not in ALL_FAMILIES:
-        raise ValueError(f"unknown model family {family!r}; expected one of {ALL_FAMILIES}")
-    if family in FEDX_FAMILIES:
-        from iotfl_sim.fl.fedx_models import build_fedx_model
-
-        return build_fedx_model(
-            family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size, track_bn=track_bn
-        )
-    if family in EE_FAMILIES:
-        from iotfl_sim.fl.early_exit import build_early_exit  # early_exit builds on this module
-
-        return build_early_exit(
-            family,
-            spec,
-            num_classes=num_classes,
-            in_channels=in_channels,
-            image_size=image_size,
-            global_rate=global_rate,
-            scaler=scaler,
-            track_bn=track_bn,
-            norm=norm,
-        )
+def plain_layout(
+    family: str, spec: SubmodelSpec, *, global_rate: float, scaler: bool | None, norm: str
+) -> tuple[int | None, bool, list[float]]:
+    """(depth or None, Scaler on, each layer group's rate / ``global_rate``) of a single-output family, the
+    arguments checked (``build_plain`` and ``fl.resnet_cifar.build_resnet110`` share it)."""
     if norm not in NORMS:
         raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
     if not 0.0 < global_rate <= 1.0:
@@ -696,7 +641,26 @@ def build_model(
         )
     depth = _check_depth(family, spec.depth)
     use_scaler = (family not in ("vgg16", "mobilenetv2", "cnn2")) if scaler is None else bool(scaler)
-    rates = [spec.layer_rate(layer) / global_rate for layer in range(groups)]
+    return depth, use_scaler, [spec.layer_rate(layer) / global_rate for layer in range(groups)]
+
+
+def build_plain(
+    family: str,
+    spec: SubmodelSpec,
+    *,
+    num_classes: int,
+    in_channels: int,
+    image_size: tuple[int, int],
+    global_rate: float = 1.0,
+    scaler: bool | None = None,
+    track_bn: bool = False,
+    norm: str = "bn",
+) -> nn.Module:
+    """The single-output families defined here (``PLAIN_FAMILIES``); ``fl.build.build_model`` states the
+    arguments."""
+    if family not in PLAIN_FAMILIES:
+        raise ValueError(f"{family!r} is not built here; expected one of {PLAIN_FAMILIES} (fl.build builds the rest)")
+    depth, use_scaler, rates = plain_layout(family, spec, global_rate=global_rate, scaler=scaler, norm=norm)
     h, w = image_size
 
     model: nn.Module
@@ -723,12 +687,9 @@ def build_model(
             norm=norm,
             track_bn=track_bn,
         )
-    elif family in ("resnet18", "resnet110"):
-        from iotfl_sim.fl.resnet_cifar import CifarResNet  # resnet_cifar builds on this module
-
-        hidden, net = (RESNET_HIDDEN, PreActResNet) if family == "resnet18" else (RESNET110_HIDDEN, CifarResNet)
-        widths = [spec.width(c, layer) for layer, c in enumerate(hidden)]
-        model = net(
+    elif family == "resnet18":
+        widths = [spec.width(c, layer) for layer, c in enumerate(RESNET_HIDDEN)]
+        model = PreActResNet(
             widths,
             rates,
             in_channels=in_channels,

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.catalog import PROTOTYPE_STAGES
-from iotfl_sim.fl.models import VGG, MobileNetV2, PreActResNet, TwoConvCNN, _norm2d, build_model
+from iotfl_sim.fl.models import VGG, MobileNetV2, PreActResNet, TwoConvCNN, _norm2d, build_plain
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import candidate_cuts
 
@@ -131,7 +131,7 @@ def cut_shape(
 ) -> tuple[int, int, int]:
     """(channels, height, width) of the prototype's feature map after its first ``cut`` stages."""
     with torch.device("meta"):
-        model = build_model(family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size)
+        model = build_plain(family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size)
         out = torch.zeros(2, in_channels, *image_size)
         for _, stage in stages(model)[:cut]:
             out = stage(out)
@@ -157,8 +157,8 @@ def build_reassembled(
     image_size = tuple(image_size)
     kw = dict(num_classes=num_classes, in_channels=in_channels, image_size=image_size, global_rate=global_rate,
               scaler=scaler, track_bn=track_bn, norm=norm)  # fmt: skip
-    ex = nn.Sequential(OrderedDict(stages(build_model(ex_family, spec, **kw))[:ex_cut]))
-    ad = nn.Sequential(OrderedDict(stages(build_model(ad_family, spec, **kw))[ad_cut:]))
+    ex = nn.Sequential(OrderedDict(stages(build_plain(ex_family, spec, **kw))[:ex_cut]))
+    ad = nn.Sequential(OrderedDict(stages(build_plain(ad_family, spec, **kw))[ad_cut:]))
     c_ex, *hw_ex = cut_shape(ex_family, ex_cut, spec, in_channels, image_size, num_classes)
     c_ad, *hw_ad = cut_shape(ad_family, ad_cut, spec, in_channels, image_size, num_classes)
     resize = tuple(hw_ad) if hw_ex != hw_ad else None

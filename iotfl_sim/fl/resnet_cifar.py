@@ -9,7 +9,7 @@ ScaleFL's code:
   convs without bias; the shortcut is the identity, or a 1x1 conv (stride 2, no bias, no Scaler)
   followed by BN where the block changes width (the code's option B, not the paper's zero padding);
 - stem: ``relu(bn1(scaler(conv1(x))))``; head: avgpool -> linear (no norm after the last block);
-- widths (given by ``models.build_model``): stage ``g`` (the stem joins stage 1) is prunable layer
+- widths (``build_resnet110``): stage ``g`` (the stem joins stage 1) is prunable layer
   group ``g`` and keeps ``spec.width(C_g, g)`` channels, the code's ``int(C * scale)`` under rounding
   ``int``;
 - depth: the network is cut into the 4 segments that ScaleFL's 4 exits close: residual blocks
@@ -32,6 +32,7 @@ from torch import nn
 
 from iotfl_sim.fl import models as m
 from iotfl_sim.fl.models import RESNET110_BLOCKS, RESNET110_HIDDEN, RESNET110_SEGMENT_ENDS
+from iotfl_sim.fl.submodel import SubmodelSpec
 
 
 class PostActBlock(nn.Module):
@@ -116,3 +117,26 @@ class CifarResNet(nn.Module):
         if not self.has_head:
             return out
         return self.classifier(self.flatten(self.pool(out)))
+
+
+def build_resnet110(
+    family: str,
+    spec: SubmodelSpec,
+    *,
+    num_classes: int,
+    in_channels: int,
+    image_size: tuple[int, int],
+    global_rate: float = 1.0,
+    scaler: bool | None = None,
+    track_bn: bool = False,
+    norm: str = "bn",
+) -> nn.Module:
+    """ResNet110 (``family`` is "resnet110") for ``spec``; ``fl.build.build_model`` states the arguments."""
+    depth, use_scaler, rates = m.plain_layout(family, spec, global_rate=global_rate, scaler=scaler, norm=norm)
+    widths = [spec.width(c, layer) for layer, c in enumerate(RESNET110_HIDDEN)]
+    model = CifarResNet(
+        widths, rates, in_channels=in_channels, num_classes=num_classes, depth=depth or m.FULL_DEPTH[family],
+        scaler=use_scaler, norm=norm, track_bn=track_bn,
+    )  # fmt: skip
+    m._init_params(model)
+    return model

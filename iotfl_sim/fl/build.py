@@ -1,0 +1,70 @@
+"""Model construction: one builder per family of ``catalog.MODEL_FAMILIES``, and AdapterFL's reassembled models.
+
+The families live in their own modules (``fl.models``: the single-output ones, ``fl.resnet_cifar``: ScaleFL's
+ResNet110, ``fl.early_exit``: the ``*_ee`` variants, ``fl.fedx_models``: FedX's); this module is the only one
+that imports them all, so none of them imports another's builder and there is no import circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from iotfl_sim.catalog import MODEL_FAMILIES
+from iotfl_sim.fl.early_exit import build_early_exit
+from iotfl_sim.fl.fedx_models import build_fedx_model
+from iotfl_sim.fl.models import EE_FAMILIES, FEDX_FAMILIES, PLAIN_FAMILIES, build_plain
+from iotfl_sim.fl.reassemble import PREFIX as REASSEMBLED
+from iotfl_sim.fl.reassemble import build_reassembled
+from iotfl_sim.fl.resnet_cifar import build_resnet110
+from iotfl_sim.fl.submodel import SubmodelSpec
+
+
+def _fedx(family: str, spec: SubmodelSpec, *, num_classes: int, in_channels: int, image_size: tuple[int, int],
+          track_bn: bool = False, **_: object) -> nn.Module:  # fmt: skip
+    """FedX's models have no Scaler, no global rate and BatchNorm only: those arguments do not apply."""
+    return build_fedx_model(family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
+                            track_bn=track_bn)  # fmt: skip
+
+
+BUILDERS: dict[str, Callable[..., nn.Module]] = {
+    **dict.fromkeys(PLAIN_FAMILIES, build_plain),
+    "resnet110": build_resnet110,
+    **dict.fromkeys(EE_FAMILIES, build_early_exit),
+    **dict.fromkeys(FEDX_FAMILIES, _fedx),
+}
+
+
+def build_model(
+    family: str,
+    spec: SubmodelSpec,
+    *,
+    num_classes: int,
+    in_channels: int,
+    image_size: tuple[int, int],
+    global_rate: float = 1.0,
+    scaler: bool | None = None,
+    track_bn: bool = False,
+    norm: str = "bn",
+) -> nn.Module:
+    """Build the ``family`` submodel described by ``spec`` (a fresh, randomly initialised module).
+
+    ``global_rate`` is the global model's rate (HeteroFL's first level); in training mode each
+    Scaler divides by its layer's rate / ``global_rate``. ``scaler=None`` means the family's own
+    default: on for ``conv``, ``resnet18``, ``cnn_small`` and ``mlp`` (HeteroFL), off for ``vgg16``
+    (AdaptiveFL has none) and ``mobilenetv2``; ``True``/``False`` force it on/off for any family.
+    ``norm`` is ``bn`` (BatchNorm, ``momentum=None``, ``track_running_stats=track_bn``), ``in``, ``ln``
+    or ``none``. ``spec.depth`` (conv: conv units 1..4 with their pools, resnet18: stages 1..4, vgg16:
+    stages 1..5, mobilenetv2: bottleneck stages 1..7, resnet110: segments 1..4) keeps only the first stages and drops the head
+    (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
+    (``fl.early_exit``) return one logit tensor per exit. ``reassembled:...`` families are AdapterFL's
+    reassembled models (``fl.reassemble``); ``ofa_mbv3`` and ``harwild`` FedX's (``fl.fedx_models``).
+    """
+    builder = build_reassembled if family.startswith(REASSEMBLED) else BUILDERS.get(family)
+    if builder is None:
+        raise ValueError(f"unknown model family {family!r}; expected one of {MODEL_FAMILIES}")
+    return builder(
+        family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
+        global_rate=global_rate, scaler=scaler, track_bn=track_bn, norm=norm,
+    )  # fmt: skip
