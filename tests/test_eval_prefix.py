@@ -11,9 +11,9 @@ from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 
 
-def _pool(family: str, starts: tuple[int, ...], norm: str = "bn"):
+def _pool(family: str, starts: tuple[int, ...], norm: str = "bn", channels: int = 3):
     """AdaptiveFL's pool: for r in (0.25, 0.5) and each start layer a model keeping every channel below it; plus L."""
-    recipe = ModelRecipe(family, 10, 3, (16, 16), norm, False)
+    recipe = ModelRecipe(family, 10, channels, (16, 16), norm, False)
     full = SubmodelSpec(1.0, rounding="floor")
     torch.manual_seed(0)
     global_state = recipe.build(full).state_dict()
@@ -22,10 +22,11 @@ def _pool(family: str, starts: tuple[int, ...], norm: str = "bn"):
     return recipe, [(spec, slice_state(global_state, recipe.shapes(spec))) for spec in specs]
 
 
-def _data():
+def _data(channels: int = 3, train: int = 100, calib: int = 60, test: int = 50):
     g = torch.Generator().manual_seed(1)
-    x, y = torch.randn(150, 3, 16, 16, generator=g), torch.randint(0, 10, (150,), generator=g)
-    return NumericData(x[:100], y[:100], x[:60], x[100:], y[100:])
+    n = train + test
+    x, y = torch.randn(n, channels, 16, 16, generator=g), torch.randint(0, 10, (n,), generator=g)
+    return NumericData(x[:train], y[:train], x[:calib], x[train:], y[train:])
 
 
 def test_adaptivefl_pool_shares_its_unpruned_prefix_and_scores_the_same_bits():
@@ -62,8 +63,10 @@ def test_models_with_different_first_weights_or_no_prefix_are_evaluated_apart():
 
 
 def test_shared_prefix_statistics_equal_separate_calibration():
-    recipe, pool = _pool("vgg16", (4,))
-    data = _data()
+    # VGG16 is the costliest model here: grey images (its 256-wide head, not the 4096-wide one), calibration
+    # on 40 samples (2 batches of 20, so statistics still accumulate across batches) and 20 test samples
+    recipe, pool = _pool("vgg16", (4,), channels=1)
+    data = _data(channels=1, train=40, calib=40, test=20)
     jobs = [EvalJob(recipe, spec, state, 20) for spec, state in pool]
     assert sharing_groups(jobs) == [[0, 1, 2]]
     w = Worker(data, threads=1)
