@@ -14,6 +14,11 @@ MODEL_FAMILIES: tuple[str, ...] = (
     "ofa_mbv3", "harwild", "cnn2", "resnet110", "resnet110_ee", "resnet110_ee_light",
 )  # fmt: skip
 
+# Why a task failed (``Outcome.status`` when not "completed"; the ``failed_<reason>`` columns): out of memory,
+# battery run dry, device went offline, refused by the device (adapt), past the round's deadline, arrived after
+# the round had its updates (over-selection)
+FAILURE_REASONS: tuple[str, ...] = ("oom", "depleted", "offline", "refused", "deadline", "surplus")
+
 # AdapterFL's prototype families and the number of stages each is cut into (its reassembly points lie between
 # stages; ``scenario.algorithms.candidate_cuts``)
 PROTOTYPE_STAGES: dict[str, int] = {"cnn2": 3, "mobilenetv2": 9, "resnet18": 6, "vgg16": 6}

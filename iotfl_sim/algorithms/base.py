@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 
+from iotfl_sim.catalog import FAILURE_REASONS
 from iotfl_sim.fl.objectives import LocalObjective
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -25,6 +26,8 @@ __all__ = [
     "Strategy", "StrategyContext", "TrainWork", "Update", "Work",
 ]
 
+
+TaskStatus = Literal[("completed", *FAILURE_REASONS)]  # type: ignore[valid-type]
 
 @dataclass
 class Assignment:
@@ -51,7 +54,7 @@ class Outcome:
     """What happened to one task, as the server sees it after the round."""
 
     assignment: Assignment
-    status: str  # "completed" (accepted), or a failure reason: oom, depleted, refused, deadline
+    status: TaskStatus  # "completed" (accepted), or why it failed: one of catalog.FAILURE_REASONS
     trained: Assignment | None = None  # the assignment after device-side adaptation
     finished_at: float = float("nan")
 
@@ -163,7 +166,11 @@ class ServerWork:
 
 
 class FleetView(Protocol):
+    """What a strategy may know of the fleet when it selects (``sim.engine._View`` states the rule)."""
+
     num_devices: int
+    now: float  # simulated seconds at this selection
+    rnd: int  # the round being selected (0-based)
 
     def selectable(self) -> np.ndarray: ...  # indices of online devices not known to be gone and not busy
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from iotfl_sim.catalog import FAILURE_REASONS
 from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
@@ -22,7 +23,6 @@ from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
 ENERGY_KINDS = ("compute", "radio", "idle")
-FAILURE_REASONS = ("oom", "depleted", "offline", "refused", "deadline", "surplus")
 
 
 @dataclass
