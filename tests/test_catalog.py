@@ -30,3 +30,21 @@ def test_every_dataset_has_its_shape_and_every_family_builds():
         assert sum(p.numel() for p in model.parameters()) > 0, family
     assert set(PROTOTYPE_STAGES) <= set(MODEL_FAMILIES)
     assert set(BUILDERS) == set(MODEL_FAMILIES)  # one builder per catalogued family, none uncatalogued
+
+
+def test_every_method_is_registered_once_under_one_name_everywhere():
+    import json
+    from pathlib import Path
+
+    from iotfl_sim.algorithms import REGISTRY
+    from iotfl_sim.scenario.algorithms import ALGORITHM_CONFIGS, ALGORITHM_NAMES
+    from iotfl_sim.scenario.model import Scenario
+
+    assert set(REGISTRY) == set(ALGORITHM_CONFIGS) and len(ALGORITHM_NAMES) == len(set(ALGORITHM_NAMES))
+    for name, cls in REGISTRY.items():
+        assert cls.name == name
+    schema = json.dumps(Scenario.model_json_schema())  # what `iotfl-sim schema` prints
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name in ALGORITHM_NAMES:
+        assert f'"const": "{name}"' in schema or f'"enum": ["{name}"]' in schema, name  # the schema knows it
+        assert f"| `{name}` |" in readme, f"README's method table has no row for {name}"

@@ -15,20 +15,10 @@ from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT
 from iotfl_sim.algorithms.scalefl import ScaleFL
 
-REGISTRY = {
-    "fedavg": FedAvg,
-    "decoupled": Decoupled,
-    "heterofl": HeteroFL,
-    "heterofl_iot": HeteroFLIoT,
-    "adaptivefl": AdaptiveFL,
-    "flexfl": FlexFL,
-    "scalefl": ScaleFL,
-    "adapterfl": AdapterFL,
-    "fedbase": FedBase,
-    "feddf": FedDF,
-    "fedx": FedX,
-    "dadaquant": DAdaQuant,
-}
+STRATEGIES: tuple[type, ...] = (
+    FedAvg, Decoupled, HeteroFL, HeteroFLIoT, AdaptiveFL, FlexFL, ScaleFL, AdapterFL, FedBase, FedDF, FedX, DAdaQuant,
+)
+REGISTRY: dict[str, type] = {cls.name: cls for cls in STRATEGIES}  # keyed by each class's ``name``
 
 
 def make_strategy(cfg) -> Strategy:

@@ -6,7 +6,7 @@ These are plain data (no PyTorch); the methods themselves live in ``iotfl_sim.al
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union, get_args
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -612,33 +612,21 @@ class DAdaQuantConfig(Strict):
         return self
 
 
-AlgorithmConfig = Annotated[
-    FedAvgConfig
-    | DecoupledConfig
-    | HeteroFLConfig
-    | HeteroFLIoTConfig
-    | AdaptiveFLConfig
-    | FlexFLConfig
-    | ScaleFLConfig
-    | AdapterFLConfig
-    | FedBaseConfig
-    | FedDFConfig
-    | FedXConfig
-    | DAdaQuantConfig,
-    Field(discriminator="name"),
-]
-ALGORITHM_CONFIGS: dict[str, type[Strict]] = {
-    "fedavg": FedAvgConfig,
-    "decoupled": DecoupledConfig,
-    "heterofl": HeteroFLConfig,
-    "heterofl_iot": HeteroFLIoTConfig,
-    "adaptivefl": AdaptiveFLConfig,
-    "scalefl": ScaleFLConfig,
-    "flexfl": FlexFLConfig,
-    "adapterfl": AdapterFLConfig,
-    "fedbase": FedBaseConfig,
-    "feddf": FedDFConfig,
-    "fedx": FedXConfig,
-    "dadaquant": DAdaQuantConfig,
-}
+# Every method's config, listed once: the scenario's union, the name table and the schema derive from it, each
+# class's ``name`` Literal being its key (``algorithms.REGISTRY`` lists the strategies, keyed by the same names;
+# tests/test_catalog.py checks that the two lists agree).
+CONFIG_CLASSES: tuple[type[Strict], ...] = (
+    FedAvgConfig, DecoupledConfig, HeteroFLConfig, HeteroFLIoTConfig, AdaptiveFLConfig, ScaleFLConfig, FlexFLConfig,
+    AdapterFLConfig, FedBaseConfig, FedDFConfig, FedXConfig, DAdaQuantConfig,
+)  # fmt: skip
+
+
+def config_name(cls: type[Strict]) -> str:
+    """The one name a config class's ``name: Literal[...]`` field allows."""
+    (name,) = get_args(cls.model_fields["name"].annotation)
+    return name
+
+
+AlgorithmConfig = Annotated[Union[CONFIG_CLASSES], Field(discriminator="name")]  # noqa: UP007
+ALGORITHM_CONFIGS: dict[str, type[Strict]] = {config_name(c): c for c in CONFIG_CLASSES}
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)
