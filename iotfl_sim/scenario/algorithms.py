@@ -630,3 +630,14 @@ def config_name(cls: type[Strict]) -> str:
 AlgorithmConfig = Annotated[Union[CONFIG_CLASSES], Field(discriminator="name")]  # noqa: UP007
 ALGORITHM_CONFIGS: dict[str, type[Strict]] = {config_name(c): c for c in CONFIG_CLASSES}
 ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)
+
+
+def algorithm_problem(algorithm: Strict, *, numerics: str) -> str | None:
+    """What makes a method's config unusable in a scenario whose other settings it cannot see by itself (one
+    line naming the field and the fix), or None. Each method's rule lives here, beside its config."""
+    if isinstance(algorithm, FlexFLConfig) and numerics == "torch" and algorithm.apoz and algorithm.proxy_fraction == 0:
+        return (
+            "algorithm.proxy_fraction: flexfl's APoZ pretrains on a proxy set, and proxy_fraction 0 holds none; "
+            "set proxy_fraction > 0 (e.g. 0.01) or apoz: false"
+        )
+    return None

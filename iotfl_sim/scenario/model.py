@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES
-from iotfl_sim.scenario.algorithms import AlgorithmConfig
+from iotfl_sim.scenario.algorithms import AlgorithmConfig, algorithm_problem
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (
     MAX_BATCH,
@@ -430,13 +430,10 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _proxy_for_apoz(self) -> Scenario:
-        a = self.algorithm
-        if self.numerics == "torch" and a.name == "flexfl" and a.apoz and a.proxy_fraction == 0:  # type: ignore[union-attr]
-            raise ValueError(
-                "algorithm.proxy_fraction: flexfl's APoZ pretrains on a proxy set, and proxy_fraction 0 holds none; "
-                "set proxy_fraction > 0 (e.g. 0.01) or apoz: false"
-            )
+    def _algorithm_fits_the_scenario(self) -> Scenario:
+        problem = algorithm_problem(self.algorithm, numerics=self.numerics)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def num_devices(self) -> int:
