@@ -158,6 +158,23 @@ def test_server_fine_tuning_is_charged_each_round_on_the_servers_share():
     assert s.c.server_work.drain() == []
 
 
+
+def test_fine_tuning_is_charged_only_in_rounds_the_engine_aggregates():
+    """The engine aggregates (and so the server fine-tunes) only with min_participants updates; fewer completed
+    tasks leave nothing to charge, in data runs and system-only runs alike (FedX's rule too)."""
+    from dataclasses import replace
+
+    from iotfl_sim.algorithms.base import Assignment, Outcome
+
+    s = _dadaquant(proxy_classes=[2], finetune_epochs=1)
+    s.ctx = replace(s.c, min_participants=2)
+    ok, failed = (Outcome(Assignment(d, s.spec, level="full"), st) for d, st in ((0, "completed"), (1, "oom")))
+    s.observe(0, [ok, failed])  # one update < 2: the round was not aggregated
+    assert s.c.server_work.drain() == []
+    s.observe(1, [ok, Outcome(Assignment(2, s.spec, level="full"), "completed")])
+    assert [w for w, _ in s.c.server_work.drain()] == ["fine_tune"]
+
+
 def test_fine_tuning_without_server_classes_is_refused_naming_both_fields():
     with pytest.raises(ValueError, match="finetune_epochs > 0 .* proxy_classes"):
         DAdaQuantConfig(name="dadaquant", finetune_epochs=1)

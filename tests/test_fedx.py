@@ -275,3 +275,14 @@ def test_fine_tuning_fits_the_server_data_reaches_unheld_entries_and_gamma_pulls
         return sum(float(((state[k] - agg[k]) ** 2).sum()) for k in agg) ** 0.5
 
     assert 0 < dist(pulled.state) < 0.8 * dist(plain.state)  # (gamma / 2) ||theta - theta_agg||^2 holds it back
+
+
+def test_fine_tuning_is_charged_only_in_rounds_the_engine_aggregates():
+    from iotfl_sim.algorithms.base import Assignment, Outcome
+
+    s = _fedx(ctx_changes={"min_participants": 2}, mix={"small": 1.0})  # system-only: no data, nominal samples
+    a = [Assignment(d, s.specs["small"], level="small") for d in range(3)]
+    s.observe(0, [Outcome(a[0], "completed"), Outcome(a[1], "deadline")])  # 1 update < min_participants
+    assert "fine_tune" not in [w for w, _ in s.c.server_work.drain()]
+    s.observe(1, [Outcome(a[0], "completed"), Outcome(a[2], "completed")])
+    assert "fine_tune" in [w for w, _ in s.c.server_work.drain()]

@@ -203,6 +203,7 @@ class StrategyContext:
     # callable(recipe, spec) -> seconds per device of one local round of spec by each declared profile (the
     # cost model without jitter: what a server predicts from the profiles devices declare); None: unknown
     predict_train_seconds: Any = None
+    min_participants: int = 1  # the engine aggregates a round only with at least this many updates
 
 
 class Strategy(Protocol):

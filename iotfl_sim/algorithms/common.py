@@ -48,6 +48,12 @@ class StrategyBase:
         assert self.ctx is not None, "setup() has not run"
         return self.ctx
 
+    def aggregated(self, outcomes: list[Outcome]) -> bool:
+        """Whether the engine aggregated the round these outcomes close: at least ``min_participants`` tasks
+        completed (the engine's own condition; it holds in system-only runs too, where ``aggregate`` is not
+        called), so work done after aggregation (fine-tuning, distillation) is charged only then."""
+        return sum(o.status == "completed" for o in outcomes) >= self.c.min_participants
+
     def recipe_at(self, global_rate: float) -> ModelRecipe:
         return replace(self.c.recipe, global_rate=global_rate)
 

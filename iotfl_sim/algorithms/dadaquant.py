@@ -231,7 +231,7 @@ class DAdaQuant(StrategyBase):
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
         """Charge the round's fine-tuning (here, so that system-only runs price it too)."""
         cfg, n = self.cfg, self._server_samples()
-        if cfg.finetune_epochs == 0 or n < 2 or not any(o.status == "completed" for o in outcomes):
+        if cfg.finetune_epochs == 0 or n < 2 or not self.aggregated(outcomes):
             return
         k = n if cfg.finetune_samples is None else min(n, cfg.finetune_samples)
         self.c.server_work.charge("fine_tune", TrainWork(self.recipe, self.spec, k, cfg.finetune_epochs, cfg.server_batch_size))

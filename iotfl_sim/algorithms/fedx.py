@@ -233,7 +233,7 @@ class FedX(StrategyBase):
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
         """Charge the round's fine-tuning (here, so that system-only runs price it too; the engine charges the
         aggregation)."""
-        if not any(o.status == "completed" for o in outcomes):
+        if not self.aggregated(outcomes):
             return
         if self._fine_tunes():
             cfg = self.cfg

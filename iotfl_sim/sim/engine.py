@@ -202,6 +202,7 @@ class Simulation:
             seed=sc.seed,
             rounds=sc.rounds,
             clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
+            min_participants=sc.server.min_participants,
             memory_need=self.memory_need,
             declared_free_memory=self.fleet.mem_free,
             initial_state=self._initial_state,
