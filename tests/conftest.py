@@ -86,6 +86,28 @@ def _is_slow(nodeid: str) -> bool:
     return False
 
 
+def pytest_configure(config) -> None:
+    """One trace cache (``fl.trace_cache``) for the whole session, shared by the xdist workers and every process
+    a test starts, in a fresh temporary folder: tests neither read nor fill the user's ~/.cache, and start from
+    an empty cache as CI does. The controller makes it before the workers start; they inherit it."""
+    if hasattr(config, "workerinput") or os.environ.get("IOTFL_CACHE_DIR"):
+        return
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="iotfl-test-cache-")
+    os.environ["IOTFL_CACHE_DIR"] = folder
+    config._iotfl_cache_dir = folder
+
+
+def pytest_unconfigure(config) -> None:
+    folder = getattr(config, "_iotfl_cache_dir", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("IOTFL_CACHE_DIR", None)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if _is_slow(item.nodeid):

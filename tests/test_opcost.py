@@ -94,7 +94,8 @@ def test_batch_norm_roofline():
 RECIPE = ModelRecipe("cnn_small", 10, 1, (8, 8))
 
 
-def test_one_trace_per_spec_and_any_batch_priced_exactly():
+def test_one_trace_per_spec_and_any_batch_priced_exactly(tmp_path, monkeypatch):
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(tmp_path))  # an empty disk cache: this process traces
     spec = SubmodelSpec(0.75)
     opcost.affine_trace.cache_clear()
     opcost.step_trace.cache_clear()

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from iotfl_sim.fl import disk_cache
 from iotfl_sim.fl.build import build_model
 from iotfl_sim.fl.models import count_params
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -75,8 +77,36 @@ def measure_cost(
     All arguments must be hashable (``image_size`` a tuple). The model is probed in training mode
     with a small batch under ``torch.no_grad``; results are divided by the batch size.
     """
+    name = disk_cache.key("measure_cost", family, spec, num_classes, in_channels, tuple(image_size),
+                          sorted(model_kwargs.items()))  # fmt: skip
+    kept = disk_cache.load("costs", name, _valid_cost)
+    if kept is not None:
+        return ModelCost(int(kept["params"]), float(kept["flops"]), float(kept["activation_bytes"]))
+    cost = _probe(family, spec, num_classes, in_channels, image_size, model_kwargs)
+    kept = {
+        "params": np.int64(cost.params),
+        "flops": np.float64(cost.flops_forward_per_sample),
+        "activation_bytes": np.float64(cost.activation_bytes_per_sample),
+    }
+    disk_cache.store("costs", name, kept)
+    return cost
+
+
+def _valid_cost(arrays: disk_cache.Arrays) -> bool:
+    return disk_cache.has(arrays, {"params": ("i", 0), "flops": ("f", 0), "activation_bytes": ("f", 0)})
+
+
+def _probe(
+    family: str,
+    spec: SubmodelSpec,
+    num_classes: int,
+    in_channels: int,
+    image_size: tuple[int, int],
+    model_kwargs: dict[str, Any],
+) -> ModelCost:
     # Shapes are all the probe needs: on the meta device nothing is allocated or initialised, so
-    # even VGG16 costs milliseconds. The numbers equal a CPU run's (same operators, same shapes).
+    # even VGG16 costs milliseconds (FedX's OFA model, whose meta kernels run in Python, seconds).
+    # The numbers equal a CPU run's (same operators, same shapes).
     with torch.device("meta"):
         model = build_model(
             family,

@@ -28,6 +28,7 @@ import torch
 
 from iotfl_sim import safe_pickle
 from iotfl_sim.catalog import DATASETS
+from iotfl_sim.fl import disk_cache
 
 # Datasets whose samples carry a natural owner (``groups_train``): FEMNIST writers, UCI HAR subjects.
 NATURAL_GROUPS: tuple[str, ...] = ("femnist", "har")
@@ -206,13 +207,25 @@ def _fix(name: str, root: Path) -> str:
 # normalization and packaging
 
 
+def _aligned_float32(x: np.ndarray) -> np.ndarray:
+    """A float32 copy of ``x`` in memory PyTorch allocated (64-byte aligned), which the tensors then share.
+
+    Training reads batches as views of these arrays, and oneDNN's kernels may round differently with the
+    alignment of their input: memory numpy allocated starts wherever the allocator's history put it (16-byte
+    aligned), so the same data could train to other bits after another allocation order (found when a
+    cached digits split, read back from disk, landed at another address and changed AdapterFL's accuracy)."""
+    out = torch.empty(x.shape, dtype=torch.float32).numpy()
+    np.copyto(out, x, casting="same_kind")
+    return out
+
+
 def _normalize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cast to float32 and standardize both splits with the train split's per-channel mean and std.
 
     Raw uint8 pixels need no /255 first: standardizing removes any constant scale.
     """
-    xtr = np.ascontiguousarray(x_train, dtype=np.float32)
-    xte = np.ascontiguousarray(x_test, dtype=np.float32)
+    xtr = _aligned_float32(x_train)
+    xte = _aligned_float32(x_test)
     n, c = xtr.shape[:2]
     per_sample = int(np.prod(xtr.shape[2:]))
     # Chunked float64 sums keep the statistics exact without a float64 copy of the whole split.
@@ -271,6 +284,22 @@ def _check_labels(name: str, where: Path, y: np.ndarray, num_classes: int) -> No
 
 
 def _load_digits(test_fraction: float, seed: int) -> Dataset:
+    # scikit-learn's own split, kept on disk (fl.disk_cache) per (scikit-learn version, fraction, seed): the
+    # import alone costs a process about two seconds, and most test and example runs use digits
+    from importlib import metadata
+
+    name = disk_cache.key("digits", metadata.version("scikit-learn"), test_fraction, seed)
+    kept = disk_cache.load("datasets", name, _valid_digits)
+    if kept is None:
+        kept = _split_digits(test_fraction, seed)
+        disk_cache.store("datasets", name, kept)
+    return _package("digits", kept["x_train"], kept["y_train"], kept["x_test"], kept["y_test"], 10)
+
+
+_DIGITS = 1797  # scikit-learn's digits: 1797 8x8 images
+
+
+def _split_digits(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -280,7 +309,22 @@ def _load_digits(test_fraction: float, seed: int) -> Dataset:
     idx_tr, idx_te = train_test_split(
         np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=y
     )
-    return _package("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], 10)
+    return {"x_train": x[idx_tr], "y_train": y[idx_tr], "x_test": x[idx_te], "y_test": y[idx_te]}
+
+
+def _valid_digits(arrays: dict[str, np.ndarray]) -> bool:
+    fields = {"x_train": ("f", 4), "y_train": ("i", 1), "x_test": ("f", 4), "y_test": ("i", 1)}
+    if not disk_cache.has(arrays, fields):
+        return False
+    n_tr, n_te = len(arrays["y_train"]), len(arrays["y_test"])
+    return (
+        n_tr + n_te == _DIGITS
+        and arrays["x_train"].shape == (n_tr, 1, 8, 8)
+        and arrays["x_test"].shape == (n_te, 1, 8, 8)
+        and all(arrays[f].dtype == np.float32 for f in ("x_train", "x_test"))
+        and all(arrays[f].dtype == np.int64 and np.all((arrays[f] >= 0) & (arrays[f] < 10)) for f in ("y_train", "y_test"))
+        and all(np.all((arrays[f] >= 0.0) & (arrays[f] <= 1.0)) for f in ("x_train", "x_test"))
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from iotfl_sim.fl import disk_cache
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -303,6 +304,11 @@ class AffineTrace:
     bytes0: np.ndarray
     bytes1: np.ndarray
 
+    FIELDS = ("flops0", "flops1", "bytes0", "bytes1")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {f: getattr(self, f) for f in self.FIELDS}
+
     def at(self, batch: int) -> StepTrace:
         return StepTrace(batch, self.names, self.flops0 + self.flops1 * batch, self.bytes0 + self.bytes1 * batch)
 
@@ -311,7 +317,12 @@ class AffineTrace:
 def affine_trace(
     recipe: ModelRecipe, spec: SubmodelSpec, options: StepOptions = StepOptions(), forward_only: bool = False
 ) -> AffineTrace:
-    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec, options, mode))."""
+    """The cached, profile-independent op table of ``spec`` (two traces, once per (recipe, spec, options, mode)
+    on this machine: kept on disk by ``fl.disk_cache`` for the next process)."""
+    name = disk_cache.key("affine_trace", recipe, spec, options, forward_only, _TRACE_BATCHES)
+    kept = disk_cache.load("traces", name, _valid_table)
+    if kept is not None:
+        return AffineTrace(tuple(str(n) for n in kept.pop("names")), **kept)
     b0, b1 = _TRACE_BATCHES
     t0 = trace_step_uncached(recipe, spec, b0, options, forward_only)
     t1 = trace_step_uncached(recipe, spec, b1, options, forward_only)
@@ -319,7 +330,14 @@ def affine_trace(
         raise RuntimeError(f"{recipe.family}: the op sequence depends on the batch size; cannot price it affinely")
     slope_f = (t1.flops - t0.flops) / (b1 - b0)
     slope_b = (t1.bytes - t0.bytes) / (b1 - b0)
-    return AffineTrace(t0.names, t0.flops - slope_f * b0, slope_f, t0.bytes - slope_b * b0, slope_b)
+    table = AffineTrace(t0.names, t0.flops - slope_f * b0, slope_f, t0.bytes - slope_b * b0, slope_b)
+    disk_cache.store("traces", name, {"names": np.array(table.names, dtype=np.str_), **table.arrays()})
+    return table
+
+
+def _valid_table(arrays: disk_cache.Arrays) -> bool:
+    fields = {"names": ("U", 1), **{f: ("f", 1) for f in AffineTrace.FIELDS}}
+    return disk_cache.has(arrays, fields) and len({len(a) for a in arrays.values()}) == 1
 
 
 @lru_cache(maxsize=4096)

@@ -1,0 +1,169 @@
+"""The on-disk cache (fl.disk_cache) of operator traces, model costs and the digits split: what is read back is
+what was computed, bit for bit; anything unreadable is computed again and replaced; another PyTorch or changed
+numerics code never finds an old table; a folder that cannot be written, or the cache off, costs only time."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from iotfl_sim.fl import cost, data, disk_cache, opcost
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+
+RECIPE = ModelRecipe("cnn_small", 10, 1, (8, 8))
+SPEC = SubmodelSpec(0.5)
+
+
+def _fresh(monkeypatch, folder) -> opcost.AffineTrace:
+    """affine_trace as a new process would call it (its in-memory cache empty) with the disk cache at folder."""
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(folder))
+    opcost.affine_trace.cache_clear()
+    return opcost.affine_trace(RECIPE, SPEC)
+
+
+def _traces_run(monkeypatch, folder) -> tuple[opcost.AffineTrace, int]:
+    before = opcost.TRACE_CALLS["n"]
+    table = _fresh(monkeypatch, folder)
+    return table, opcost.TRACE_CALLS["n"] - before
+
+
+def _same(a: opcost.AffineTrace, b: opcost.AffineTrace) -> bool:
+    return a.names == b.names and all(
+        np.array_equal(x, y) and x.dtype == y.dtype == np.float64 for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True)
+    )
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    """The table traced with the cache off: what every cached answer must equal."""
+    monkeypatch.setenv("IOTFL_CACHE_DIR", "off")
+    opcost.affine_trace.cache_clear()
+    table = opcost.affine_trace(RECIPE, SPEC)
+    opcost.affine_trace.cache_clear()
+    return table
+
+
+def test_a_second_process_reads_the_trace_instead_of_tracing(tmp_path, monkeypatch, traced):
+    first, n_first = _traces_run(monkeypatch, tmp_path)
+    assert n_first == 2 and len(list((tmp_path / "traces").glob("*.npz"))) == 1
+    again, n_again = _traces_run(monkeypatch, tmp_path)
+    assert n_again == 0  # read back, not traced
+    assert _same(first, traced) and _same(again, traced)
+    assert not list((tmp_path / "traces").glob("*.tmp"))  # written under a temporary name, then renamed
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "short_array", "wrong_dtype", "empty"])
+def test_an_unreadable_file_is_traced_again_and_replaced(tmp_path, monkeypatch, traced, damage):
+    _fresh(monkeypatch, tmp_path)
+    (path,) = (tmp_path / "traces").glob("*.npz")
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00\xff" * 5000)
+    elif damage == "short_array":  # a readable file whose arrays do not match its op names
+        np.savez(path, names=np.array(traced.names), **{f: a[:-1] for f, a in traced.arrays().items()})
+    elif damage == "wrong_dtype":  # op names stored as numbers
+        np.savez(path, names=np.arange(len(traced.names)), **traced.arrays())
+    else:
+        path.write_bytes(b"")
+    table, n = _traces_run(monkeypatch, tmp_path)
+    assert n == 2 and _same(table, traced)
+    again, n_again = _traces_run(monkeypatch, tmp_path)  # the damaged file was replaced by a good one
+    assert n_again == 0 and _same(again, traced)
+
+
+def test_another_torch_or_changed_numerics_code_never_finds_an_old_table(tmp_path, monkeypatch):
+    _fresh(monkeypatch, tmp_path)
+    monkeypatch.setattr(disk_cache.torch, "__version__", "0.0.0-other")
+    assert _traces_run(monkeypatch, tmp_path)[1] == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(disk_cache, "code_fingerprint", lambda: "edited")
+    assert _traces_run(monkeypatch, tmp_path)[1] == 2
+    assert len(list((tmp_path / "traces").glob("*.npz"))) == 3
+
+
+def test_the_key_names_everything_a_trace_depends_on():
+    def k(recipe=RECIPE, spec=SPEC, options=None, forward=False):
+        return disk_cache.key("affine_trace", recipe, spec, options or opcost.StepOptions(), forward)
+
+    others = [
+        k(spec=SubmodelSpec(0.25)),
+        k(spec=SubmodelSpec(0.5, depth=2)),
+        k(recipe=ModelRecipe("cnn_small", 10, 3, (8, 8))),
+        k(recipe=ModelRecipe("cnn_small", 10, 1, (8, 8), norm="gn")),
+        k(options=opcost.StepOptions(momentum=0.0)),
+        k(forward=True),
+    ]
+    assert len({k(), *others}) == 7 and k() == k()
+
+
+def test_a_folder_that_cannot_be_written_or_the_cache_off_only_costs_the_trace(tmp_path, monkeypatch, traced):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    table, n = _traces_run(monkeypatch, blocker)
+    assert n == 2 and _same(table, traced)
+    table, n = _traces_run(monkeypatch, "off")
+    assert n == 2 and _same(table, traced)
+    assert disk_cache.cache_dir("traces") is None
+
+
+def test_the_default_folder_follows_xdg_then_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("IOTFL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert disk_cache.cache_dir("traces") == tmp_path / "xdg" / "iotfl-sim" / "traces"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert disk_cache.cache_dir("costs") == tmp_path / "home" / ".cache" / "iotfl-sim" / "costs"
+
+
+def test_model_costs_read_back_equal_the_probe(tmp_path, monkeypatch):
+    def measured():
+        cost.measure_cost.cache_clear()
+        return cost.measure_cost("cnn_small", SPEC, num_classes=10, in_channels=1, image_size=(8, 8), norm="bn")
+
+    monkeypatch.setenv("IOTFL_CACHE_DIR", "off")
+    probed = measured()
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(tmp_path))
+    assert measured() == probed  # computed, stored
+    calls = []
+    monkeypatch.setattr(cost, "_probe", lambda *a: calls.append(a))
+    assert measured() == probed and calls == []  # read back without probing
+    (path,) = (tmp_path / "costs").glob("*.npz")
+    np.savez(path, params=np.float64(1.5), flops=np.float64(1), activation_bytes=np.float64(1))  # params not an int
+    monkeypatch.undo()
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(tmp_path))
+    assert measured() == probed
+
+
+def _digits(monkeypatch, folder, seed=0):
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(folder))
+    data.clear_dataset_cache()
+    return data.load_dataset("digits", test_fraction=0.25, seed=seed)
+
+
+def _equal(a, b) -> bool:
+    return all(
+        getattr(a, f).dtype == getattr(b, f).dtype and bool((getattr(a, f) == getattr(b, f)).all())
+        for f in ("x_train", "y_train", "x_test", "y_test")
+    )
+
+
+def test_the_digits_split_read_back_is_scikit_learns_and_needs_no_import(tmp_path, monkeypatch):
+    direct = _digits(monkeypatch, "off")
+    assert _equal(_digits(monkeypatch, tmp_path), direct)  # computed, stored
+    for module in ("sklearn", "sklearn.datasets", "sklearn.model_selection"):
+        monkeypatch.setitem(sys.modules, module, None)  # importing scikit-learn now fails
+    assert _equal(_digits(monkeypatch, tmp_path), direct)
+    with pytest.raises(ImportError):  # another seed is another split: computed, which needs scikit-learn
+        _digits(monkeypatch, tmp_path, seed=1)
+    monkeypatch.undo()
+    (path,) = (tmp_path / "datasets").glob("*.npz")
+    with np.load(path) as kept:
+        bad = {f: kept[f] for f in kept.files}
+    bad["y_train"] = bad["y_train"] + 10  # labels out of range: refused, split again
+    np.savez(path, **bad)
+    assert _equal(_digits(monkeypatch, tmp_path), direct)
+    data.clear_dataset_cache()
