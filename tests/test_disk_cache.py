@@ -55,11 +55,15 @@ def test_a_second_process_reads_the_trace_instead_of_tracing(tmp_path, monkeypat
     assert not list((tmp_path / "traces").glob("*.tmp"))  # written under a temporary name, then renamed
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "short_array", "wrong_dtype", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "short_array", "wrong_dtype", "empty", "too_big"])
 def test_an_unreadable_file_is_traced_again_and_replaced(tmp_path, monkeypatch, traced, damage):
     _fresh(monkeypatch, tmp_path)
     (path,) = (tmp_path / "traces").glob("*.npz")
-    if damage == "truncated":
+    if damage == "too_big":  # a compressed member that would unpack to 100 MB: refused before unpacking
+        np.savez_compressed(path, names=np.array(traced.names), zeros=np.zeros(100 * 2**20, np.uint8),
+                            **traced.arrays())  # fmt: skip
+        assert path.stat().st_size < 2**20
+    elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:100])
     elif damage == "garbage":
         path.write_bytes(b"\x00\xff" * 5000)
@@ -167,3 +171,11 @@ def test_the_digits_split_read_back_is_scikit_learns_and_needs_no_import(tmp_pat
     np.savez(path, **bad)
     assert _equal(_digits(monkeypatch, tmp_path), direct)
     data.clear_dataset_cache()
+
+
+def test_a_file_unpacking_to_more_than_the_bound_is_not_unpacked(tmp_path, monkeypatch, traced):
+    _fresh(monkeypatch, tmp_path)
+    monkeypatch.setattr(disk_cache, "MAX_BYTES", 100)  # below any real table: the good file now counts as too big
+    monkeypatch.setattr(disk_cache.np, "load", lambda *a, **k: pytest.fail("unpacked a file over the bound"))
+    table, n = _traces_run(monkeypatch, tmp_path)
+    assert n == 2 and _same(table, traced)

@@ -12,7 +12,8 @@ Changing any of them names another file; nothing is ever looked up by a stale ke
 
 Where: ``$IOTFL_CACHE_DIR``, else ``$XDG_CACHE_HOME/iotfl-sim``, else ``~/.cache/iotfl-sim``, one folder per
 kind of table inside. ``IOTFL_CACHE_DIR=off`` turns it off. It is a cache: a file that cannot be read back
-whole (truncated, foreign, of other shapes) is computed again and replaced, and a folder that cannot be
+whole (truncated, foreign, of other shapes, or unpacking to more than ``MAX_BYTES``) is computed again and
+replaced, and a folder that cannot be
 written only costs the time; neither is an error. Files are written to a temporary name and renamed, so a
 reader never sees half of one. Deleting the folder is always safe.
 """
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 FORMAT = 1  # bump when the stored layout or the meaning of a field changes
+MAX_BYTES = 64 * 2**20  # the largest table here is under 1 MB; a file that unpacks to more is not ours
 Arrays = dict[str, np.ndarray]
 
 
@@ -68,8 +70,12 @@ def load(kind: str, name: str, valid: Callable[[Arrays], bool]) -> Arrays | None
     folder = cache_dir(kind)
     if folder is None:
         return None
+    path = folder / f"{name}.npz"
     try:
-        with np.load(folder / f"{name}.npz", allow_pickle=False) as data:
+        with zipfile.ZipFile(path) as archive:  # the sizes its members unpack to, before unpacking any
+            if sum(info.file_size for info in archive.infolist()) > MAX_BYTES:
+                return None
+        with np.load(path, allow_pickle=False) as data:
             arrays = {field: data[field] for field in data.files}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
