@@ -13,8 +13,7 @@ Changing any of them names another file; nothing is ever looked up by a stale ke
 Where: ``$IOTFL_CACHE_DIR``, else ``$XDG_CACHE_HOME/iotfl-sim``, else ``~/.cache/iotfl-sim``, one folder per
 kind of table inside. ``IOTFL_CACHE_DIR=off`` turns it off. It is a cache: a file that cannot be read back
 whole (truncated, foreign, of other shapes, or unpacking to more than ``MAX_BYTES``) is computed again and
-replaced, and a folder that cannot be
-written only costs the time; neither is an error. Files are written to a temporary name and renamed, so a
+replaced, and a folder that cannot be written only costs the time; neither is an error. Files are written to a temporary name and renamed, so a
 reader never sees half of one. Deleting the folder is always safe.
 """
 
