@@ -30,7 +30,6 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 # kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
 # "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
 SLOW_TESTS = (
-    "test_adapterfl.py::test_adapterfl_runs_end_to_end_and_is_deterministic",
     "test_adapterfl.py::test_fedbase_runs_end_to_end",
     "test_adapterfl.py::test_a_real_reassembled_model_trains_at_reduced_width",
     "test_adapterfl.py::test_adapter_shapes_for_every_reassembly_pair",
@@ -53,7 +52,6 @@ SLOW_TESTS = (
     "test_executors.py::test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job",
     "test_executors.py::test_pool_executor_gives_the_inline_bits",
     "test_feddf.py::test_distillation_moves_each_student_toward_the_ensemble_and_is_charged",
-    "test_feddf.py::test_feddf_runs_end_to_end",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
     "test_flexfl.py::test_end_to_end_digits",
     "test_fused.py::test_fused_is_deterministic",

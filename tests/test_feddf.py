@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from conftest import base_scenario, strategy_context
+from conftest import strategy_context
 from pydantic import ValidationError
 
 from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.feddf import FedDF
-from iotfl_sim.cli import main
 from iotfl_sim.fl.data import load_dataset
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.scenario.algorithms import FedAvgConfig, FedDFConfig
@@ -115,16 +112,7 @@ def test_fedavg_per_prototype_trains_that_family_on_the_devices_it_fits() -> Non
     assert s.eligible.tolist() == [False] * 3 + [True] * 3
 
 
-def test_feddf_runs_end_to_end(write_scenario, tmp_path) -> None:
-    sc = base_scenario(algorithm={"name": "feddf", **GROUP, "distill_steps": 3, "proxy_fraction": 0.05}, rounds=1)
-    sc["server"] = {"bn_calibration_samples": 100}
-    out = tmp_path / "runs"
-    assert main(["run", str(write_scenario(sc)), "--out", str(out), "--quiet"]) == 0
-    (run,) = list(out.iterdir())
-    header = (run / "rounds.csv").read_text().splitlines()[0].split(",")
-    assert {"acc_S", "acc_M", "acc_L", "acc_full", "acc_avg"} <= set(header)
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["rounds"] == 1
+# FedDF's end-to-end run (its S / M / L columns) is tests/test_resume.py's feddf case.
 
 
 def test_data_subsets_are_seeded_and_sized() -> None:

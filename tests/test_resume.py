@@ -50,6 +50,15 @@ METHODS = {
 }
 
 
+# The per-model accuracy columns a method's rounds.csv must carry (the end-to-end checks of the model-pool
+# methods: their uninterrupted run below is the end-to-end run, and the resume its determinism check)
+COLUMNS = {
+    "adapterfl": {"acc_L-S", "acc_L-M", "acc_L-L", "acc_avg", "acc_full"},
+    "fedbase": {"acc_L-S", "acc_L-M", "acc_L-L", "acc_avg", "acc_full"},
+    "feddf": {"acc_S", "acc_M", "acc_L", "acc_avg", "acc_full"},
+}
+
+
 def test_every_method_is_in_the_resume_test_and_has_a_golden_digest():
     from iotfl_sim.scenario.algorithms import ALGORITHM_NAMES
 
@@ -144,8 +153,10 @@ def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monk
     monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
     assert main(["run", "--resume", str(cut), "--quiet"]) == 0
     assert json.loads((cut / "summary.json").read_text())["status"] == "complete"
-    assert_same_run(only_run(tmp_path / "whole"), cut)
-    check_golden(method, only_run(tmp_path / "whole"))
+    whole = only_run(tmp_path / "whole")
+    assert_same_run(whole, cut)
+    assert len(rounds(whole)) == 2 and COLUMNS.get(method, set()) <= set(rounds(whole)[0])
+    check_golden(method, whole)
 
 
 def test_resume_refuses_a_finished_run_a_changed_scenario_and_a_tampered_checkpoint(tmp_path, write_scenario, monkeypatch, capsys):
