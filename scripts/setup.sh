@@ -5,7 +5,8 @@
 #
 # Where it installs (the same place scripts/in-venv runs commands from):
 #   - the active virtual environment, if one is active ($VIRTUAL_ENV);
-#   - otherwise a project-local .venv, created here with `python3 -m venv --system-site-packages`.
+#   - otherwise a project-local .venv, created here with `python3 -m venv --system-site-packages` (and
+#     --without-pip where the system's pip, which the venv then uses, is >= 21.3).
 # A venv is needed because Debian 12, Ubuntu 24.04 and other PEP 668 systems refuse `pip install` into
 # their own Python ("externally-managed-environment"). --system-site-packages lets the venv reuse a
 # PyTorch (or anything else) already installed for that Python instead of downloading it again; pip
