@@ -31,6 +31,7 @@ from torch import nn
 from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.models import LAYER_GROUPS, VGG16_CONVS, ConvUnit
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.sgd import PlainSGD
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 MIN_RATE = 0.01  # Algorithm 1 line 12: no layer is pruned away completely
@@ -260,15 +261,15 @@ def pretrain(
     model.train()
     last = float("nan")
     for _ in range(epochs):
-        opt: torch.optim.Optimizer
+        opt: torch.optim.Optimizer | PlainSGD
         if optimizer == "adam":
             opt = torch.optim.Adam(model.parameters(), lr=lr)
         else:
-            opt = torch.optim.SGD(model.parameters(), lr=lr)
+            opt = PlainSGD(model.parameters(), lr=lr)
         total, steps = 0.0, 0
         for batch in epoch_batches(torch.arange(len(x)), batch_size, gen):
             loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()
             loss.backward()
             opt.step()
             total += float(loss.detach())

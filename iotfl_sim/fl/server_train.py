@@ -18,6 +18,7 @@ from torch.func import functional_call
 
 from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.sgd import PlainSGD
 from iotfl_sim.fl.submodel import SubmodelSpec, prefix_index
 from iotfl_sim.seeding import int_seed, stream
 
@@ -51,7 +52,7 @@ def nested_sgd(
     models = [(recipe.build(s), recipe.shapes(s)) for s in specs]
     for m, _ in models:
         m.train()
-    opt = torch.optim.SGD([p for p in theta.values() if p.requires_grad], lr=lr)
+    opt = PlainSGD([p for p in theta.values() if p.requires_grad], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     last = float("nan")
@@ -65,7 +66,7 @@ def nested_sgd(
                 loss = loss + F.cross_entropy(functional_call(model, views, (xb,)), yb)
             if ref is not None and gamma > 0:
                 loss = loss + l2_pull({k: p for k, p in theta.items() if p.requires_grad}, ref, gamma)
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()
             loss.backward()
             opt.step()
             total += float(loss.detach())

@@ -12,6 +12,7 @@ from torch import nn
 from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.objectives import LocalObjective, objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.sgd import PlainSGD
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 
 State = dict[str, torch.Tensor]
@@ -83,7 +84,7 @@ def train_local(
     gen = torch.Generator().manual_seed(job.seed)
     model.load_state_dict(job.weights, strict=True)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=job.lr, momentum=job.momentum, weight_decay=job.weight_decay)
+    opt = PlainSGD(model.parameters(), lr=job.lr, momentum=job.momentum, weight_decay=job.weight_decay)
     idx = torch.as_tensor(job.indices, dtype=torch.long)
     keep = torch.as_tensor(job.label_mask, dtype=torch.long) if job.label_mask is not None else None
     teachers = _teacher_fn(model, job, skeleton)
@@ -92,7 +93,7 @@ def train_local(
         for batch in epoch_batches(idx, job.batch_size, gen):
             xb, yb = x[batch], y[batch]
             loss = objective_loss(job.objective, model(xb), yb, keep=keep, teachers=teachers, x=xb)
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()
             loss.backward()
             if job.clip_grad_norm is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), job.clip_grad_norm)
