@@ -234,8 +234,8 @@ def test_selector_follows_the_levels_and_reaches_every_model() -> None:
 
 def _strategy(cls=AdapterFL, weighting: str = "count", declared=None, fit: str = "memory") -> AdapterFL:
     recipe = ModelRecipe("cnn_small", 10, 1, (8, 8))
-    cfg_cls = AdapterFLConfig if cls is AdapterFL else FedBaseConfig
-    cfg = cfg_cls(name=cls.name, prototypes=["mobilenetv2", "resnet18", "vgg16"], width=0.0625, cuts=[4, 3, 2],
+    cfg_cls = cls.Config
+    cfg = cfg_cls(name="adapterfl" if cls is AdapterFL else "fedbase", prototypes=["mobilenetv2", "resnet18", "vgg16"], width=0.0625, cuts=[4, 3, 2],
                   weighting=weighting, fit=fit)  # fmt: skip
     need = {0: 1.0, 1: 2.0, 2: 3.0}
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY, base_scenario, relative_fleet, strategy_context
 from pydantic import ValidationError
 
-from iotfl_sim.algorithms import REGISTRY
+from iotfl_sim import methods
 from iotfl_sim.algorithms.adaptivefl import (
     AdaptiveFL,
     combined_rewards,
@@ -107,7 +107,7 @@ def test_config_validation():
         AdaptiveFLConfig(name="adaptivefl", width_rates=[0.66, 0.4, 1.0])
     with pytest.raises(ValidationError):
         AdaptiveFLConfig(name="adaptivefl", start_layers=[6, 4])
-    assert REGISTRY["adaptivefl"] is AdaptiveFL
+    assert methods.method("adaptivefl").strategy_class() is AdaptiveFL
 
 
 # ---------------------------------------------------------------- rewards

@@ -33,18 +33,22 @@ def test_every_dataset_has_its_shape_and_every_family_builds():
 
 
 def test_every_method_is_registered_once_under_one_name_everywhere():
+    """One registration per method (iotfl_sim.methods): its options class names it, its strategy takes those
+    options, and the schema and the README's method table derive from the registry."""
     import json
     from pathlib import Path
+    from typing import get_args
 
-    from iotfl_sim.algorithms import REGISTRY
-    from iotfl_sim.scenario.algorithms import ALGORITHM_CONFIGS, ALGORITHM_NAMES
+    from iotfl_sim import methods
     from iotfl_sim.scenario.model import Scenario
 
-    assert set(REGISTRY) == set(ALGORITHM_CONFIGS) and len(ALGORITHM_NAMES) == len(set(ALGORITHM_NAMES))
-    for name, cls in REGISTRY.items():
-        assert cls.name == name
+    names = methods.method_names()
+    assert len(names) == len(set(names)) and len(names) >= 12
+    for m in methods.registered():
+        assert get_args(m.config.model_fields["name"].annotation) == (m.name,), m.name
+        assert m.strategy_class().Config is m.config, m.name
     schema = json.dumps(Scenario.model_json_schema())  # what `iotfl-sim schema` prints
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for name in ALGORITHM_NAMES:
+    for name in names:
         assert f'"const": "{name}"' in schema or f'"enum": ["{name}"]' in schema, name  # the schema knows it
         assert f"| `{name}` |" in readme, f"README's method table has no row for {name}"

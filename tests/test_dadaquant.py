@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import base_scenario
 
-from iotfl_sim.algorithms import REGISTRY
+from iotfl_sim import methods
 from iotfl_sim.algorithms.dadaquant import DAdaQuant, LevelSchedule, client_levels, quantize_update
 from iotfl_sim.scenario.algorithms import DAdaQuantConfig
 
@@ -53,7 +53,7 @@ def test_federated_qsgd_levels_and_bits():
 
 
 def test_config_and_registry():
-    assert REGISTRY["dadaquant"] is DAdaQuant
+    assert methods.method("dadaquant").strategy_class() is DAdaQuant
     with pytest.raises(ValueError, match="q_min"):
         DAdaQuantConfig(name="dadaquant", q_min=16, q_max=8)
 

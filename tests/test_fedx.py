@@ -90,17 +90,17 @@ def test_upload_and_download_bits_set_the_bytes_on_the_wire(kind):
             return np.ones(6, dtype=bool)
 
     assignments = s.select(0, View(), np.random.default_rng(0))
-    s.dispatch(0, assignments)
+    s.wire.dispatch(0, assignments, s)
     for a in assignments:
         sub = slice_state(s.state, recipe.shapes(a.spec))
-        assert s.wire_bytes(a, up=False) == _hand_bytes(sub, 4, 0, 0, a.device, 64)
-        assert s.wire_bytes(a, up=True) == recipe.cost(a.spec).params * 4  # 32-bit upload: raw float32
+        assert s.wire.message_bytes(a, up=False) == _hand_bytes(sub, 4, 0, 0, a.device, 64)
+        assert s.wire.message_bytes(a, up=True) == recipe.cost(a.spec).params * 4  # 32-bit upload: raw float32
         assert a.bits == 32
-        q = s.payload(a)
+        q = s.wire.payload(a)
         assert any(not torch.equal(q[k], sub[k]) for k in q)  # the device trains the quantized weights
     off = FedAvg(FedAvgConfig(name="fedavg"))
     off.setup(ctx)
-    assert off.wire_bytes(assignments[0], up=False) is None  # 32/32: the engine's params x 4 as before
+    assert off.wire.message_bytes(assignments[0], up=False) is None  # 32/32: the engine's params x 4 as before
 
 
 def test_fedavg_wire_bytes_in_a_run(write_scenario, tmp_path):
@@ -221,20 +221,20 @@ def test_each_level_bits_reach_the_wire_down_and_up():
     s = _fedx(n=6, mix={"small": 0.5, "medium": 0.5}, bits=bits, server_data=False)
     assignments = s.select(0, _AllSelectable(6), np.random.default_rng(0))
     assert {a.level for a in assignments} == {"small", "medium"}
-    s.dispatch(0, assignments)
+    s.wire.dispatch(0, assignments, s)
     for a in assignments:
         assert a.bits == bits[a.level]
         sub = slice_state(s.state, MLP.shapes(a.spec))
-        q = s.payload(a)
+        q = s.wire.payload(a)
         for k in ("hidden.0.weight", "hidden.4.weight"):  # per tensor: s = 2^bits levels of the tensor's own norm
             assert _on_grid(q[k], sub[k], 2 ** bits[a.level]) == (True, True), (a.level, k)
-        assert s.wire_bytes(a, up=False) == _hand_bytes(sub, bits[a.level], 0, 0, a.device, None)
+        assert s.wire.message_bytes(a, up=False) == _hand_bytes(sub, bits[a.level], 0, 0, a.device, None)
         # the upload: trained weights quantized at the same level's bits on receipt
         trained = {k: v + 0.01 for k, v in sub.items()}
         from iotfl_sim.algorithms.base import Update
 
         up = Update(a, dict(trained), 10, np.arange(3), 0.0)
-        s.receive(0, up)
+        s.wire.receive(0, up)
         assert _on_grid(up.state["hidden.4.weight"], trained["hidden.4.weight"], 2 ** bits[a.level]) == (True, True)
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import base_scenario, relative_fleet, strategy_context
 
-from iotfl_sim.algorithms import REGISTRY
+from iotfl_sim import methods
 from iotfl_sim.algorithms.base import DeviceState
 from iotfl_sim.algorithms.flexfl import FlexFL, pool_names
 from iotfl_sim.cli import main
@@ -154,7 +154,7 @@ def make(recipe: ModelRecipe = CONV, n: int = 10, declared=None, state: bool = F
 
 
 def test_registered():
-    assert REGISTRY["flexfl"] is FlexFL
+    assert methods.method("flexfl").strategy_class() is FlexFL
     assert [x[0] for x in pool_names(3, True)] == ["M1", "M2'", "M2", "M3'", "M3"]
     assert [x[0] for x in pool_names(3, False)] == ["M1", "M2", "M3"]
 

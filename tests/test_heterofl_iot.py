@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import TINY, base_scenario, strategy_context
 
-from iotfl_sim.algorithms import REGISTRY
+from iotfl_sim import methods
 from iotfl_sim.algorithms.base import Assignment, Outcome, Update
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT, fill_quotas, level_quotas
@@ -69,7 +69,7 @@ def mix(assignments) -> Counter:
 
 
 def test_registered_and_aggregates_as_heterofl_by_hand():
-    assert REGISTRY["heterofl_iot"] is HeteroFLIoT
+    assert methods.method("heterofl_iot").strategy_class() is HeteroFLIoT
     assert issubclass(HeteroFLIoT, HeteroFL)
     # HeteroFL's aggregation on hand-made tensors: every entry averaged, unweighted, over the clients
     # whose (nested, prefix) submodel holds it; a classifier row only over the clients holding that label.

@@ -60,9 +60,9 @@ COLUMNS = {
 
 
 def test_every_method_is_in_the_resume_test_and_has_a_golden_digest():
-    from iotfl_sim.scenario.algorithms import ALGORITHM_NAMES
+    from iotfl_sim import methods
 
-    assert set(ALGORITHM_NAMES) <= {m["algorithm"]["name"] for m in METHODS.values()}
+    assert set(methods.method_names()) <= {m["algorithm"]["name"] for m in METHODS.values()}
     assert {p.stem for p in GOLDEN.glob("*.sha256")} == set(METHODS)
 
 

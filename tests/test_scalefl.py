@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import base_scenario, strategy_context
 
-from iotfl_sim.algorithms import REGISTRY
+from iotfl_sim import methods
 from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.algorithms.scalefl import (
     ScaleFL,
@@ -193,7 +193,7 @@ def make(n: int = 8, rounds: int = 8, free=None, need=None, family: str = "conv"
 
 
 def test_registered_and_default_levels():
-    assert REGISTRY["scalefl"] is ScaleFL
+    assert methods.method("scalefl").strategy_class() is ScaleFL
     assert default_levels("conv") == [(0.7, 1), (0.7, 2), (0.75, 3), (1.0, 4)]
     assert default_levels("vgg16") == [(0.7, 2), (0.7, 3), (0.75, 4), (1.0, 5)]
     s = make()

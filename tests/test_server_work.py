@@ -8,10 +8,11 @@ import yaml
 from conftest import base_scenario
 from test_engine import expected_task_time
 
-from iotfl_sim.algorithms import REGISTRY
+from iotfl_sim import methods
 from iotfl_sim.algorithms.base import Assignment, DeviceState, ServerWork
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.algorithms import FedAvgConfig
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.setup import split_proxy
@@ -37,7 +38,7 @@ class _Halving(FedAvg):
 
 
 def _sim(monkeypatch, cls, numerics: str = "none", **over) -> Simulation:
-    monkeypatch.setitem(REGISTRY, "fedavg", cls)
+    monkeypatch.setitem(methods._METHODS, "fedavg", methods.Method("fedavg", FedAvgConfig, cls))
     data = base_scenario(numerics=numerics, rounds=2, clients_per_round=8, **over)
     sc = load_scenario(text=yaml.safe_dump(data))
     return Simulation(sc, resolve_groups(sc))

@@ -75,8 +75,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, InferWork, Update
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, InferWork, Strategy, Update
+from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.reassemble import (
     Partition,
@@ -91,7 +91,7 @@ from iotfl_sim.fl.reassemble import (
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fleet.fleet import MB
-from iotfl_sim.scenario.algorithms import AdapterFLConfig
+from iotfl_sim.scenario.algorithms import AdapterFLConfig, FedBaseConfig
 from iotfl_sim.seeding import int_seed, stream
 
 LETTERS = ("S", "M", "L")
@@ -142,7 +142,7 @@ def select_by_fit(pool: np.ndarray, level: np.ndarray, k: int, num_models: int, 
     return sorted(out)
 
 
-class ModelPoolRounds(StrategyBase):
+class ModelPoolRounds(Strategy):
     """Rounds over a labelled pool of models (``labels``, ``recipes``, ``specs``), each device given the
     largest model its level fits (``level``, ``select_by_fit``): shared by AdapterFL, FedBase and FedDF."""
 
@@ -187,12 +187,13 @@ class ModelPoolRounds(StrategyBase):
 
 
 class AdapterFL(ModelPoolRounds):
-    name = "adapterfl"
+    Config = AdapterFLConfig
+    checkpointed = ("state",)
     shared_blocks: tuple[str, ...] = ("ex",)
 
     def __init__(self, cfg: AdapterFLConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: AdapterFLConfig = cfg
         self.partition: Partition | None = None
 
     def prototype_recipe(self, family: str) -> ModelRecipe:
@@ -279,5 +280,5 @@ class AdapterFL(ModelPoolRounds):
 class FedBase(AdapterFL):
     """AdapterFL's reassembled models, each averaged only over its own clients (nothing shared)."""
 
-    name = "fedbase"
+    Config = FedBaseConfig
     shared_blocks = ()

@@ -90,9 +90,10 @@ from iotfl_sim.algorithms.base import (
     FleetView,
     LocalObjective,
     Outcome,
+    Strategy,
     Update,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions, refuse_zero_widths
+from iotfl_sim.algorithms.common import contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.models import LAYER_GROUPS, start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -184,12 +185,13 @@ def update_tables(
         tr[t] = max(tr[t] - j, 0)
 
 
-class AdaptiveFL(StrategyBase):
-    name = "adaptivefl"
+class AdaptiveFL(Strategy):
+    Config = AdaptiveFLConfig
+    checkpointed = ("state", "history", "tc", "tr")
 
     def __init__(self, cfg: AdaptiveFLConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: AdaptiveFLConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx

@@ -8,9 +8,10 @@ run summary then reports that the method used oracle knowledge.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
@@ -18,12 +19,13 @@ import torch
 from iotfl_sim.catalog import FAILURE_REASONS
 from iotfl_sim.fl.objectives import LocalObjective
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
+from iotfl_sim.scenario.algorithms import MethodConfig
 
 State = dict[str, torch.Tensor]
 __all__ = [
     "AggregateWork", "Assignment", "DeviceState", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
-    "Strategy", "StrategyContext", "TrainWork", "Update", "Work",
+    "Strategy", "StrategyContext", "TrainWork", "Update", "Wire", "Work",
 ]
 
 
@@ -206,33 +208,161 @@ class StrategyContext:
     min_participants: int = 1  # the engine aggregates a round only with at least this many updates
 
 
-class Strategy(Protocol):
-    """A method. Optional attributes the engine reads with ``getattr``: ``dispatch``, ``wire_bytes``,
-    ``receive`` (quantized messages, ``common.WireMixin``) and ``ignores_memory`` (True: memory never fails
-    a task and the memory feasibility check is skipped, for an upper-bound baseline such as fedavg's
-    ``memory: ignore``)."""
+class Strategy(ABC):
+    """An FL method, as the engine drives it; subclass it in your own file and register it (``iotfl_sim.methods``).
 
-    name: str
+    Each round the engine calls, in this order: ``select`` (which devices train what), the wire's
+    ``dispatch`` (if the method has a ``wire``), ``adapt`` on each device when its task arrives, ``payload``
+    for each download, ``local_objective`` for each accepted task's training, ``aggregate`` with the updates
+    the server accepted (when at least ``ctx.min_participants`` arrived), ``observe`` with every task's
+    outcome, and ``eval_targets`` when the round is evaluated. ``setup`` runs once before the first round and
+    ``candidate_specs`` once after it (the memory feasibility check and the cost model's traces).
 
-    def setup(self, ctx: StrategyContext) -> None: ...
+    Five methods are required (``setup``, ``select``, ``payload``, ``aggregate``, ``eval_targets``); the rest
+    are documented defaults: ``recipe_for`` / ``candidate_specs`` give the scenario's model at full width to
+    everyone, ``adapt`` keeps the task, ``local_objective`` is plain cross-entropy, ``observe`` does nothing,
+    ``wire`` None sends float32 weights (bytes = parameters x 4, plus the header).
 
-    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]: ...
+    Rules every method keeps:
 
-    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]: ...
+    - Numerics never depend on simulated durations: the engine simulates a round before any training runs.
+    - Randomness comes from the ``rng`` the engine passes to ``select`` or from streams seeded by
+      ``ctx.seed`` (``iotfl_sim.seeding``), never from global RNGs: a resumed run must draw the same.
+    - The server knows only what ``FleetView`` offers; true device state costs a ``true_state`` call, which
+      the summary reports as oracle knowledge.
+    - Server-side computation (distillation, fine-tuning, quantization ...) is charged with
+      ``ctx.server_work.charge`` so that it takes simulated time; the engine charges aggregation itself.
+    - State that changes after ``setup`` is named in ``checkpointed`` (attribute names; their values plain
+      data: tensors, arrays, numbers, strings, containers of them): a checkpoint saves exactly those and a
+      resumed run sets them back on a freshly set-up strategy. ``tests/test_strategy_api.py`` checks that no
+      other attribute changes while a method runs.
+    """
 
-    def adapt(self, assignment: Assignment, device: DeviceState) -> Assignment | None: ...
+    Config: ClassVar[type[MethodConfig]] = MethodConfig  # the method's options (the scenario's algorithm block)
+    checkpointed: ClassVar[tuple[str, ...]] = ()  # attributes that change after setup (see above)
+    wire: Wire | None = None  # how messages are encoded and priced (``algorithms.wire``); None: float32
 
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe: ...
+    def __init__(self, cfg: MethodConfig) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.ctx: StrategyContext | None = None
 
-    def payload(self, assignment: Assignment) -> State: ...
+    # -- required
 
-    def local_objective(self, assignment: Assignment) -> LocalObjective: ...
+    @abstractmethod
+    def setup(self, ctx: StrategyContext) -> None:
+        """Build the method's models and state from ``ctx`` (keep ``self.ctx = ctx``); runs once."""
 
-    def aggregate(self, rnd: int, updates: list[Update]) -> None: ...
+    @abstractmethod
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        """This round's tasks: which devices (selectable ones, see ``FleetView``) train which submodel at what
+        upload precision. ``rng`` is this round's own stream. Return at most one task per device."""
 
-    def observe(self, rnd: int, outcomes: list[Outcome]) -> None: ...
+    @abstractmethod
+    def payload(self, assignment: Assignment) -> State:
+        """The weights sent to ``assignment.device`` (a state the engine slices to the task's submodel; not
+        copied here: do not modify it). In system-only runs (``numerics: none``) states are empty dicts."""
 
-    def eval_targets(self) -> list[EvalTarget]: ...
+    @abstractmethod
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        """Fold the round's accepted updates into the global state (called only when at least
+        ``ctx.min_participants`` arrived, and never in system-only runs)."""
+
+    @abstractmethod
+    def eval_targets(self) -> list[EvalTarget]:
+        """The models the server evaluates on the test set (a column acc_<label> each)."""
+
+    # -- optional, with these defaults
+
+    @property
+    def ignores_memory(self) -> bool:
+        """True: memory never fails a task and the feasibility check is skipped (an upper-bound baseline)."""
+        return False
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        """The model family and global width the task's submodel is cut from (default: the scenario's model)."""
+        return self.c.recipe
+
+    def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
+        """Every (recipe, submodel) this method may assign, for the memory feasibility check and the cost
+        model (default: the scenario's model at full width)."""
+        return [(self.c.recipe, SubmodelSpec(1.0, name="full"))]
+
+    def adapt(self, assignment: Assignment, device: DeviceState) -> Assignment | None:
+        """Device-side adaptation when a task arrives (e.g. pruning to fit free memory); None: the device
+        declines (the task fails as ``refused``). Default: train the task as assigned."""
+        return assignment
+
+    def local_objective(self, assignment: Assignment) -> LocalObjective:
+        """How the device trains (``fl.objectives``: CE, masked CE, distillation, a proximal term)."""
+        return LocalObjective()
+
+    def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
+        """Every task's outcome at the round's end (completed or why it failed): for methods that learn
+        from failures. Default: nothing."""
+        return None
+
+    # -- helpers for methods
+
+    @property
+    def c(self) -> StrategyContext:
+        """The set-up context (``setup`` must have run)."""
+        assert self.ctx is not None, "setup() has not run"
+        return self.ctx
+
+    def aggregated(self, outcomes: list[Outcome]) -> bool:
+        """Whether the engine aggregated the round these outcomes close: at least ``min_participants`` tasks
+        completed (the engine's own condition; it holds in system-only runs too, where ``aggregate`` is not
+        called), so work done after aggregation (fine-tuning, distillation) is charged only then."""
+        return sum(o.status == "completed" for o in outcomes) >= self.c.min_participants
+
+    def recipe_at(self, global_rate: float) -> ModelRecipe:
+        return replace(self.c.recipe, global_rate=global_rate)
+
+    def fits(self, recipe: ModelRecipe, spec: SubmodelSpec, free_bytes: np.ndarray) -> np.ndarray:
+        """Which devices' declared free memory can hold a training task of ``spec``."""
+        return free_bytes >= self.c.memory_need(recipe, spec)
+
+    def largest_fitting(
+        self, pool: Sequence[tuple[ModelRecipe, SubmodelSpec]], free: float, upto: int | None = None
+    ) -> int | None:
+        """Device-side adaptive pruning: the index of the largest pool model (``pool`` ordered by size,
+        smallest first) whose training need fits ``free``, among ``pool[: upto + 1]``; None if none fits."""
+        last = len(pool) - 1 if upto is None else upto
+        for i in range(last, -1, -1):
+            recipe, spec = pool[i]
+            if self.c.memory_need(recipe, spec) <= free:
+                return i
+        return None
+
+    @staticmethod
+    def slice_for(state: State, recipe: ModelRecipe, spec: SubmodelSpec) -> State:
+        return slice_state(state, recipe.shapes(spec))
+
+
+class Wire:
+    """How a method's messages travel, a component a strategy holds as ``self.wire`` (e.g.
+    ``algorithms.wire.QsgdWire``: QSGD-quantized downloads and uploads). Every hook has a no-op default.
+
+    The engine calls ``dispatch`` right after ``select`` (before the server's pending work goes on the clock,
+    so encoding charged here is priced in this round); ``payload`` for each download (None: the strategy's
+    ``payload`` goes as it is); ``message_bytes`` to price a download (``up`` False) or upload without the
+    header (None: parameters x bits / 8); ``receive`` on each accepted upload after training (it may replace
+    ``update.state`` with what the server decodes) returning its real encoded bytes, which replace the
+    priced estimate in the byte count (None: the estimate stands). A method with a wire has its prices
+    recorded for replay on resume."""
+
+    def dispatch(self, rnd: int, assignments: list[Assignment], strategy: Strategy) -> None:
+        return None
+
+    def payload(self, assignment: Assignment) -> State | None:
+        return None
+
+    def message_bytes(self, assignment: Assignment, up: bool) -> float | None:
+        return None
+
+    def receive(self, rnd: int, update: Update) -> float | None:
+        return None
 
 
 def random_selection(candidates: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:

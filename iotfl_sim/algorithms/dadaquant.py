@@ -74,11 +74,13 @@ from iotfl_sim.algorithms.base import (
     EvalTarget,
     FleetView,
     Outcome,
+    Strategy,
     TrainWork,
     Update,
+    Wire,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.evaluate import evaluate
 from iotfl_sim.fl.quantize import NORM_BITS, encoded_bits, stochastic_levels
@@ -143,12 +145,13 @@ def quantize_update(delta: State, q: int, generator: torch.Generator) -> tuple[S
     return out, nbits
 
 
-class DAdaQuant(StrategyBase):
-    name = "dadaquant"
+class DAdaQuant(Strategy):
+    Config = DAdaQuantConfig
+    checkpointed = ("state", "last_update", "schedule", "wire")
 
     def __init__(self, cfg: DAdaQuantConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: DAdaQuantConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
@@ -164,7 +167,7 @@ class DAdaQuant(StrategyBase):
         self.server_x = self.server_y = None
         if cfg.finetune_epochs > 0 and ctx.data is not None and ctx.proxy_indices is not None:
             self.server_x, self.server_y = ctx.data.x_train[ctx.proxy_indices], ctx.data.y_train[ctx.proxy_indices]
-        self.estimates: dict[int, float] = {}  # device -> priced upload bytes, this round
+        self.wire = UpdateWire(ctx.seed)
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.spec)]
@@ -185,31 +188,6 @@ class DAdaQuant(StrategyBase):
 
     def payload(self, assignment: Assignment) -> State:
         return self.state
-
-    def dispatch(self, rnd: int, assignments: list[Assignment]) -> None:
-        """Price each upload at its client's level (the real encoded size replaces it after training)."""
-        self.estimates = {}
-        ref = self.last_update or self.state
-        for a in assignments:
-            q = int(a.extras["q"])
-            if ref:
-                gen = torch.Generator().manual_seed(int_seed(self.c.seed, "dadaquant_price", rnd, a.device))
-                self.estimates[a.device] = -(-quantize_update(ref, q, gen)[1] // 8)
-            else:  # system-only
-                tensors, params = len(self.recipe.shapes(self.spec)), self.recipe.cost(self.spec).params
-                self.estimates[a.device] = (params * (1 + math.ceil(math.log2(q + 1))) + NORM_BITS * tensors) / 8.0
-
-    def wire_bytes(self, assignment: Assignment, up: bool) -> float | None:
-        return float(self.estimates[assignment.device]) if up and assignment.device in self.estimates else None
-
-    def receive(self, rnd: int, update: Update) -> float:
-        """Quantize the client's update p_{t+1}^k - p_t at its level; the update becomes p_t + Q(delta)."""
-        q = int(update.assignment.extras["q"])
-        delta = {k: update.state[k] - self.state[k] for k in update.state}
-        gen = torch.Generator().manual_seed(int_seed(self.c.seed, "dadaquant_up", rnd, update.assignment.device))
-        qd, nbits = quantize_update(delta, q, gen)
-        update.state = {k: self.state[k] + qd[k] for k in qd}
-        return float(-(-nbits // 8))
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:
@@ -261,3 +239,42 @@ class DAdaQuant(StrategyBase):
 
     def eval_targets(self) -> list[EvalTarget]:
         return [EvalTarget("full", self.spec, self.state, self.recipe)]
+
+
+class UpdateWire(Wire):
+    """DAdaQuant's messages: float32 downloads; each upload is the client's update quantized at its level q
+    (``assignment.extras["q"]``), priced at dispatch from the last global update (the real encoded size
+    replaces the estimate after training)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.base: State = {}  # p_t, the global state this round's updates are taken against
+        self.estimates: dict[int, float] = {}  # device -> priced upload bytes, this round
+
+    def dispatch(self, rnd: int, assignments: list[Assignment], strategy: Strategy) -> None:
+        """Price each upload at its client's level (the real encoded size replaces it after training)."""
+        assert isinstance(strategy, DAdaQuant)
+        self.base = strategy.state
+        self.estimates = {}
+        ref = strategy.last_update or strategy.state
+        for a in assignments:
+            q = int(a.extras["q"])
+            if ref:
+                gen = torch.Generator().manual_seed(int_seed(self.seed, "dadaquant_price", rnd, a.device))
+                self.estimates[a.device] = -(-quantize_update(ref, q, gen)[1] // 8)
+            else:  # system-only
+                recipe, spec = strategy.recipe, strategy.spec
+                tensors, params = len(recipe.shapes(spec)), recipe.cost(spec).params
+                self.estimates[a.device] = (params * (1 + math.ceil(math.log2(q + 1))) + NORM_BITS * tensors) / 8.0
+
+    def message_bytes(self, assignment: Assignment, up: bool) -> float | None:
+        return float(self.estimates[assignment.device]) if up and assignment.device in self.estimates else None
+
+    def receive(self, rnd: int, update: Update) -> float | None:
+        """Quantize the client's update p_{t+1}^k - p_t at its level; the update becomes p_t + Q(delta)."""
+        q = int(update.assignment.extras["q"])
+        delta = {k: update.state[k] - self.base[k] for k in update.state}
+        gen = torch.Generator().manual_seed(int_seed(self.seed, "dadaquant_up", rnd, update.assignment.device))
+        qd, nbits = quantize_update(delta, q, gen)
+        update.state = {k: self.base[k] + qd[k] for k in qd}
+        return float(-(-nbits // 8))

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, select_uniform
-from iotfl_sim.algorithms.common import StrategyBase
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Strategy, Update, select_uniform
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import DecoupledConfig, parse_proportions
 
 
-class Decoupled(StrategyBase):
-    name = "decoupled"
+class Decoupled(Strategy):
+    Config = DecoupledConfig
+    checkpointed = ("states",)
 
     def __init__(self, cfg: DecoupledConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: DecoupledConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx

@@ -19,24 +19,26 @@ from dataclasses import replace
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Update, select_uniform
-from iotfl_sim.algorithms.common import StrategyBase, WireMixin, contributions
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Strategy, Update, select_uniform
+from iotfl_sim.algorithms.common import contributions
+from iotfl_sim.algorithms.wire import QsgdWire
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedAvgConfig
 
 
-class FedAvg(WireMixin, StrategyBase):
-    name = "fedavg"
+class FedAvg(Strategy):
+    Config = FedAvgConfig
+    checkpointed = ("state", "wire")
 
     def __init__(self, cfg: FedAvgConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: FedAvgConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
-        self.setup_wire(ctx, self.cfg)
+        self.wire = QsgdWire(ctx.seed, ctx.server_work, self.cfg)
         rate = self.cfg.width if self.cfg.flavour == "all_large" else self.cfg.small_rate
         self.recipe = self.recipe_at(rate)
         if self.cfg.family is not None:  # one prototype of a heterogeneous method (AdapterFL's FedAvg S/M/L)
@@ -59,12 +61,12 @@ class FedAvg(WireMixin, StrategyBase):
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
-        return [Assignment(int(d), self.spec, level="full", bits=self.upload_bits) for d in chosen]
+        return [Assignment(int(d), self.spec, level="full", bits=self.wire.upload_bits) for d in chosen]
 
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
 
-    def payload_for(self, assignment: Assignment):
+    def payload(self, assignment: Assignment):
         return self.state
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:

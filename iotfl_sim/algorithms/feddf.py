@@ -45,11 +45,12 @@ State = dict[str, torch.Tensor]
 
 
 class FedDF(ModelPoolRounds):
-    name = "feddf"
+    Config = FedDFConfig
+    checkpointed = ("states",)
 
     def __init__(self, cfg: FedDFConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: FedDFConfig = cfg
         self._skeletons: dict[tuple[ModelRecipe, SubmodelSpec], torch.nn.Module] = {}
 
     def setup(self, ctx) -> None:

@@ -72,12 +72,15 @@ from iotfl_sim.algorithms.base import (
     EvalTarget,
     FleetView,
     Outcome,
+    ServerWork,
     State,
+    Strategy,
     TrainWork,
     Update,
+    Wire,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.algorithms.fedx_assign import search, search_work, utility_drops
 from iotfl_sim.algorithms.wire import QuantizedWire
 from iotfl_sim.fl.aggregate import aggregate_nested
@@ -106,12 +109,13 @@ def assign_by_share(num_devices: int, names: list[str], shares: np.ndarray, rng:
     return levels[rng.permutation(num_devices)]
 
 
-class FedX(StrategyBase):
-    name = "fedx"
+class FedX(Strategy):
+    Config = FedXConfig
+    checkpointed = ("state", "wire")
 
     def __init__(self, cfg: FedXConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: FedXConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
@@ -122,7 +126,7 @@ class FedX(StrategyBase):
         self.levels = [x for x in LEVELS if cfg.mix.get(x, 0) > 0]
         need = np.array([self.c.memory_need(self.recipe, self.specs[x]) for x in self.levels])
         self.state = ctx.initial_state(self.recipe, self.global_spec)
-        self.wire = QuantizedWire(ctx.seed, ctx.server_work, cfg.qsgd_bucket)
+        self.wire = FedXWire(ctx.seed, ctx.server_work, cfg.qsgd_bucket)
         self.server_x = self.server_y = None
         if ctx.data is not None and ctx.proxy_indices is not None and cfg.server_data:
             idx = ctx.proxy_indices
@@ -200,24 +204,11 @@ class FedX(StrategyBase):
             out.append(Assignment(int(d), self.specs[x], level=x, bits=int(self.bits_of[d])))
         return out
 
-    def dispatch(self, rnd: int, assignments: list[Assignment]) -> None:
-        """Alg. 1 line 10: the server quantizes each device's sub-network at its bits."""
-        self.wire.sent.clear()
-        for a in assignments:
-            sub = self.slice_for(self.state, self.recipe, a.spec) if self.state else {}  # {}: system-only
-            self.wire.dispatch(rnd, a, sub, a.bits, self.recipe)
-
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
 
     def payload(self, assignment: Assignment) -> State:
-        return self.wire.payload(assignment.device)
-
-    def wire_bytes(self, assignment: Assignment, up: bool) -> float | None:
-        return self.wire.wire_bytes(assignment, up)
-
-    def receive(self, rnd: int, update: Update) -> float:
-        return self.wire.receive(rnd, update)
+        return self.state  # what goes on the air is the wire's quantized sub-network (FedXWire)
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:
@@ -261,3 +252,27 @@ class FedX(StrategyBase):
         ]
         out.append(EvalTarget("full", self.global_spec, self.state, self.recipe, is_level=False))
         return out
+
+
+class FedXWire(Wire):
+    """Alg. 1 line 10: the server quantizes each device's sub-network at the device's own bits (the
+    assignment's), and each upload comes back at the same bits, through one QSGD channel."""
+
+    def __init__(self, seed: int, server_work: ServerWork, bucket: int | None) -> None:
+        self.channel = QuantizedWire(seed, server_work, bucket)
+
+    def dispatch(self, rnd: int, assignments: list[Assignment], strategy: Strategy) -> None:
+        assert isinstance(strategy, FedX)
+        self.channel.sent.clear()
+        for a in assignments:
+            sub = strategy.slice_for(strategy.state, strategy.recipe, a.spec) if strategy.state else {}  # {}: system-only
+            self.channel.dispatch(rnd, a, sub, a.bits, strategy.recipe)
+
+    def payload(self, assignment: Assignment) -> State | None:
+        return self.channel.payload(assignment.device)
+
+    def message_bytes(self, assignment: Assignment, up: bool) -> float | None:
+        return self.channel.wire_bytes(assignment, up)
+
+    def receive(self, rnd: int, update: Update) -> float | None:
+        return self.channel.receive(rnd, update)

@@ -77,11 +77,12 @@ from iotfl_sim.algorithms.base import (
     FleetView,
     InferWork,
     LocalObjective,
+    Strategy,
     TrainWork,
     Update,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions
+from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl import apoz as ap
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -112,12 +113,13 @@ def pool_names(n_levels: int, adaptive: bool) -> list[tuple[str, int, bool]]:
     return out
 
 
-class FlexFL(StrategyBase):
-    name = "flexfl"
+class FlexFL(Strategy):
+    Config = FlexFLConfig
+    checkpointed = ("state",)
 
     def __init__(self, cfg: FlexFLConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: FlexFLConfig = cfg
 
     # ------------------------------------------------------------ pre-processing
 

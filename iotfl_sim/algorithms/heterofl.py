@@ -27,10 +27,12 @@ from iotfl_sim.algorithms.base import (
     EvalTarget,
     FleetView,
     LocalObjective,
+    Strategy,
     Update,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import StrategyBase, WireMixin, classifier_keys, contributions
+from iotfl_sim.algorithms.common import classifier_keys, contributions
+from iotfl_sim.algorithms.wire import QsgdWire
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -48,16 +50,17 @@ def fix_levels_by_id(num_devices: int, proportions: list[float]) -> np.ndarray:
     return out
 
 
-class HeteroFL(WireMixin, StrategyBase):
-    name = "heterofl"
+class HeteroFL(Strategy):
+    Config = HeteroFLConfig
+    checkpointed = ("state", "wire")
 
     def __init__(self, cfg: HeteroFLConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: HeteroFLConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx
-        self.setup_wire(ctx, self.cfg)
+        self.wire = QsgdWire(ctx.seed, ctx.server_work, self.cfg)
         mix = parse_proportions(self.cfg.proportions)
         self.levels = list(mix)  # in the order written; the first sets the global rate
         self.props = np.array([mix[x] for x in self.levels])
@@ -98,7 +101,7 @@ class HeteroFL(WireMixin, StrategyBase):
             else:
                 i = bisect.bisect_right(self._level_cdf(d), rng.random())
             x = self.levels[i]
-            out.append(Assignment(int(d), self.specs[x], level=x, bits=self.upload_bits))
+            out.append(Assignment(int(d), self.specs[x], level=x, bits=self.wire.upload_bits))
         return out
 
     def _level_cdf(self, d: int) -> list[float]:
@@ -120,7 +123,7 @@ class HeteroFL(WireMixin, StrategyBase):
     def recipe_for(self, assignment: Assignment) -> ModelRecipe:
         return self.recipe
 
-    def payload_for(self, assignment: Assignment):
+    def payload(self, assignment: Assignment):
         return self.state
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:

@@ -162,7 +162,8 @@ def paced_caps(
 
 
 class HeteroFLIoT(HeteroFL):
-    name = "heterofl_iot"
+    Config = HeteroFLIoTConfig
+    checkpointed = ("state", "wire", "clock", "carry", "dispatched")
 
     def __init__(self, cfg: HeteroFLIoTConfig) -> None:
         super().__init__(cfg)
@@ -244,7 +245,7 @@ class HeteroFLIoT(HeteroFL):
                 else members[rng.choice(len(members), size=int(n), replace=False)]
             )
             x = self.levels[i]
-            out.extend(Assignment(int(d), self.specs[x], level=x, bits=self.upload_bits) for d in chosen)
+            out.extend(Assignment(int(d), self.specs[x], level=x, bits=self.wire.upload_bits) for d in chosen)
         out.sort(key=lambda a: a.device)
         return out
 
@@ -258,7 +259,7 @@ class HeteroFLIoT(HeteroFL):
         quota = level_quotas(self.props, k)
         levels = rng.permutation(np.repeat(np.arange(len(self.levels)), quota))
         return [
-            Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i], bits=self.upload_bits)
+            Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i], bits=self.wire.upload_bits)
             for d, i in zip(chosen, levels, strict=True)
         ]
 

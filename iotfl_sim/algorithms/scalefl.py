@@ -68,10 +68,11 @@ from iotfl_sim.algorithms.base import (
     EvalTarget,
     FleetView,
     LocalObjective,
+    Strategy,
     Update,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import StrategyBase, contributions, refuse_zero_widths
+from iotfl_sim.algorithms.common import contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.early_exit import split_family
 from iotfl_sim.fl.models import EE_BASES, EE_FAMILIES, FULL_DEPTH
@@ -135,12 +136,13 @@ def kd_active(rnd: int, rounds: int, kd_start: float) -> bool:
     return rnd > kd_start * rounds
 
 
-class ScaleFL(StrategyBase):
-    name = "scalefl"
+class ScaleFL(Strategy):
+    Config = ScaleFLConfig
+    checkpointed = ("state",)
 
     def __init__(self, cfg: ScaleFLConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        super().__init__(cfg)
+        self.cfg: ScaleFLConfig = cfg
 
     def setup(self, ctx) -> None:
         self.ctx = ctx

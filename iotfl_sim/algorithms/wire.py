@@ -1,9 +1,11 @@
 """Quantized messages on the wire (QSGD, ``fl.quantize``), usable by any strategy.
 
-A strategy that owns a :class:`QuantizedWire` quantizes each round's downloads in its ``dispatch`` hook (the
-engine calls ``strategy.dispatch(rnd, assignments)`` right after ``select``, before the server's pending work is
-put on the simulated clock), serves the quantized weights from ``payload``, prices messages through
-``wire_bytes`` and quantizes each accepted upload in ``receive``.
+:class:`QsgdWire` is the ``Wire`` component (``algorithms.base.Wire``) of a method whose options derive from
+``_Wire`` (``upload_bits``, ``download_bits``, ``qsgd_bucket``): it quantizes each round's downloads at
+``dispatch`` (the engine calls it right after ``select``, before the server's pending work is put on the
+simulated clock), serves the quantized weights as the payload, prices messages and quantizes each accepted
+upload in ``receive``. :class:`QuantizedWire` is the channel underneath, per device, that a method with its
+own rule for precisions (FedX) drives directly.
 
 Timing vs numerics. The engine simulates the whole round before any real training runs, so when a device's
 upload goes on the air its trained weights do not exist yet. The upload's simulated air time is therefore priced
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from iotfl_sim.algorithms.base import Assignment, QsgdWork, ServerWork, State, Update
+from iotfl_sim.algorithms.base import Assignment, QsgdWork, ServerWork, State, Strategy, Update, Wire
 from iotfl_sim.fl.quantize import DEFAULT_BUCKET, quantize_state
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.seeding import int_seed
@@ -94,3 +96,36 @@ class QuantizedWire:
             return raw_bytes(update.state)
         update.state, nbytes = quantize_state(update.state, bits, self._gen("up", rnd, update.assignment.device), self.bucket)
         return float(nbytes)
+
+
+class QsgdWire(Wire):
+    """``upload_bits`` / ``download_bits`` of a method's options: QSGD-quantized downloads cut from the
+    strategy's ``payload`` at dispatch, uploads quantized on receipt. With both at 32 bits nothing changes: no
+    hook quantizes and bytes stay params x 4 (the prices are still recorded for replay)."""
+
+    def __init__(self, seed: int, server_work: ServerWork, cfg) -> None:
+        self.on = cfg.upload_bits < 32 or cfg.download_bits < 32
+        self.channel = QuantizedWire(seed, server_work, cfg.qsgd_bucket)
+        self.upload_bits = cfg.upload_bits
+        self.download_bits = cfg.download_bits
+
+    def dispatch(self, rnd: int, assignments: list[Assignment], strategy: Strategy) -> None:
+        if not self.on:
+            return
+        self.channel.sent.clear()
+        for a in assignments:
+            recipe = strategy.recipe_for(a)
+            full = strategy.payload(a)
+            state = strategy.slice_for(full, recipe, a.spec) if full else {}  # {}: system-only, priced by params
+            self.channel.dispatch(rnd, a, state, self.download_bits, recipe)
+
+    def payload(self, assignment: Assignment) -> State | None:
+        if self.on and assignment.device in self.channel.sent:
+            return self.channel.payload(assignment.device)
+        return None
+
+    def message_bytes(self, assignment: Assignment, up: bool) -> float | None:
+        return self.channel.wire_bytes(assignment, up) if self.on else None
+
+    def receive(self, rnd: int, update: Update) -> float | None:
+        return self.channel.receive(rnd, update) if self.on else None

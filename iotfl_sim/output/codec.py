@@ -118,12 +118,18 @@ def _own_class(name: str) -> type:
     return obj
 
 
-def capture(obj: Any) -> dict[str, Any]:
-    """The state of ``obj``'s attributes: plain data encoded; the simulator's other objects captured in turn."""
+def capture(obj: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The state of ``obj``'s attributes ``names`` (a strategy's declared ``checkpointed``), or of all its
+    public attributes when None: plain data encoded; the simulator's other objects captured in turn."""
+    if names is not None:
+        missing = [n for n in names if not hasattr(obj, n)]
+        if missing:
+            raise CheckpointError(f"{type(obj).__qualname__}: declared checkpointed attributes it does not have: {', '.join(missing)}")
+        items = [(n, getattr(obj, n)) for n in names]
+    else:
+        items = [(n, v) for n, v in vars(obj).items() if not (n in _SKIP_NAMES or n.startswith("_") or isinstance(v, _SKIP_TYPES))]
     out: dict[str, Any] = {}
-    for name, v in vars(obj).items():
-        if name in _SKIP_NAMES or name.startswith("_") or isinstance(v, _SKIP_TYPES):
-            continue
+    for name, v in items:
         try:
             out[name] = encode(v)
         except CheckpointError:
@@ -135,8 +141,16 @@ def capture(obj: Any) -> dict[str, Any]:
     return out
 
 
-def restore(obj: Any, state: dict[str, Any]) -> None:
-    """Put ``capture``'d state back into ``obj`` (a freshly set-up object of the same class)."""
+def restore(obj: Any, state: dict[str, Any], names: tuple[str, ...] | None = None) -> None:
+    """Put ``capture``'d state back into ``obj`` (a freshly set-up object of the same class). With ``names``
+    (what the object declares now), the state must hold exactly those: a checkpoint of another version of
+    the method is refused rather than half restored."""
+    if names is not None and set(state) != set(names):
+        raise CheckpointError(
+            f"this checkpoint holds {type(obj).__qualname__} state ({', '.join(sorted(state)) or 'none'}) but the "
+            f"method now keeps {', '.join(sorted(names)) or 'none'}: it was written by another version of "
+            "iotfl-sim; resume it with that version, or start the run again"
+        )
     for name, v in state.items():
         if isinstance(v, dict) and "__obj__" in v:
             restore(getattr(obj, name), v["__obj__"])

@@ -6,13 +6,24 @@ These are plain data (no PyTorch); the methods themselves live in ``iotfl_sim.al
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from iotfl_sim.catalog import PROTOTYPE_STAGES
+from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES, MAX_STEPS
 from iotfl_sim.scenario.profile import Strict
+
+
+class MethodConfig(Strict):
+    """A method's options, as the scenario's ``algorithm:`` block gives them: the base of every method's options
+    class (``Strategy.Config``). Fields are validated strictly (an unknown key is an error naming it), each
+    with its default and a ``description`` that ``iotfl-sim schema`` shows; ``name`` is the method's name as the
+    scenario wrote it (a registered name or an import path)."""
+
+    name: str
+
 
 # HeteroFL's complexity levels: the width rate of each letter.
 LEVEL_RATES: dict[str, float] = {"a": 1.0, "b": 0.5, "c": 0.25, "d": 0.125, "e": 0.0625}
@@ -46,7 +57,7 @@ def _valid_levels(text: str) -> str:
 LevelString = Annotated[str, AfterValidator(_valid_levels)]
 
 
-class _Levels(Strict):
+class _Levels(MethodConfig):
     level_rates: dict[str, float] = Field(
         default_factory=lambda: dict(LEVEL_RATES),
         description="width rate of each level letter (HeteroFL: a=1, b=0.5, c=0.25, d=0.125, e=0.0625)",
@@ -73,7 +84,7 @@ def candidate_cuts(family: str) -> list[int]:
     return list(range(1, PROTOTYPE_STAGES[family] - 1))
 
 
-class _Wire(Strict):
+class _Wire(MethodConfig):
     """QSGD-quantized messages (``iotfl_sim.algorithms.wire``); 32 bits = raw float32, no quantization."""
 
     upload_bits: int = Field(32, ge=1, le=32, description="bits q of the QSGD-quantized uploads (2^q intervals); 32: float32")
@@ -89,6 +100,7 @@ class _Wire(Strict):
     )
 
 
+@builtin("iotfl_sim.algorithms.fedavg:FedAvg")
 class FedAvgConfig(_Wire):
     name: Literal["fedavg"]
     flavour: Literal["all_large", "smallest"] = Field(
@@ -112,12 +124,14 @@ class FedAvgConfig(_Wire):
     )
 
 
+@builtin("iotfl_sim.algorithms.decoupled:Decoupled")
 class DecoupledConfig(_Levels):
     name: Literal["decoupled"]
     levels: LevelString = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
     weighting: Literal["data", "count"] = "data"
 
 
+@builtin("iotfl_sim.algorithms.heterofl:HeteroFL")
 class HeteroFLConfig(_Levels, _Wire):
     name: Literal["heterofl"]
     mode: Literal["fix", "dynamic"] = Field(
@@ -135,6 +149,7 @@ class HeteroFLConfig(_Levels, _Wire):
     )
 
 
+@builtin("iotfl_sim.algorithms.heterofl_iot:HeteroFLIoT")
 class HeteroFLIoTConfig(HeteroFLConfig):
     """HeteroFL-IoT: HeteroFL under a per-node energy budget, with a per-round selection that keeps the
     configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
@@ -176,7 +191,8 @@ class HeteroFLIoTConfig(HeteroFLConfig):
         return self
 
 
-class AdaptiveFLConfig(Strict):
+@builtin("iotfl_sim.algorithms.adaptivefl:AdaptiveFL")
+class AdaptiveFLConfig(MethodConfig):
     """AdaptiveFL (Jia et al., DAC 2024): fine-grained width pruning (r_w, I), RL client selection
     (``iotfl_sim.algorithms.adaptivefl``)."""
 
@@ -240,7 +256,8 @@ class ScaleFLLevel(Strict):
 SCALEFL_PAPER_KD_GAMMA = 0.05  # the only KD weight the authors publish (their BERT command)
 
 
-class ScaleFLConfig(Strict):
+@builtin("iotfl_sim.algorithms.scalefl:ScaleFL")
+class ScaleFLConfig(MethodConfig):
     """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
 
     name: Literal["scalefl"]
@@ -325,7 +342,8 @@ class ScaleFLConfig(Strict):
         return self
 
 
-class FlexFLConfig(Strict):
+@builtin("iotfl_sim.algorithms.flexfl:FlexFL")
+class FlexFLConfig(MethodConfig):
     """FlexFL (Chen et al., APoZ-guided flexible pruning; ``iotfl_sim.algorithms.flexfl``)."""
 
     name: Literal["flexfl"]
@@ -378,7 +396,7 @@ class FlexFLConfig(Strict):
         return v
 
 
-class _Prototypes(Strict):
+class _Prototypes(MethodConfig):
     """Prototype models S, M, L shared by AdapterFL, FedBase and FedDF."""
 
     prototypes: list[AdapterPrototype] = Field(
@@ -406,6 +424,7 @@ class _Prototypes(Strict):
         return v
 
 
+@builtin("iotfl_sim.algorithms.adapterfl:AdapterFL")
 class AdapterFLConfig(_Prototypes):
     """AdapterFL (Liu et al.): partition, reassembly, block-wise aggregation (``iotfl_sim.algorithms.adapterfl``)."""
 
@@ -432,12 +451,14 @@ class AdapterFLConfig(_Prototypes):
         return self
 
 
+@builtin("iotfl_sim.algorithms.adapterfl:FedBase")
 class FedBaseConfig(AdapterFLConfig):
     """FedBase: AdapterFL's reassembled models, each aggregated on its own (no shared block)."""
 
     name: Literal["fedbase"]  # type: ignore[assignment]
 
 
+@builtin("iotfl_sim.algorithms.feddf:FedDF")
 class FedDFConfig(_Prototypes):
     """FedDF (Lin et al., NeurIPS 2020) over the S, M, L prototypes (``iotfl_sim.algorithms.feddf``)."""
 
@@ -476,7 +497,8 @@ ServerBatchSize = Annotated[
 ]
 
 
-class FedXConfig(Strict):
+@builtin("iotfl_sim.algorithms.fedx:FedX")
+class FedXConfig(MethodConfig):
     """FedX (Lai, Jiang et al.): nested sub-networks at per-level QSGD bits, server pretraining and regularised
     fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
     ``server_data: false``."""
@@ -566,7 +588,8 @@ class FedXConfig(Strict):
         return self
 
 
-class DAdaQuantConfig(Strict):
+@builtin("iotfl_sim.algorithms.dadaquant:DAdaQuant")
+class DAdaQuantConfig(MethodConfig):
     """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
     time and clients (``iotfl_sim.algorithms.dadaquant``)."""
 
@@ -610,26 +633,6 @@ class DAdaQuantConfig(Strict):
                 "split, e.g. [4, 5] on HAR), or set finetune_epochs: 0"
             )
         return self
-
-
-# Every method's config, listed once: the scenario's union, the name table and the schema derive from it, each
-# class's ``name`` Literal being its key (``algorithms.REGISTRY`` lists the strategies, keyed by the same names;
-# tests/test_catalog.py checks that the two lists agree).
-CONFIG_CLASSES: tuple[type[Strict], ...] = (
-    FedAvgConfig, DecoupledConfig, HeteroFLConfig, HeteroFLIoTConfig, AdaptiveFLConfig, ScaleFLConfig, FlexFLConfig,
-    AdapterFLConfig, FedBaseConfig, FedDFConfig, FedXConfig, DAdaQuantConfig,
-)  # fmt: skip
-
-
-def config_name(cls: type[Strict]) -> str:
-    """The one name a config class's ``name: Literal[...]`` field allows."""
-    (name,) = get_args(cls.model_fields["name"].annotation)
-    return name
-
-
-AlgorithmConfig = Annotated[Union[CONFIG_CLASSES], Field(discriminator="name")]  # noqa: UP007
-ALGORITHM_CONFIGS: dict[str, type[Strict]] = {config_name(c): c for c in CONFIG_CLASSES}
-ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHM_CONFIGS)
 
 
 def algorithm_problem(algorithm: Strict, *, numerics: str) -> str | None:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Tag, ValidationError
 
+from iotfl_sim import methods
 from iotfl_sim.scenario import safe_yaml
-from iotfl_sim.scenario.algorithms import ALGORITHM_CONFIGS, ALGORITHM_NAMES
 from iotfl_sim.scenario.availability import AVAILABILITY_KINDS
 from iotfl_sim.scenario.model import DEFAULT_SERVER_PROFILE, Group, Scenario
 from iotfl_sim.scenario.profile import DeviceProfile
@@ -146,6 +146,10 @@ def _pick_model(annotation: Any, data: Any) -> Any:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if not args:
         return annotation
+    for a in args:  # a member tagged with the name the data gives (the algorithm union: ``Tag(method name)``)
+        tags = [m.tag for m in getattr(a, "__metadata__", ()) if isinstance(m, Tag)]
+        if tags and isinstance(data, dict) and data.get("name") in tags:
+            return _pick_model(a, data)
     models = []
     for a in args:
         a = _pick_model(a, data)
@@ -165,7 +169,14 @@ _UNION_MEMBER = re.compile(
     r"(int|float|str|bool|none|(list|dict|tuple|set|literal|function-\w+|lax-or-strict|json-or-python)\[.*\]"
     r"|constrained-\w+)"
 )
-_TAGGED = {"algorithm": ALGORITHM_NAMES, "availability": AVAILABILITY_KINDS}
+
+
+def _tag_names(field: str) -> tuple[str, ...]:
+    """The names a tagged union field takes (``algorithm``: every method's, as registered now)."""
+    if field == "algorithm":
+        return methods.method_names()
+    return AVAILABILITY_KINDS if field == "availability" else ()
+
 # errors that say the value has the wrong shape; in a union, the member whose shape matched says more
 _SHAPE_ERRORS = {
     "string_type", "int_type", "float_type", "bool_type", "int_parsing", "float_parsing", "bool_parsing",
@@ -191,7 +202,7 @@ def _strip_tags(loc: tuple) -> tuple:
     for part in loc:
         if isinstance(part, str) and (_UNION_MEMBER.fullmatch(part) or part == "[key]"):
             continue
-        if out and isinstance(part, str) and part in _TAGGED.get(str(out[-1]), ()):
+        if out and isinstance(part, str) and part in _tag_names(str(out[-1])):
             continue
         out.append(part)
     return tuple(out)
@@ -244,7 +255,9 @@ def _message(e: dict, loc: tuple, model: type[BaseModel], data: Any) -> tuple[tu
         msg = "required field is missing"
     elif kind in ("union_tag_invalid", "union_tag_not_found"):
         field = str(ctx.get("discriminator", "")).strip("'\"") or "name"
-        names = _TAGGED.get(str(loc[-1]) if loc else "") or re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        if field.endswith("()"):  # a callable discriminator (the algorithm union's) reads the name field
+            field = "name"
+        names = _tag_names(str(loc[-1]) if loc else "") or re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
         parent = str(loc[-1]) if loc else ""
         loc = (*loc, field)
         if kind == "union_tag_invalid":
@@ -481,7 +494,11 @@ def load_scenario(
     if isinstance(algo, dict) and algo.get("name") != name_before:
         _drop_foreign_options(algo, name_before)
     if isinstance(algo, dict) and "name" not in algo:
-        raise ScenarioError(f"{source}: algorithm.name: required field is missing (one of {', '.join(ALGORITHM_NAMES)})")
+        raise ScenarioError(
+            f"{source}: algorithm.name: required field is missing (one of {', '.join(methods.method_names())})"
+        )
+    if isinstance(algo, dict) and isinstance(algo.get("name"), str):
+        _find_method(algo["name"], path, source, doc.lines)
     try:
         sc = Scenario.model_validate(raw)
     except ValidationError as e:
@@ -491,10 +508,27 @@ def load_scenario(
     return sc
 
 
+def _find_method(name: str, path: str | Path | None, source: str, lines: Any) -> None:
+    """Register the method ``algorithm.name`` names when it is an import path or an entry point (so that the
+    scenario's model knows its options); an unknown plain name is left to validation (did-you-mean)."""
+    if name in methods.method_names() and ":" not in name:
+        methods.method(name)  # an installed entry point not loaded yet: load it
+        return
+    if ":" not in name:
+        return
+    search = [Path(path).resolve().parent] if path is not None else []
+    try:
+        methods.method(name, search=search)
+    except methods.MethodError as e:
+        line = (lines or {}).get(("algorithm", "name")) or _nearest_line(lines or {}, ("algorithm", "name"))
+        raise ScenarioError(f"{source}{f':{line}' if line else ''}: algorithm.name: {e}") from None
+
+
 def _drop_foreign_options(algo: dict, previous: Any) -> None:
     """After `--set algorithm.name=X`, drop the old method's options that X does not take."""
-    cfg = ALGORITHM_CONFIGS.get(algo.get("name"))
-    if cfg is None:
+    try:
+        cfg = methods.method(algo.get("name")).config
+    except (methods.MethodError, TypeError):
         return
     dropped = [k for k in algo if k not in cfg.model_fields]
     for k in dropped:

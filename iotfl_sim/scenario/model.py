@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from iotfl_sim import methods
 from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES
-from iotfl_sim.scenario.algorithms import AlgorithmConfig, algorithm_problem
+from iotfl_sim.scenario.algorithms import MethodConfig, algorithm_problem
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (
     MAX_BATCH,
@@ -403,7 +404,7 @@ class Scenario(Strict):
     fleet: Fleet
     data: Data = Data()
     model: Model = Model()
-    algorithm: AlgorithmConfig
+    algorithm: MethodConfig  # one of the registered methods' options (``_use_registered_methods``)
     local: Local = Local()
     server: Server = Server()
     output: Output = Output()
@@ -455,3 +456,23 @@ class Scenario(Strict):
         if self.clients_per_round is not None:
             return min(self.clients_per_round, n)
         return max(1, math.ceil((self.clients_fraction or 0.1) * n))
+
+
+def _method_name(value: Any) -> Any:
+    return value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+
+
+def _use_registered_methods() -> None:
+    """Make ``Scenario.algorithm`` the union of every registered method's options, told apart by ``name``
+    (``iotfl_sim.methods``); run again whenever a method is registered, so a scenario naming it validates."""
+    from pydantic import Discriminator, Tag
+    from pydantic.fields import FieldInfo
+
+    choices = tuple(Annotated[m.config, Tag(m.name)] for m in methods.registered())
+    union = Annotated[Union[choices], Discriminator(_method_name)]  # noqa: UP007
+    Scenario.__pydantic_fields__["algorithm"] = FieldInfo.from_annotation(union)
+    Scenario.model_rebuild(force=True)
+
+
+_use_registered_methods()
+methods.on_change(_use_registered_methods)

@@ -220,7 +220,7 @@ class Simulation:
         self.strategy.setup(ctx)
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
-        self.memory_ignored = bool(getattr(self.strategy, "ignores_memory", False))
+        self.memory_ignored = bool(self.strategy.ignores_memory)
         self._check_feasible()
         self.view = _View(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
@@ -283,14 +283,14 @@ class Simulation:
         return recipe.cost(spec).params * bits / 8.0 + self.sc.server.header_bytes
 
     def wire_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
-        """Bytes of a task's download (``up`` False) or upload: the strategy's encoded size when it quantizes
-        its messages (``algorithms.wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
-        if getattr(self.strategy, "wire_bytes", None) is None:
+        """Bytes of a task's download (``up`` False) or upload: the strategy's wire's encoded size when it has a
+        wire (``algorithms.base.Wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
+        if self.strategy.wire is None:
             return self.message_bytes(recipe, a.spec, a.bits if up else 32)
         return self.tape.answer("wire", lambda: self._priced_bytes(a, recipe, up))
 
     def _priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
-        nbytes = self.strategy.wire_bytes(a, up)
+        nbytes = self.strategy.wire.message_bytes(a, up)
         if nbytes is None:
             return self.message_bytes(recipe, a.spec, a.bits if up else 32)
         return nbytes + self.sc.server.header_bytes
@@ -473,9 +473,8 @@ class Simulation:
 
     def _select(self, rnd: int) -> list[Assignment]:
         assignments = self.strategy.select(rnd, self.view, stream(self.sc.seed, "select", rnd))
-        dispatch = getattr(self.strategy, "dispatch", None)
-        if dispatch is not None:  # e.g. quantize each device's download (server work, charged after selection)
-            dispatch(rnd, assignments)
+        if self.strategy.wire is not None:  # e.g. quantize each device's download (server work, charged after selection)
+            self.strategy.wire.dispatch(rnd, assignments, self.strategy)
         return assignments
 
     def _comm_waste(self, tasks: list[Task], outcomes: list[Outcome]) -> dict[str, float | None]:
@@ -549,7 +548,7 @@ class Simulation:
             b = o.trained or o.assignment
             d = b.device
             recipe = self.strategy.recipe_for(b)
-            weights = slice_state(self.strategy.payload(o.assignment), recipe.shapes(b.spec))
+            weights = slice_state(self._download(o.assignment), recipe.shapes(b.spec))
             jobs.append(
                 TrainJob(
                     key=i,
@@ -574,12 +573,12 @@ class Simulation:
             Update(o.trained or o.assignment, r.state, r.num_samples, self.numerics.labels_per_device[o.assignment.device], r.loss)
             for o, r in zip(accepted, results, strict=True)
         ]
-        receive = getattr(self.strategy, "receive", None)
+        wire = self.strategy.wire
         receipts = []  # (device, real, priced) byte counts, replayed on resume
-        if receive is not None:
+        if wire is not None:
             # quantized uploads: their real encoded size replaces the size priced at dispatch in the byte count
             for u in updates:
-                real = receive(rnd, u)
+                real = wire.receive(rnd, u)
                 if real is not None:
                     priced = self._priced_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
                     real += self.sc.server.header_bytes
@@ -589,6 +588,11 @@ class Simulation:
         self.tape.answer("receive", lambda: receipts)
         self.host["train"] += time.perf_counter() - t0
         return updates
+
+    def _download(self, a: Assignment) -> dict[str, torch.Tensor]:
+        """The weights a task's device receives: what its wire sends, else the strategy's payload."""
+        sent = self.strategy.wire.payload(a) if self.strategy.wire is not None else None
+        return self.strategy.payload(a) if sent is None else sent
 
     def _evaluate(self) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -670,7 +674,7 @@ class Simulation:
         if self.checkpoints is None or self.recorder is None:
             return
         state = {
-            "strategy": codec.capture(self.strategy),
+            "strategy": codec.capture(self.strategy, self.strategy.checkpointed),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "numpy": codec.encode(np.random.get_state()),
@@ -717,7 +721,7 @@ class Simulation:
                 f"({'unused answers: ' + str(left) if left else 'the fleet state differs'}); the code or the data "
                 "changed since the run started: start a new run"
             )
-        codec.restore(self.strategy, state["strategy"])
+        codec.restore(self.strategy, state["strategy"], self.strategy.checkpointed)
         self.server_work.drain()  # set-up work was charged in round 1 already
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])

@@ -1,0 +1,191 @@
+"""Where FL methods are found by name: each method is registered once, and everything else derives from here.
+
+A method is a :class:`~iotfl_sim.algorithms.base.Strategy` subclass with its options class (a
+``MethodConfig`` subclass, ``Strategy.Config``). It is found by the name a scenario gives in
+``algorithm.name``, which is one of:
+
+- a registered name: the built-in methods (registered beside their options in ``scenario/algorithms.py``, by
+  ``builtin``), or a method registered with :func:`register_method` (``iotfl_sim.run(..., methods=[...])``
+  does this for the classes it is given);
+- a Python import path ``package.module:Class`` (imported on first use; a scenario's own folder is searched
+  too, so ``my_method:MyStrategy`` finds ``my_method.py`` beside the scenario file);
+- the name of an installed entry point in the group ``iotfl_sim.methods`` (``[project.entry-points."iotfl_sim.methods"]
+  myprox = "mypkg.prox:MyProx"`` in the package's pyproject.toml).
+
+The scenario's schema, ``iotfl-sim schema``, the did-you-mean messages and the README's method table all read
+:func:`method_names` and :func:`method`. Built-in strategies are named by import path here, so validating a
+scenario never imports PyTorch; the class is imported when a run builds it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENTRY_POINT_GROUP = "iotfl_sim.methods"
+
+
+class MethodError(ValueError):
+    """A method name that names no method, or an import path that does not give a Strategy."""
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    config: type  # a MethodConfig subclass: the method's options, validated with the scenario
+    strategy: str | type  # the Strategy subclass, or its "module:Class" (imported on first use)
+
+    def strategy_class(self) -> type:
+        if isinstance(self.strategy, type):
+            return self.strategy
+        module, _, qualname = self.strategy.partition(":")
+        return _attribute(importlib.import_module(module), qualname)
+
+
+_METHODS: dict[str, Method] = {}
+_listeners: list[Callable[[], None]] = []  # told when the set of methods changes (the scenario's model)
+
+
+def builtin(strategy: str) -> Callable[[type], type]:
+    """Class decorator for a built-in method's options class: registers it under the one name its
+    ``name: Literal[...]`` field allows, with its strategy named by ``"module:Class"``."""
+
+    def register(config: type) -> type:
+        from typing import get_args
+
+        (name,) = get_args(config.model_fields["name"].annotation)
+        _add(Method(name, config, strategy))
+        return config
+
+    return register
+
+
+def register_method(strategy: type, name: str | None = None) -> Method:
+    """Register a Strategy subclass under ``name`` (default: its ``name`` class attribute, else its import
+    path ``module:Class``), with its options class ``strategy.Config``. Registering the same class under the
+    same name again is a no-op; another class under a taken name is refused."""
+    _check_strategy(strategy, repr(strategy))
+    name = name or getattr(strategy, "name", None) or f"{strategy.__module__}:{strategy.__qualname__}"
+    if not isinstance(name, str) or not name:
+        raise MethodError(f"{strategy.__qualname__}: a method's name is a non-empty string, got {name!r}")
+    have = _METHODS.get(name)
+    if have is not None:
+        if have.strategy is strategy or have.strategy == f"{strategy.__module__}:{strategy.__qualname__}":
+            return have
+        raise MethodError(f"method name {name!r} is taken (by {have.strategy}); register {strategy.__qualname__} under another name")
+    method = Method(name, strategy.Config, strategy)
+    _add(method)
+    return method
+
+
+def method(name: str, search: Iterable[Path] = ()) -> Method:
+    """The method a scenario's ``algorithm.name`` names: registered, an import path (``search``: more folders
+    to import it from, e.g. the scenario's own), or an installed entry point. Raises MethodError naming the
+    problem and the fix."""
+    _builtins()
+    found = _METHODS.get(name)
+    if found is not None:
+        return found
+    if ":" in name:
+        return register_method(_import_path(name, search), name=name)
+    for ep in _entry_points():
+        if ep.name == name:
+            try:
+                cls = ep.load()
+            except Exception as e:  # noqa: BLE001 - a broken third-party package: one line naming it
+                raise MethodError(f"method {name!r}: its entry point {ep.value!r} failed to load: {type(e).__name__}: {e}") from None
+            _check_strategy(cls, f"entry point {name} = {ep.value!r}")
+            return register_method(cls, name=name)
+    close = difflib.get_close_matches(name, method_names(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise MethodError(
+        f"unknown method {name!r}{hint}; one of {', '.join(method_names())}, or a Python import path "
+        "package.module:Class naming a Strategy subclass"
+    )
+
+
+def method_names() -> tuple[str, ...]:
+    """Every registered method's name (built-ins first, in their order), then installed entry points'."""
+    _builtins()
+    names = list(_METHODS)
+    names += [ep.name for ep in _entry_points() if ep.name not in _METHODS]
+    return tuple(names)
+
+
+def registered() -> tuple[Method, ...]:
+    """The methods registered so far (entry points are registered when first named)."""
+    _builtins()
+    return tuple(_METHODS.values())
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    _listeners.append(listener)
+
+
+def _add(method: Method) -> None:
+    _METHODS[method.name] = method
+    for listener in _listeners:
+        listener()
+
+
+def _builtins() -> None:
+    import iotfl_sim.scenario.algorithms  # noqa: F401 - its options classes register the built-in methods
+
+
+def _entry_points() -> list[Any]:
+    try:
+        return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    except Exception:  # noqa: BLE001 - broken metadata of some installed package: no entry points
+        return []
+
+
+def _attribute(module: Any, qualname: str) -> Any:
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _import_path(name: str, search: Iterable[Path]) -> type:
+    module_name, _, qualname = name.partition(":")
+    if not module_name or not qualname:
+        raise MethodError(f"method {name!r}: an import path is package.module:Class (both parts)")
+    extra = [str(Path(p)) for p in search if str(Path(p)) not in sys.path]
+    sys.path[:0] = extra
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        where = f" or in {', '.join(extra)}" if extra else ""
+        raise MethodError(
+            f"method {name!r}: no module {e.name!r} on the Python path{where}; install the package, put "
+            f"{module_name.replace('.', '/')}.py beside the scenario, or set PYTHONPATH"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - the user's module failed while importing: one line naming it
+        raise MethodError(f"method {name!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
+    finally:
+        for p in extra:
+            if p in sys.path:
+                sys.path.remove(p)
+    try:
+        cls = _attribute(module, qualname)
+    except AttributeError:
+        raise MethodError(f"method {name!r}: module {module_name} has no {qualname!r}") from None
+    _check_strategy(cls, f"method {name!r}")
+    return cls
+
+
+def _check_strategy(cls: Any, what: str) -> None:
+    from iotfl_sim.algorithms.base import Strategy
+    from iotfl_sim.scenario.algorithms import MethodConfig
+
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise MethodError(f"{what}: {cls!r} is not a subclass of iotfl_sim.Strategy")
+    config = getattr(cls, "Config", None)
+    if not (isinstance(config, type) and issubclass(config, MethodConfig)):
+        raise MethodError(f"{what}: {cls.__qualname__}.Config must be a subclass of iotfl_sim.MethodConfig, got {config!r}")
