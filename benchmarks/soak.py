@@ -23,7 +23,7 @@ import yaml
 
 from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups, resolved_dict
-from iotfl_sim.sim.engine import run_scenario
+from iotfl_sim.sim.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")

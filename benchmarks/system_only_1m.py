@@ -16,7 +16,7 @@ import time
 import yaml
 
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups, resolved_dict
-from iotfl_sim.sim.engine import run_scenario
+from iotfl_sim.sim.runner import run_scenario
 
 SCENARIO = """
 name: system_only_1m

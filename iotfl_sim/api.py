@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,14 +203,20 @@ class RunResult:
 
 
 def run(
-    scenario: Any, out: str | Path | None = None, sets: list[str] | None = None, progress: bool = False
+    scenario: Any,
+    out: str | Path | None = None,
+    sets: list[str] | None = None,
+    progress: bool = False,
+    methods: Sequence[type] = (),
 ) -> RunResult:
     """Run a scenario into a new run folder, as ``iotfl-sim run`` does, and return the result.
 
     ``scenario``: a YAML file path, a dict (the YAML as Python data) or a ``Scenario`` model;
     ``out``: the parent of the run folder (default: the scenario's ``output.dir``); ``sets``: ``--set``
-    overrides (``["rounds=5", "local.lr=0.05"]``). Bad input raises ``ScenarioError`` (one line per problem);
-    relative paths in a dict or model resolve from the current folder.
+    overrides (``["rounds=5", "local.lr=0.05"]``); ``methods``: your own Strategy subclasses, registered before
+    the scenario is read, so that its ``algorithm.name`` may name one (by its ``name`` class attribute, else
+    its import path ``module:Class``). Bad input raises ``ScenarioError`` (one line per problem); relative
+    paths in a dict or model resolve from the current folder.
 
     >>> import iotfl_sim
     >>> res = iotfl_sim.run("scenarios/quickstart.yaml", out="runs", sets=["rounds=3"])   # doctest: +SKIP
@@ -218,14 +224,21 @@ def run(
     >>> sc = {"name": "mini", "rounds": 2, "numerics": "none", "algorithm": "fedavg",
     ...       "fleet": {"groups": [{"profile": "raspberry_pi_4b", "count": 10}]}}
     >>> iotfl_sim.run(sc, out="runs").summary["energy_j"]                                  # doctest: +SKIP
+    >>> iotfl_sim.run({**sc, "algorithm": "myprox"}, methods=[MyProx])   # MyProx.name == "myprox"  # doctest: +SKIP
     """
     import yaml
 
+    from iotfl_sim import methods as registry
     from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups, resolved_dict
     from iotfl_sim.scenario.model import Scenario
-    from iotfl_sim.sim.engine import run_scenario
     from iotfl_sim.sim.preflight import preflight
+    from iotfl_sim.sim.runner import run_scenario
 
+    for cls in methods:
+        try:
+            registry.register_method(cls)
+        except registry.MethodError as e:
+            raise ScenarioError(f"run: methods: {e}") from None
     if isinstance(scenario, Scenario):
         scenario = scenario.model_dump(mode="json", by_alias=True)
     if isinstance(scenario, Mapping):

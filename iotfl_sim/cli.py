@@ -57,14 +57,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.scenario is not None or args.set or args.out is not None:
             raise ScenarioError("run --resume RUN_DIR: give no scenario, --set or --out; the run continues as it started")
         say(Path(args.resume).name, "loading PyTorch to resume the run", False if args.quiet else None)
-        from iotfl_sim.sim.engine import resume_run
+        from iotfl_sim.sim.runner import resume_run
 
         path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None)
     else:
         if args.scenario is None:
             raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
         sc, groups = _checked(args, progress=False if args.quiet else None)
-        from iotfl_sim.sim.engine import run_scenario
+        from iotfl_sim.sim.runner import run_scenario
 
         for w in sc.warnings():
             print(f"warning: {w}", file=sys.stderr)
@@ -282,8 +282,14 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from iotfl_sim import methods
     from iotfl_sim.scenario.model import Scenario
 
+    for name in methods.method_names():  # installed entry points too: their options belong in the schema
+        try:
+            methods.method(name)
+        except methods.MethodError as e:
+            print(f"note: {e}", file=sys.stderr)
     print(json.dumps(Scenario.model_json_schema(), indent=2))
     return 0
 

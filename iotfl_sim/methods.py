@@ -130,6 +130,11 @@ def on_change(listener: Callable[[], None]) -> None:
 
 def _add(method: Method) -> None:
     _METHODS[method.name] = method
+    changed()
+
+
+def changed() -> None:
+    """Tell the listeners (the scenario's model) that the set of methods changed."""
     for listener in _listeners:
         listener()
 
@@ -181,11 +186,12 @@ def _import_path(name: str, search: Iterable[Path]) -> type:
 
 
 def _check_strategy(cls: Any, what: str) -> None:
-    from iotfl_sim.algorithms.base import Strategy
-    from iotfl_sim.scenario.algorithms import MethodConfig
+    # by the bases' names: the registry (read by the configuration layer) imports no strategy code
+    def derives(c: Any, module: str, qualname: str) -> bool:
+        return isinstance(c, type) and any(b.__module__ == module and b.__qualname__ == qualname for b in c.__mro__)
 
-    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+    if not derives(cls, "iotfl_sim.algorithms.base", "Strategy"):
         raise MethodError(f"{what}: {cls!r} is not a subclass of iotfl_sim.Strategy")
     config = getattr(cls, "Config", None)
-    if not (isinstance(config, type) and issubclass(config, MethodConfig)):
+    if not derives(config, "iotfl_sim.scenario.algorithms", "MethodConfig"):
         raise MethodError(f"{what}: {cls.__qualname__}.Config must be a subclass of iotfl_sim.MethodConfig, got {config!r}")

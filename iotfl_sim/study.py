@@ -21,7 +21,7 @@ file as given), ``study.resolved.yaml`` (the base with every default filled in, 
 ``runs/<run_id>/`` (normal run folders) and the index ``study.json`` + ``index.csv``: one record per run
 with ``id``, ``overrides``, ``status`` (pending | running | done | failed | interrupted), ``run_dir``
 (relative to the study folder), ``error`` and ``host_s``. Running the same study again skips complete
-runs, resumes interrupted or killed ones (``sim.engine.resume_run``) and runs the rest.
+runs, resumes interrupted or killed ones (``sim.runner.resume_run``) and runs the rest.
 
 One sweep at a time writes a study folder: it holds the folder's lock (``lock_study``, the run folder's
 ``FolderLock``) from before its first write; a second sweep is refused before it changes anything. A run
@@ -415,7 +415,7 @@ def _init_worker(events: Any, stop: Any) -> None:
 def _run_task(task: dict[str, Any]) -> dict[str, Any]:
     """One run in a worker process: fresh into its folder, or ``resume_run`` of the folder there."""
     from iotfl_sim.scenario.loader import resolved_dict
-    from iotfl_sim.sim.engine import resume_run, run_scenario
+    from iotfl_sim.sim.runner import resume_run, run_scenario
 
     rid, run_dir = task["id"], Path(task["run_dir"])  # never removed here: a run folder appears whole
     if task.get("env") is not None:  # the sweep's environment now, not the fork server's when it started

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _SERVER = r"""
 import importlib, json, os, sys, traceback
 import torch, torch._dynamo, sklearn.datasets, sklearn.model_selection
-import iotfl_sim.cli, iotfl_sim.faults, iotfl_sim.sim.engine, iotfl_sim.study
+import iotfl_sim.cli, iotfl_sim.faults, iotfl_sim.sim.runner, iotfl_sim.study
 reply = os.fdopen(os.dup(1), "w")
 for line in sys.stdin:
     req = json.loads(line)

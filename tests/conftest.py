@@ -272,3 +272,16 @@ def relative_fleet(counts: tuple[int, int, int] = (4, 4, 4), strong_sigma2: list
              "memory": {"free": 110, "sigma2": strong_sigma2 or sig}},
         ],
     }
+
+
+@pytest.fixture
+def isolated_methods():
+    """The method registry as it was before the test (a test that registers methods, by import path, entry
+    point or ``run(methods=)``, must not leave them for the next test of its worker)."""
+    from iotfl_sim import methods
+
+    saved = dict(methods._METHODS)
+    yield
+    methods._METHODS.clear()
+    methods._METHODS.update(saved)
+    methods.changed()

@@ -613,7 +613,7 @@ def system_only_scenario(draw) -> dict:
 
 def run_events(data: dict, out) -> tuple[list[dict], list[float]]:
     from iotfl_sim.scenario.loader import resolved_dict
-    from iotfl_sim.sim.engine import run_scenario
+    from iotfl_sim.sim.runner import run_scenario
 
     sc = load_scenario(text=yaml.safe_dump(data))
     groups = resolve_groups(sc)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import base_scenario, relative_fleet
+from declared_state import assert_only_declared_changes
 
 from iotfl_sim.cli import main
 from iotfl_sim.sim import engine
@@ -37,6 +38,8 @@ METHODS = {
         "model": {"family": "harwild"},
     },
     "dadaquant": {"algorithm": {"name": "dadaquant", "phi": 1}},  # phi 1: round 2's level depends on round 1's loss
+    "fedprox": {"algorithm": {"name": "fedprox", "mu": 0.1}},
+    "fedopt": {"algorithm": {"name": "fedopt", "server_optimizer": "yogi", "server_lr": 0.05}},
     # variants whose numerics differ from their method's default
     "heterofl_iot_paced": {"algorithm": {"name": "heterofl_iot", "proportions": "a2-b8", "selection": "paced"}},
     "adaptivefl_code": {"algorithm": {"name": "adaptivefl", "reference": "code"}, "fleet": relative_fleet((3, 3, 3))},
@@ -135,7 +138,16 @@ def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monk
     data["fleet"].setdefault("cost_model", "flops")
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
     path = write_scenario(data)
+    run = engine.Simulation.run
+
+    def run_checking_declared_state(sim):  # the uninterrupted run: only declared attributes may change
+        out = []
+        assert_only_declared_changes(sim.strategy, lambda: out.append(run(sim)))
+        return out[0]
+
+    monkeypatch.setattr(engine.Simulation, "run", run_checking_declared_state)
     assert main(["run", str(path), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+    monkeypatch.setattr(engine.Simulation, "run", run)
 
     # stop after round 1, as a first Ctrl-C would: checkpoint, summary marked interrupted, exit status 130; the
     # resumed round 2 then needs every piece of state round 1 left (weights, the method's own, the clocks)

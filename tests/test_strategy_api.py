@@ -1,34 +1,35 @@
-"""The public Strategy API: declared checkpoint state, the registry, and every registered method through it."""
+"""The public Strategy API: every registered method through the engine; what a method declares for checkpoints
+(``assert_only_declared_changes``, applied to every method's run in tests/test_resume.py)."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 import torch
 from conftest import base_scenario
+from declared_state import assert_only_declared_changes
 from test_resume import METHODS
 
-from iotfl_sim.output import codec
+from iotfl_sim import methods
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.sim.engine import Simulation
 
 
-def _same(a, b) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b) or (a.isnan() & b.isnan()).all())
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return a == b
+def test_an_undeclared_change_is_caught():
+    class Tally:
+        name, checkpointed = "tally", ("state",)
+
+        def __init__(self):
+            self.state, self.count = torch.zeros(2), 0
+
+    def bump():
+        t.state += 1
+        t.count += 1
+
+    t = Tally()
+    with pytest.raises(AssertionError, match=r"not in checkpointed: \['count'\]"):
+        assert_only_declared_changes(t, bump)
+    t.checkpointed = ("state", "count")
+    assert_only_declared_changes(t, bump)
 
 
 def _scenario(tmp_path, over: dict, rounds: int = 3):
@@ -41,18 +42,15 @@ def _scenario(tmp_path, over: dict, rounds: int = 3):
     return load_scenario(path)
 
 
-@pytest.mark.parametrize("variant", sorted(METHODS))
-def test_only_declared_attributes_change_while_a_method_runs(tmp_path, variant):
-    """Every public attribute of a strategy (and of the objects it holds) that changes after ``setup`` is
-    named in its ``checkpointed``: a checkpoint saves exactly those, so one that changed but is not declared
-    would come back from a resume with its set-up value."""
-    sc = _scenario(tmp_path, METHODS[variant])
-    sim = Simulation(sc, resolve_groups(sc))
-    strategy = sim.strategy
-    before = codec.capture(strategy)
-    sim.run()
-    after = codec.capture(strategy)
-    changed = sorted(k for k in after if k not in before or not _same(before[k], after[k]))
-    undeclared = [k for k in changed if k not in strategy.checkpointed]
-    assert not undeclared, f"{variant}: attributes change while it runs but are not in checkpointed: {undeclared}"
-    assert set(strategy.checkpointed) <= set(vars(strategy)) | {"wire"}, strategy.checkpointed
+def test_every_registered_method_runs_a_system_only_round(tmp_path):
+    """Each name the registry knows has a case in test_resume's METHODS (so a new method cannot skip the
+    resume and golden tests), validates with it, and runs one system-only round through the engine."""
+    cases = {m["algorithm"]["name"]: m for m in METHODS.values()}
+    names = methods.method_names()
+    assert set(names) <= set(cases), sorted(set(names) - set(cases))
+    for name in names:
+        sc = _scenario(tmp_path, {**cases[name], "numerics": "none"}, rounds=1)
+        sim = Simulation(sc, resolve_groups(sc))
+        sim.run()
+        assert len(sim.rows) == 1 and sim.rows[0]["selected"] > 0, name
+        assert type(sim.strategy) is methods.method(name).strategy_class()

@@ -25,7 +25,8 @@ BatchNorm's batch statistics see exactly the client's batch.
 Fusable groups (same recipe, spec, epochs, batch_size, lr, momentum, weight_decay, clip_grad_norm and
 objective) need: an objective of kind ``ce``, ``masked_ce`` (every job's label_mask set; the mask is
 built per client outside vmap and applied with the same ``masked_fill(~mask, 0)``) or ``exit_kd``
-(ScaleFL's multi-exit loss, ``objectives.exit_kd_loss`` itself under vmap), at least two jobs, and a
+(ScaleFL's multi-exit loss, ``objectives.exit_kd_loss`` itself under vmap) without a proximal term
+(FedProx's jobs train one by one), at least two jobs, and a
 model without buffers (BatchNorm is built with ``track_running_stats=False`` for training, so it has
 none and uses batch statistics: plain ``F.batch_norm`` under vmap, no
 ``replace_all_batch_norm_modules_`` needed) and without random modules (``nn.Dropout``: vgg16's head
@@ -169,7 +170,7 @@ class FusedExecutor:
     def can_fuse(self, group: list[TrainJob]) -> bool:
         """Whether these jobs (one group_key) train fused; False means train_local per job."""
         first = group[0]
-        if len(group) < 2 or first.objective.kind not in FUSED_OBJECTIVES:
+        if len(group) < 2 or first.objective.kind not in FUSED_OBJECTIVES or first.objective.prox_mu > 0:
             return False
         if first.objective.kind == "masked_ce" and any(j.label_mask is None for j in group):
             return False  # train_local raises its own error for these

@@ -17,6 +17,10 @@ Kinds:
   its first quarter of rounds; ``detach_teacher`` False lets the KD term train the last exit too,
   as its code does).
 
+``prox_mu`` > 0 adds FedProx's proximal term ``(mu / 2) * ||w - w_start||^2`` over the trained model's
+parameters to any kind's loss, ``w_start`` being the weights the device received (``fl.train.train_local``
+adds it: the term needs the parameters, not the outputs).
+
 ``reduction`` of every KL term: ``batchmean`` (the true KL per sample, the default) or ``mean``
 (PyTorch's ``KLDivLoss()`` default, which also divides by the number of classes, as the official
 FlexFL and ScaleFL code do; pitfall 7 of the reference notes).
@@ -48,6 +52,7 @@ class LocalObjective:
     reduction: Literal["batchmean", "mean"] = "batchmean"
     kd_active: bool = True  # exit_kd: False drops the KD terms (ScaleFL before its KD start round)
     detach_teacher: bool = True  # exit_kd: False lets the KD term train the teacher exit too
+    prox_mu: float = 0.0  # FedProx: weight of the proximal term (mu / 2) ||w - w_start||^2 (0: none)
 
     def __post_init__(self) -> None:
         if self.kind not in OBJECTIVE_KINDS:
@@ -56,6 +61,8 @@ class LocalObjective:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if self.divisor <= 0:
             raise ValueError(f"divisor must be positive, got {self.divisor}")
+        if not self.prox_mu >= 0:
+            raise ValueError(f"prox_mu must be >= 0, got {self.prox_mu}")
 
     @property
     def masked_labels(self) -> bool:

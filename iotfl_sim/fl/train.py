@@ -71,6 +71,11 @@ def _teacher_fn(model: nn.Module, job: TrainJob, skeleton: Skeleton | None):
     return run
 
 
+def proximal_term(anchors: list[tuple[torch.Tensor, torch.Tensor]], mu: float) -> torch.Tensor:
+    """FedProx's ``(mu / 2) * sum ||w - w_start||^2`` over (parameter, its weights at the task's start)."""
+    return (mu / 2.0) * sum(((p - start) ** 2).sum() for p, start in anchors)
+
+
 def train_local(
     model: nn.Module, job: TrainJob, x: torch.Tensor, y: torch.Tensor, skeleton: Skeleton | None = None
 ) -> TrainResult:
@@ -88,11 +93,18 @@ def train_local(
     idx = torch.as_tensor(job.indices, dtype=torch.long)
     keep = torch.as_tensor(job.label_mask, dtype=torch.long) if job.label_mask is not None else None
     teachers = _teacher_fn(model, job, skeleton)
+    anchors = (
+        [(p, job.weights[name].detach()) for name, p in model.named_parameters() if p.requires_grad]
+        if job.objective.prox_mu > 0
+        else []
+    )
     total_loss, steps = 0.0, 0
     for _ in range(job.epochs):
         for batch in epoch_batches(idx, job.batch_size, gen):
             xb, yb = x[batch], y[batch]
             loss = objective_loss(job.objective, model(xb), yb, keep=keep, teachers=teachers, x=xb)
+            if anchors:
+                loss = loss + proximal_term(anchors, job.objective.prox_mu)
             opt.zero_grad()
             loss.backward()
             if job.clip_grad_norm is not None:

@@ -465,9 +465,14 @@ def resolve_groups(
 
 
 def load_scenario(
-    path: str | Path | None = None, *, text: str | None = None, sets: list[str] | None = None
+    path: str | Path | None = None,
+    *,
+    text: str | None = None,
+    sets: list[str] | None = None,
+    search: typing.Sequence[Path] = (),
 ) -> Scenario:
-    """Read, override, validate. Raises ScenarioError with one line per problem."""
+    """Read, override, validate. Raises ScenarioError with one line per problem. A method named by import
+    path is looked for in the scenario's folder and in ``search`` (a resumed run's original scenario folder)."""
     source = str(path) if path is not None else "<scenario>"
     if text is None:
         if path is None:
@@ -498,7 +503,7 @@ def load_scenario(
             f"{source}: algorithm.name: required field is missing (one of {', '.join(methods.method_names())})"
         )
     if isinstance(algo, dict) and isinstance(algo.get("name"), str):
-        _find_method(algo["name"], path, source, doc.lines)
+        _find_method(algo["name"], path, search, source, doc.lines)
     try:
         sc = Scenario.model_validate(raw)
     except ValidationError as e:
@@ -508,7 +513,7 @@ def load_scenario(
     return sc
 
 
-def _find_method(name: str, path: str | Path | None, source: str, lines: Any) -> None:
+def _find_method(name: str, path: str | Path | None, search: typing.Sequence[Path], source: str, lines: Any) -> None:
     """Register the method ``algorithm.name`` names when it is an import path or an entry point (so that the
     scenario's model knows its options); an unknown plain name is left to validation (did-you-mean)."""
     if name in methods.method_names() and ":" not in name:
@@ -516,9 +521,9 @@ def _find_method(name: str, path: str | Path | None, source: str, lines: Any) ->
         return
     if ":" not in name:
         return
-    search = [Path(path).resolve().parent] if path is not None else []
+    folders = ([Path(path).resolve().parent] if path is not None else []) + [Path(p) for p in search]
     try:
-        methods.method(name, search=search)
+        methods.method(name, search=folders)
     except methods.MethodError as e:
         line = (lines or {}).get(("algorithm", "name")) or _nearest_line(lines or {}, ("algorithm", "name"))
         raise ScenarioError(f"{source}{f':{line}' if line else ''}: algorithm.name: {e}") from None

@@ -1,6 +1,6 @@
 """What `iotfl-sim run` says on the terminal: what it is doing before the first round, and the end summary.
 
-The progress bar itself is tqdm's (``sim.engine``); everything here goes to stderr while it runs, and only
+The progress bar itself is tqdm's (``sim.runner``); everything here goes to stderr while it runs, and only
 when the bar is shown (``output.progress``; null: when stderr is a terminal), so a script's output stays
 the end summary alone.
 """

@@ -1,0 +1,227 @@
+"""A run as a folder: ``run_scenario`` runs a validated scenario into a new run folder, ``resume_run`` continues a
+stopped one from its last checkpoint; both stop cleanly on the first Ctrl-C / SIGTERM (finish the round,
+checkpoint, write the summary) and at once on the second. The round itself is ``sim.engine``'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from iotfl_sim.output.checkpoint import CheckpointStore
+from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.output.run_dir import (
+    RunLock,
+    RunRecorder,
+    check_offsets,
+    new_run_dir,
+    new_run_dir_whole,
+    read_origin,
+    scenario_sha256,
+    write_origin,
+    write_scenario,
+)
+from iotfl_sim.output.space import no_space
+from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
+from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.sim.engine import Simulation
+
+
+def _summary_complete(path: Path) -> bool:
+    """Whether the run folder's summary.json says the run is complete (refuses one that is not a summary)."""
+    from analysis import safe_json
+
+    summary_path = path / "summary.json"
+    if not summary_path.is_file():
+        return False
+    try:
+        summary = safe_json.read(summary_path)
+    except ValueError as e:
+        summary = f"not readable JSON ({e})"
+    if not isinstance(summary, dict) or not isinstance(summary.get("status", "complete"), str):
+        what = summary if isinstance(summary, str) else "not a run summary"
+        raise ScenarioError(
+            f"--resume {path}: {summary_path} is {what}; move it away to resume from the last checkpoint"
+        )
+    return summary.get("status", "complete") == "complete"
+
+
+class _StopOnSignal:
+    """First SIGINT / SIGTERM: finish the round, checkpoint, write the summary; a second: stop at once."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.before: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import sys
+
+        if self.sim.stop_requested:
+            raise KeyboardInterrupt
+        self.sim.stop_requested = True
+        print("\nstopping at the end of this round (a checkpoint and the summary are written); "
+              "press Ctrl-C again to stop at once", file=sys.stderr)  # fmt: skip
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for sig, handler in self.before.items():
+            signal.signal(sig, handler)
+
+
+def run_scenario(
+    sc: Scenario,
+    groups: list[ResolvedGroup],
+    out_parent: str | Path | None,
+    resolved: dict,
+    progress: bool | None = None,
+    base_dir: Path | None = None,
+    run_dir: Path | None = None,
+) -> tuple[Path | None, dict[str, Any]]:
+    """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
+    ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``; it appears whole,
+    its scenario in it, or not at all)."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
+    recorder = None
+    path = None
+    lock = None
+    ok = False
+    try:
+        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)  # fails on bad input before any folder is made
+        if run_dir is not None:
+            path = new_run_dir_whole(Path(run_dir), resolved, base_dir)
+        elif out_parent is not None:
+            path = new_run_dir(out_parent, sc.name)
+            write_scenario(path, resolved)
+            write_origin(path, base_dir)
+        if path is not None:
+            lock = RunLock(path)
+            recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_energy_columns(sim))
+            sim.recorder = recorder
+            sim.checkpoints = _store(sc, path)
+        sim.tape.recording = sim.checkpoints is not None
+        result = path, _run_interruptible(sim, path)
+        ok = True
+        return result
+    except OSError as e:
+        raise _os_error(e, path) from None
+    finally:
+        bar.close()
+        _finish(recorder, lock, ok, path)
+
+
+def _os_error(e: OSError, path: Path | None) -> Exception:
+    """No space left (``output.space``): one line naming the file, and how to continue; else ``e`` itself."""
+    if path is not None and (path / "scenario.resolved.yaml").is_file():
+        then = f"continue with: iotfl-sim run --resume {path}"
+    else:
+        then = "start the run again"
+    return no_space(e, then) or e
+
+
+def _finish(recorder: RunRecorder | None, lock: RunLock | None, ok: bool, path: Path | None) -> None:
+    """Close the run's files and drop its lock. After an error (``ok`` False) closing raises nothing."""
+    wrote = ok or (recorder is not None and recorder.writing)
+    try:
+        if recorder is not None:
+            try:
+                recorder.close(failed=not ok)
+            except OSError as e:
+                raise _os_error(e, path) from None
+    finally:
+        if lock is not None:
+            lock.release(wrote=wrote)
+
+
+def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str, Any]]:
+    """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none).
+
+    Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s,
+    the scenario's hash, the files' offsets) and the replay of the checkpoint's rounds. A refused resume
+    leaves every file of the folder as it was; only then are the files cut back to the checkpoint."""
+    from tqdm import tqdm
+
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+
+    path = Path(path)
+    if not (path / "scenario.resolved.yaml").is_file():
+        raise ScenarioError(f"--resume {path}: not a run folder (no scenario.resolved.yaml); give a folder that `iotfl-sim run` made")
+    lock = RunLock(path)  # writes nothing if the lock file is there; else the file goes again on release
+    recorder = None
+    bar = None
+    ok = False
+    try:
+        if _summary_complete(path):
+            raise ScenarioError(f"--resume {path}: this run is already complete (summary.json); nothing to resume")
+        base_dir = read_origin(path)  # the scenario's own folder: where a method named by import path may live
+        sc = load_scenario(path / "scenario.resolved.yaml", search=[base_dir] if base_dir is not None else [])
+        groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))
+        store = CheckpointStore(path, sc.output.checkpoint.keep)
+        loaded = store.load_latest()  # refuses a checkpoints path that is not a folder
+        if loaded is not None:
+            meta, state, tape = loaded
+            if meta.get("scenario_sha256") != scenario_sha256(path):
+                raise CheckpointError(f"{path / 'scenario.resolved.yaml'}: changed since the checkpoint was written; "
+                                      "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
+            check_offsets(path, meta.get("offsets"), sc.output.events)
+        bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
+        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
+        labels, energy = _labels(sim), _energy_columns(sim)
+        sim.checkpoints = store if _store(sc, path) is not None else None
+        if loaded is None:  # killed before its first checkpoint: start again in the same folder
+            store.clean_partial()
+            recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy)
+            sim.recorder = recorder
+        else:  # the recorder writes nothing until the replay of the checkpoint's rounds has passed its checks
+            recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy, offsets=meta["offsets"])
+            sim.resume_from(meta, state, tape, recorder)
+        sim.tape.recording = sim.checkpoints is not None or loaded is not None
+        result = path, _run_interruptible(sim, path)
+        ok = True
+        return result
+    except OSError as e:
+        raise _os_error(e, path) from None
+    finally:
+        if bar is not None:
+            bar.close()
+        _finish(recorder, lock, ok, path)
+
+
+def _run_interruptible(sim: Simulation, path: Path | None) -> dict[str, Any]:
+    import sys
+
+    try:
+        with _StopOnSignal(sim):
+            return sim.run()
+    except KeyboardInterrupt:
+        if path is not None and sim.checkpoints is not None:
+            done = sim.checkpoints.rounds()
+            where = f"the last checkpoint is after round {done[-1]}" if done else "no checkpoint yet: it will start over"
+            print(f"stopped at once; {where}; continue with: iotfl-sim run --resume {path}", file=sys.stderr)
+        raise
+
+
+def _store(sc: Scenario, path: Path) -> CheckpointStore | None:
+    cfg = sc.output.checkpoint
+    if cfg.every_rounds is None and cfg.every_s is None:
+        return None
+    return CheckpointStore(path, cfg.keep)
+
+
+def _labels(sim: Simulation) -> list[str]:
+    return [t.label for t in sim.strategy.eval_targets()] if sim.sc.numerics == "torch" else []
+
+
+def _energy_columns(sim: Simulation) -> list[str]:
+    return [f"energy_{c}_j" for c in sim.fleet.class_names]
