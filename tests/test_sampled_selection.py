@@ -1,4 +1,4 @@
-"""Selection at scale: the sampled uniform selection (``fleet.selection``, ``_View.sample_selectable``,
+"""Selection at scale: the sampled uniform selection (``fleet.selection``, ``sim.view.ServerView.sample_selectable``,
 ``algorithms.base.select_uniform``) and the O(deaths) fleet ledger and devices.csv writer it runs with."""
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ class ServerWork:
 
 
 class FleetView(Protocol):
-    """What a strategy may know of the fleet when it selects (``sim.engine._View`` states the rule)."""
+    """What a strategy may know of the fleet when it selects (``sim.view.ServerView`` states the rule)."""
 
     num_devices: int
     now: float  # simulated seconds at this selection

@@ -373,6 +373,13 @@ class Fleet:
         out["idle"] += t * self._idle_rate - self._idle_settled
         return out
 
+    def digest(self) -> list[float]:
+        """Figures of the fleet that a faithful replay reproduces exactly (a resume compares them): the energy
+        ledger, the idle accounts, the living devices per class, and the task counters."""
+        ledger = [float(x) for k in sorted(self._used) for x in self._used[k]]
+        counts = [float(a.sum()) for a in (self.busy, self.tasks, self.completed, *self.failures.values())]
+        return [*ledger, *map(float, self._idle_settled), *map(float, self._alive), *counts]
+
     def alive_count(self, t: float) -> int:
         self.advance_to(t)
         return int(self._alive.sum())

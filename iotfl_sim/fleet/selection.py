@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Fleets of at least this many devices select by sampling (``_View.sample_selectable``); smaller ones
+# Fleets of at least this many devices select by sampling (``sim.view.ServerView.sample_selectable``); smaller ones
 # build the full mask, with the draws every recorded run and test was made with.
 SAMPLED_SELECTION_MIN_DEVICES = 100_000
 

@@ -8,9 +8,8 @@ numerics depend on which device trains which submodel from which weights, never 
 from __future__ import annotations
 
 import math
-import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,113 +37,26 @@ from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, MB, Fleet
 from iotfl_sim.fleet.network import SharedMedium
-from iotfl_sim.fleet.selection import SAMPLED_SELECTION_MIN_DEVICES, SampleStats, sample_uniform
-from iotfl_sim.output import codec
 from iotfl_sim.output.checkpoint import CheckpointStore
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import (
     RunRecorder,
-    scenario_sha256,
 )
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import DeviceTasks, Task, declared_train_seconds
 from iotfl_sim.sim.server_cost import ServerCost
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
 from iotfl_sim.sim.tape import Tape
+from iotfl_sim.sim.view import ServerView
 
 
 class InfeasibleFleetError(ScenarioError):
     """No device of the fleet can hold any submodel the method would assign."""
-
-
-@dataclass
-class _View:
-    """What the server can know, stated once for every method.
-
-    Known: each device's declared profile (declared free memory, compute, link), which devices are
-    online now (devices check in when they come online, as in FedScale and real deployments), which
-    are busy with an earlier task, and the history of outcomes (a device whose task failed with
-    `depleted` is known to be gone). Not known: true current free memory, battery level, compute
-    jitter; a method that uses them must call ``true_state``, which the run summary reports.
-
-    Selection at scale: fleets of at least ``sample_min_devices`` devices (default
-    ``SAMPLED_SELECTION_MIN_DEVICES`` = 100,000) answer ``sample_selectable`` (the uniform selection of
-    ``algorithms.base.select_uniform``) and ``has_selectable`` (the ``min_participants`` check) by lazy
-    rejection sampling (``fleet.selection.sample_uniform``): only drawn ids are checked (known gone,
-    busy, eligible, then availability on the survivors), so a round costs O(clients), not O(devices).
-    Smaller fleets build the full mask, with the draws every recorded run and test was made with.
-    """
-
-    fleet: Fleet
-    declared: np.ndarray
-    known_gone: np.ndarray
-    availability: Any
-    now: float = 0.0
-    rnd: int = 0
-    oracle_users: set[str] = field(default_factory=set)
-    sample_min_devices: int = SAMPLED_SELECTION_MIN_DEVICES
-    _stats: SampleStats = field(default_factory=SampleStats)  # sizes the sampler's checks only
-    _warm: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # last ids found selectable
-
-    @property
-    def num_devices(self) -> int:
-        return self.fleet.n
-
-    def selectable_mask(self) -> np.ndarray:
-        mask = ~(self.known_gone | self.fleet.busy)
-        candidates = np.flatnonzero(mask)
-        mask[candidates[~self.availability.online_mask(self.now, self.rnd, candidates)]] = False
-        return mask
-
-    def _admits(self, eligible: Any = None):
-        """``accept`` for ``sample_uniform``: which of the (distinct) ``ids`` are selectable and eligible."""
-
-        def accept(ids: np.ndarray) -> np.ndarray:
-            ok = ~(self.known_gone[ids] | self.fleet.busy[ids])
-            if eligible is not None:
-                ok &= eligible[ids] if isinstance(eligible, np.ndarray) else eligible(ids)
-            idx = np.flatnonzero(ok)
-            ok[idx] = self.availability.online_mask(self.now, self.rnd, ids[idx])
-            self._warm = ids[ok]  # witnesses for the next has_selectable (eligible or not, selectable)
-            return ok
-
-        return accept
-
-    def sample_selectable(self, k: int, rng: np.random.Generator, eligible: Any = None) -> np.ndarray | None:
-        """``k`` devices (sorted) uniformly among the selectable ones that are ``eligible`` (a bool array
-        over devices, or a function of an id array), by sampling; None when the fleet is below
-        ``sample_min_devices`` (then ``rng`` is untouched) or too few were found (use the mask)."""
-        if self.fleet.n < self.sample_min_devices:
-            return None
-        return sample_uniform(self.fleet.n, k, rng, self._admits(eligible), stats=self._stats)
-
-    def has_selectable(self, need: int) -> bool:
-        """At least ``need`` devices are selectable now: at scale, shown by ``need`` witnesses (first the
-        devices found selectable last time, whose availability is cheap to bring up to date, then a
-        sample), else counted on the mask. Any witnesses give the same answer."""
-        if need <= 0:
-            return True
-        if self.fleet.n >= self.sample_min_devices:
-            if self._warm.size >= need and int(self._admits()(self._warm).sum()) >= need:
-                return True
-            rng = stream(self.fleet.seed, "participants", self.rnd)
-            if sample_uniform(self.fleet.n, need, rng, self._admits()) is not None:
-                return True
-        return int(self.selectable_mask().sum()) >= need
-
-    def selectable(self) -> np.ndarray:
-        return np.flatnonzero(self.selectable_mask())
-
-    def declared_free_memory(self) -> np.ndarray:
-        return self.declared
-
-    def true_state(self, strategy: str) -> Fleet:
-        self.oracle_users.add(strategy)
-        return self.fleet
 
 
 class Simulation:
@@ -157,7 +69,7 @@ class Simulation:
         progress: Any = None,
         base_dir: Path | None = None,
     ) -> None:
-        self._t_created = time.perf_counter()
+        self.t_created = time.perf_counter()
         self.sc = sc
         self.fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units)
         self.memory_scale = MB if sc.fleet.memory_units == "mb" else 1.0
@@ -214,7 +126,7 @@ class Simulation:
         # then no task fails for memory and no feasibility check applies
         self.memory_ignored = bool(self.strategy.ignores_memory)
         self._check_feasible()
-        self.view = _View(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
+        self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
         self.tasks = DeviceTasks(self)
         gateways = {g.name: g for g in sc.fleet.gateways}
@@ -227,14 +139,14 @@ class Simulation:
         self.params_sent = 0.0  # model sizes (parameters) dispatched / accepted back: communication waste
         self.params_back = 0.0
         self.bytes_wasted = 0.0  # bytes on the air (down and up) of tasks whose update the server did not use
-        self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self._t_created}
+        self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self.t_created}
         self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
         self.checkpoints: CheckpointStore | None = None
         self.resume_round = 0  # rounds before this one are replayed from the tape (``resume``)
-        self._resume: tuple[dict[str, Any], dict[str, Any]] | None = None
-        self._last_checkpoint = (0, time.perf_counter())  # (round, host instant)
-        self._tape_from = 0  # round the current tape chunk starts at
-        self._tape_files: list[dict[str, Any]] = []  # tape chunks written so far (listed in each checkpoint)
+        self.pending_resume: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self.last_checkpoint = (0, time.perf_counter())  # (round, host instant)
+        self.tape_from = 0  # round the current tape chunk starts at
+        self.tape_files: list[dict[str, Any]] = []  # tape chunks written so far (listed in each checkpoint)
         self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
         self.interrupted = False
 
@@ -439,14 +351,14 @@ class Simulation:
                 if self.progress is not None:
                     self.progress.update(1)
                 if rnd + 1 == self.resume_round:
-                    self._end_replay()
+                    checkpointing.end_replay(self)
                 continue
             if sc.numerics == "torch" and ((rnd + 1) % sc.server.eval_every == 0 or rnd + 1 == sc.rounds):
                 row.update(self._evaluate())
             row["host_train_s"] = self.host["train"]
             row["host_eval_s"] = self.host["eval"]
             row["host_aggregate_s"] = self.host["aggregate"]
-            row["host_other_s"] = time.perf_counter() - self._t_created - sum(self.host.values())
+            row["host_other_s"] = time.perf_counter() - self.t_created - sum(self.host.values())
             if self.recorder is not None:
                 self.recorder.round_row(row)
             self.rows.append(row)
@@ -457,7 +369,7 @@ class Simulation:
                     post["acc"] = f"{acc:.3f}"
                 self.progress.set_postfix(post, refresh=False)
                 self.progress.update(1)
-            if rnd + 1 < sc.rounds and (self.stop_requested or self._checkpoint_due(rnd + 1)):
+            if rnd + 1 < sc.rounds and (self.stop_requested or checkpointing.due(self, rnd + 1)):
                 self.checkpoint(rnd + 1)
                 if self.stop_requested:
                     self.interrupted = True
@@ -644,95 +556,19 @@ class Simulation:
 
     # ------------------------------------------------------------ checkpoints and resume
 
-    def _checkpoint_due(self, done: int) -> bool:
-        if self.checkpoints is None:
-            return False
-        cfg = self.sc.output.checkpoint
-        last_round, last_t = self._last_checkpoint
-        if cfg.every_rounds is not None and done - last_round >= cfg.every_rounds:
-            return True
-        return cfg.every_s is not None and time.perf_counter() - last_t >= cfg.every_s
-
     def digest(self) -> list[float]:
         """Figures of the fleet and the engine that a faithful replay reproduces exactly (a resume checks them)."""
-        f = self.fleet
-        ledger = [float(x) for k in sorted(f._used) for x in f._used[k]]
-        counts = [float(a.sum()) for a in (f.busy, f.tasks, f.completed, *f.failures.values(), self.view.known_gone)]
-        return [self.env.now, self.bytes_down, self.bytes_up, self.server_time, self.params_sent, self.params_back,
-                *ledger, *map(float, f._idle_settled), *map(float, f._alive), *counts]  # fmt: skip
+        fleet = self.fleet.digest()
+        engine = [self.env.now, self.bytes_down, self.bytes_up, self.server_time, self.params_sent, self.params_back]
+        return [*engine, *fleet, float(self.view.known_gone.sum())]
 
     def checkpoint(self, done: int) -> None:
-        """Write a checkpoint after ``done`` rounds (see ``output.checkpoint`` and ``sim.tape``)."""
-        if self.checkpoints is None or self.recorder is None:
-            return
-        state = {
-            "strategy": codec.capture(self.strategy, self.strategy.checkpointed),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "numpy": codec.encode(np.random.get_state()),
-                "python": codec.encode(random.getstate()),
-            },
-        }
-        host_total = time.perf_counter() - self._t_created
-        meta = {
-            "rows": self.rows,
-            "host": {**self.host, "total": host_total},
-            "oracle_users": sorted(self.view.oracle_users),
-            "offsets": self.recorder.offsets(),
-            "digest": self.digest(),
-            "tape_counts": self.tape.counts(),
-            "scenario_sha256": scenario_sha256(self.recorder.path),
-        }
-        self._tape_files = self.checkpoints.write(
-            done, state, meta, self._tape_files, codec.encode(self.tape.new_chunk()), self._tape_from
-        )
-        self._tape_from = done
-        self._last_checkpoint = (done, time.perf_counter())
+        """Write a checkpoint after ``done`` rounds (``sim.checkpointing``)."""
+        checkpointing.write(self, done)
 
     def resume_from(self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder) -> None:
-        """Set up a resumed run: replay the checkpoint's rounds from its tape, then load its state. The recorder
-        follows the replay (it skips the event lines already on disk; rows are not replayed)."""
-        self.tape.load([codec.decode(chunk) for chunk in tape])
-        if self.tape.counts() != meta.get("tape_counts"):
-            raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
-        self.resume_round = int(meta["round"])
-        self._resume = (meta, state)
-        self._tape_files = meta["tape"]
-        self._tape_from = self.resume_round
-        self.recorder = recorder
-
-    def _end_replay(self) -> None:
-        assert self._resume is not None
-        meta, state = self._resume
-        left = self.tape.unconsumed()
-        if self.recorder is not None and self.recorder.replay_pending:
-            left["event lines"] = self.recorder.replay_pending
-        if left or self.digest() != meta.get("digest"):
-            raise CheckpointError(
-                f"checkpoint of round {self.resume_round}: replaying the run does not reproduce it "
-                f"({'unused answers: ' + str(left) if left else 'the fleet state differs'}); the code or the data "
-                "changed since the run started: start a new run"
-            )
-        codec.restore(self.strategy, state["strategy"], self.strategy.checkpointed)
-        self.server_work.drain()  # set-up work was charged in round 1 already
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(codec.decode(rng["numpy"]))
-        random.setstate(codec.decode(rng["python"]))
-        self.rows = [dict(r) for r in meta["rows"]]
-        self.view.oracle_users = set(meta["oracle_users"])
-        saved = meta["host"]
-        elapsed = time.perf_counter() - self._t_created  # set-up and replay of this process
-        self.host = {**saved, "setup": saved["setup"] + elapsed}
-        del self.host["total"]
-        self._t_created -= saved["total"]
-        self._resume = None
-        self._last_checkpoint = (self.resume_round, time.perf_counter())
-        # every check passed: from here on the run writes (its files cut back to the checkpoint's offsets)
-        if self.checkpoints is not None:
-            self.checkpoints.clean_partial()
-        if self.recorder is not None:
-            self.recorder.begin()
+        """Set up a resumed run (``sim.checkpointing.begin_resume``)."""
+        checkpointing.begin_resume(self, meta, state, tape, recorder)
 
     # ------------------------------------------------------------ run
 
@@ -744,14 +580,14 @@ class Simulation:
             torch.set_num_threads(self.sc.executor.threads)
         proc = self.env.process(self.server())
         self.env.run(until=proc)
-        if self._resume is not None:  # the run ended (stalled) before the replay reached the checkpoint
+        if self.pending_resume is not None:  # the run ended (stalled) before the replay reached the checkpoint
             raise CheckpointError(
                 f"checkpoint of round {self.resume_round}: replaying the run does not reproduce it (it stops "
                 "earlier); the code or the data changed since the run started: start a new run"
             )
         if not self.interrupted:
             faults.hit("summary")
-        host_total = time.perf_counter() - self._t_created  # set-up counts as bookkeeping
+        host_total = time.perf_counter() - self.t_created  # set-up counts as bookkeeping
         summary = summarize(self, host_total)
         summary["status"] = "interrupted" if self.interrupted else "complete"
         if self.recorder is not None:

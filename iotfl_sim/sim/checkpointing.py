@@ -1,0 +1,116 @@
+"""Checkpoints of a running simulation, and the replay that resumes one: beside the engine, not inside it.
+
+``write`` saves, after a round, what a faithful continuation needs that replay cannot rebuild: the strategy's
+declared state (``Strategy.checkpointed``), the global RNG states, the rows so far, host times, the run files'
+offsets, the engine's and the fleet's digest and the tape of the strategy's answers (``sim.tape``).
+``begin_resume`` loads a checkpoint's tape; the engine then replays the checkpoint's rounds without training
+(the tape answers for the strategy) and calls ``end_replay``, which checks that the replay reproduced the
+checkpoint (every answer used, the same digest) before anything is written, then restores the saved state.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from iotfl_sim.output import codec
+from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.output.run_dir import RunRecorder, scenario_sha256
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.engine import Simulation
+
+
+def due(sim: Simulation, done: int) -> bool:
+    """Whether a checkpoint is due after ``done`` rounds (``output.checkpoint``: every so many rounds or seconds)."""
+    if sim.checkpoints is None:
+        return False
+    cfg = sim.sc.output.checkpoint
+    last_round, last_t = sim.last_checkpoint
+    if cfg.every_rounds is not None and done - last_round >= cfg.every_rounds:
+        return True
+    return cfg.every_s is not None and time.perf_counter() - last_t >= cfg.every_s
+
+
+def write(sim: Simulation, done: int) -> None:
+    """Write a checkpoint after ``done`` rounds (see ``output.checkpoint`` and ``sim.tape``)."""
+    if sim.checkpoints is None or sim.recorder is None:
+        return
+    state = {
+        "strategy": codec.capture(sim.strategy, sim.strategy.checkpointed),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "numpy": codec.encode(np.random.get_state()),
+            "python": codec.encode(random.getstate()),
+        },
+    }
+    host_total = time.perf_counter() - sim.t_created
+    meta = {
+        "rows": sim.rows,
+        "host": {**sim.host, "total": host_total},
+        "oracle_users": sorted(sim.view.oracle_users),
+        "offsets": sim.recorder.offsets(),
+        "digest": sim.digest(),
+        "tape_counts": sim.tape.counts(),
+        "scenario_sha256": scenario_sha256(sim.recorder.path),
+    }
+    sim.tape_files = sim.checkpoints.write(
+        done, state, meta, sim.tape_files, codec.encode(sim.tape.new_chunk()), sim.tape_from
+    )
+    sim.tape_from = done
+    sim.last_checkpoint = (done, time.perf_counter())
+
+
+def begin_resume(
+    sim: Simulation, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder
+) -> None:
+    """Set up a resumed run: replay the checkpoint's rounds from its tape, then load its state. The recorder
+    follows the replay (it skips the event lines already on disk; rows are not replayed)."""
+    sim.tape.load([codec.decode(chunk) for chunk in tape])
+    if sim.tape.counts() != meta.get("tape_counts"):
+        raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
+    sim.resume_round = int(meta["round"])
+    sim.pending_resume = (meta, state)
+    sim.tape_files = meta["tape"]
+    sim.tape_from = sim.resume_round
+    sim.recorder = recorder
+
+
+def end_replay(sim: Simulation) -> None:
+    """After the replay of the checkpoint's rounds: refuse a replay that did not reproduce the checkpoint
+    (before anything is written), then put the saved state back and let the run's files be written."""
+    assert sim.pending_resume is not None
+    meta, state = sim.pending_resume
+    left = sim.tape.unconsumed()
+    if sim.recorder is not None and sim.recorder.replay_pending:
+        left["event lines"] = sim.recorder.replay_pending
+    if left or sim.digest() != meta.get("digest"):
+        raise CheckpointError(
+            f"checkpoint of round {sim.resume_round}: replaying the run does not reproduce it "
+            f"({'unused answers: ' + str(left) if left else 'the fleet state differs'}); the code or the data "
+            "changed since the run started: start a new run"
+        )
+    codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
+    sim.server_work.drain()  # set-up work was charged in round 1 already
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(codec.decode(rng["numpy"]))
+    random.setstate(codec.decode(rng["python"]))
+    sim.rows = [dict(r) for r in meta["rows"]]
+    sim.view.oracle_users = set(meta["oracle_users"])
+    saved = meta["host"]
+    elapsed = time.perf_counter() - sim.t_created  # set-up and replay of this process
+    sim.host = {**saved, "setup": saved["setup"] + elapsed}
+    del sim.host["total"]
+    sim.t_created -= saved["total"]
+    sim.pending_resume = None
+    sim.last_checkpoint = (sim.resume_round, time.perf_counter())
+    # every check passed: from here on the run writes (its files cut back to the checkpoint's offsets)
+    if sim.checkpoints is not None:
+        sim.checkpoints.clean_partial()
+    if sim.recorder is not None:
+        sim.recorder.begin()
