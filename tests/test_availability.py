@@ -11,16 +11,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from iotfl_sim.fleet.availability import (
-    TraceError,
-    _draw,
-    _draw_np,
-    _neglog1m,
-    _neglog1m_np,
-    build_availability,
-    load_csv_trace,
-    load_fedscale_trace,
-)
+from iotfl_sim.fleet.availability import build_availability
+from iotfl_sim.fleet.draws import draw, draw_np, neglog1m, neglog1m_np
+from iotfl_sim.fleet.traces import TraceError, load_csv_trace, load_fedscale_trace
 from iotfl_sim.scenario.availability import (
     AlwaysAvailability,
     MarkovAvailability,
@@ -78,11 +71,11 @@ def test_config_union_and_defaults() -> None:
 def test_scalar_and_vector_draws_agree_to_the_bit() -> None:
     m = np.random.default_rng(0).integers(0, 2**53, 20000, dtype=np.uint64)
     m[:2] = [0, 2**53 - 1]
-    vec = _neglog1m_np(m)
-    assert np.array_equal(vec, [_neglog1m(int(x)) for x in m])
+    vec = neglog1m_np(m)
+    assert np.array_equal(vec, [neglog1m(int(x)) for x in m])
     assert np.allclose(vec, -np.log1p(-(m.astype(np.float64) / 2**53)), rtol=1e-13, atol=1e-14)
     kd = np.arange(50, dtype=np.uint64) * np.uint64(977)
-    assert [_draw(int(k), 12) for k in kd] == _draw_np(kd, 12).tolist()
+    assert [draw(int(k), 12) for k in kd] == draw_np(kd, 12).tolist()
 
 
 # ---------------------------------------------------------------- always, bernoulli

@@ -614,7 +614,7 @@ def test_a_fedscale_trace_within_its_file_size_still_loads(tmp_path):
     short list (as a pickle of equal lists may) load, each with its own copy."""
     import pickle
 
-    from iotfl_sim.fleet.availability import load_fedscale_trace
+    from iotfl_sim.fleet.traces import load_fedscale_trace
 
     shared = [0.0, 5.0]
     path = tmp_path / "t.pkl"

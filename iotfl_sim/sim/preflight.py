@@ -116,7 +116,7 @@ def _trace_group(sc: Scenario, base_dir: Path | None, message: str) -> int | Non
 
 def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> Simulation:
     """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
-    from iotfl_sim.fleet.availability import TraceError
+    from iotfl_sim.fleet.traces import TraceError
     from iotfl_sim.sim.engine import Simulation
 
     system_only = sc.model_copy(update={"numerics": "none"})
