@@ -112,7 +112,7 @@ def mean(vals: list[float | None]) -> float:
 
 def params_table() -> dict[tuple[str, str], tuple[int, int]]:
     """(method, level) -> (parameters at the benchmark's width on 1x28x28, at width 1 on 3x32x32 CIFAR-10)."""
-    from iotfl_sim.fl.reassemble import reassembled_family
+    from iotfl_sim.fl.models.reassemble import reassembled_family
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -136,7 +136,7 @@ def cka_cuts(seed: int) -> tuple[int, ...]:
     from conftest import strategy_context
 
     from iotfl_sim.algorithms.adapterfl import AdapterFL
-    from iotfl_sim.fl.data import load_dataset
+    from iotfl_sim.fl.data.datasets import load_dataset
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.scenario.algorithms import AdapterFLConfig
     from iotfl_sim.sim.setup import subset_dataset as subset

@@ -3,7 +3,7 @@
 FedX (shared/seeds/fedx.txt, Tables I-III) times one local round, 750 CIFAR-10 samples at batch 32, of three
 sub-networks of the Once-for-All MobileNetV3 supernet on a Raspberry Pi 5, a Jetson Nano (GPU and CPU) and a
 Qualcomm QCS605 AI kit. This script rebuilds those sub-networks in plain torch (layout and kernel size as derived
-in benchmarks/profile_derivations.md, "FedX workload"), counts their FLOPs the way ``iotfl_sim.fl.cost`` does
+in benchmarks/profile_derivations.md, "FedX workload"), counts their FLOPs the way ``iotfl_sim.fl.cost.footprint`` does
 (``FlopCounterMode`` on the meta device, 2 FLOPs per multiply-add, training = 3 x forward x samples), predicts
 time = training FLOPs / ``compute.flops`` of each device profile (the default power mode where a profile has
 modes, as ``DeviceProfile.mode(None)`` does) and compares with the measured times. It then fits three one-number
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from iotfl_sim.fl import opcost  # noqa: E402
+from iotfl_sim.fl.cost import opcost  # noqa: E402
 from iotfl_sim.scenario.profile import DeviceProfile, Rates  # noqa: E402
 
 PROFILES = ROOT / "device_profiles"
@@ -205,7 +205,7 @@ def count_params(model: nn.Module, *, bn_affine: bool = True) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Cost measurement (the iotfl_sim.fl.cost convention)
+# Cost measurement (the iotfl_sim.fl.cost.footprint convention)
 # ---------------------------------------------------------------------------------------------------------------
 def forward_flops_per_sample(model: nn.Module, batch: int = BATCH, image: int = IMAGE) -> float:
     """FlopCounterMode FLOPs of one training-mode forward pass, per sample (as ``measure_cost``)."""
@@ -396,7 +396,7 @@ def _affine_two_point(rows: list[Row]) -> tuple[float, float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The per-operator roofline of the simulator (iotfl_sim.fl.opcost), with held-out fits
+# The per-operator roofline of the simulator (iotfl_sim.fl.cost.opcost), with held-out fits
 # ---------------------------------------------------------------------------------------------------------------
 LAST_BATCH = SAMPLES - (STEPS - 1) * BATCH  # 14: the last minibatch of a round, priced at its own size
 # One free parameter per device, and which one follows how the device executes a PyTorch training step, not the
@@ -503,7 +503,7 @@ def roofline_section(traces: dict) -> list[str]:
     within = sum(abs(r.ratio - 1) <= TOLERANCE for r in rows)
     worst = max(rows, key=lambda r: max(r.ratio, 1 / r.ratio))
     src = [r.sourced_s / r.measured_s for r in rows]
-    out = ["## The per-operator roofline (`iotfl_sim.fl.opcost`), held out", ""]
+    out = ["## The per-operator roofline (`iotfl_sim.fl.cost.opcost`), held out", ""]
     out.append(
         f"**{within} of {len(rows)} cells within 25%; worst cell {worst.label} {worst.workload}, predicted / measured "
         f"{worst.ratio:.2f}; no cell off by 2x or more: {all(0.5 < r.ratio < 2 for r in rows)}.** "
@@ -644,7 +644,7 @@ def traffic(model: nn.Module, label: str, batch: int = BATCH, image: int = IMAGE
 
 
 TRAFFIC_REFS: tuple[tuple[str, str, int], ...] = (
-    # dense CNNs of the kind the profiles' FLOP/s were fitted on, from iotfl_sim.fl.models: (family, label, input)
+    # dense CNNs of the kind the profiles' FLOP/s were fitted on, from iotfl_sim.fl.models.families: (family, label, input)
     ("conv", "dense 4-layer CNN (iotfl_sim `conv`), 32x32", IMAGE),
     ("resnet18", "ResNet18 (iotfl_sim `resnet18`), 32x32", IMAGE),
     ("resnet18", "ResNet18 (iotfl_sim `resnet18`), 224x224", 224),
@@ -652,7 +652,7 @@ TRAFFIC_REFS: tuple[tuple[str, str, int], ...] = (
 
 
 def measure_traffic() -> list[Traffic]:
-    from iotfl_sim.fl.build import build_model
+    from iotfl_sim.fl.models.build import build_model
     from iotfl_sim.fl.submodel import SubmodelSpec
 
     out = [traffic(build_workload(name), f"FedX {name}, 32x32") for name in WORKLOADS]
@@ -790,8 +790,8 @@ def _time_by_class(model: nn.Module) -> dict[str, float]:
 
 
 def host_benchmark(ws: list[Workload]) -> HostResult:
-    from iotfl_sim.fl.build import build_model
-    from iotfl_sim.fl.cost import measure_cost
+    from iotfl_sim.fl.cost.footprint import measure_cost
+    from iotfl_sim.fl.models.build import build_model
     from iotfl_sim.fl.submodel import SubmodelSpec
 
     torch.manual_seed(0)
@@ -1059,7 +1059,7 @@ def render(
     add(
         f"OFA MobileNetV3 sub-networks as derived in `profile_derivations.md` (FedX workload): depth d and expand "
         f"ratio e in all five stages, kernel {KERNEL}, {IMAGE}x{IMAGE} input, {NUM_CLASSES}-class head, batch "
-        f"{BATCH}, {SAMPLES} samples = {STEPS} steps. FLOPs as `iotfl_sim.fl.cost`: FlopCounterMode on the meta "
+        f"{BATCH}, {SAMPLES} samples = {STEPS} steps. FLOPs as `iotfl_sim.fl.cost.footprint`: FlopCounterMode on the meta "
         "device (convolutions and matmuls, 2 per multiply-add), training = 3 x forward x samples. The column next "
         "to FedX's counts rebuilds the nets with the 200-class head those counts match, as a check of the "
         "architecture. `ATen ops / step` counts the non-view operators one training step (forward, loss, "
@@ -1074,7 +1074,7 @@ def render(
         "`convolution_backward` formula ignores `groups` for the weight gradient and so counts every depthwise "
         "layer's weight gradient C times over (a fix is proposed upstream in pytorch/pytorch PR #183405). The "
         "3 x forward rule is the right count here (2.99 x: the stem needs no input gradient) and stays the "
-        "fallback for profiles without `mem_bw_gbs`; the roofline (`iotfl_sim.fl.opcost`) counts the backward pass "
+        "fallback for profiles without `mem_bw_gbs`; the roofline (`iotfl_sim.fl.cost.opcost`) counts the backward pass "
         "with its own `convolution_backward` formula, which respects `groups` (hand-checked in tests/test_opcost.py), "
         "never with FlopCounterMode's."
     )
@@ -1100,7 +1100,7 @@ def render(
     add(
         "Every ATen op of a training-mode forward pass (meta device, batch 32, per sample), grouped by layer class: "
         "counted FLOPs (the simulator's rule) and the fp32 bytes of the tensors each op reads and writes, a lower "
-        "bound on its memory traffic. The dense references are `iotfl_sim.fl.models` families at the same 32x32 "
+        "bound on its memory traffic. The dense references are `iotfl_sim.fl.models.families` families at the same 32x32 "
         "input, and ResNet18 at the 224x224 the profiles' ResNet measurements used (at least as many FLOPs per "
         f"byte: {_span([t.total_flops / t.total_bytes for t in big_tr], '.0f')})."
     )
@@ -1117,7 +1117,7 @@ def render(
         add("")
         add(
             f"Host: {host.cpu}, {host.threads} torch threads, torch {torch.__version__}. Real training steps "
-            "(random data, SGD) of the three FedX nets and of two dense CNNs from `iotfl_sim.fl.models` at the "
+            "(random data, SGD) of the three FedX nets and of two dense CNNs from `iotfl_sim.fl.models.families` at the "
             "same batch and input size, FLOPs by the simulator's rule. Times depend on the machine and on its "
             "load at the time; the ratios are the point."
         )
@@ -1231,7 +1231,7 @@ def render(
         f"than the Pi 5, while FedX measured it {by[(pi, 'small')].measured_s / by[(nano, 'small')].measured_s:.2f}x"
         f" / {by[(pi, 'medium')].measured_s / by[(nano, 'medium')].measured_s:.2f}x faster for small / medium and "
         f"slower for large ({by[(nano, 'large')].measured_s:.1f} s vs {by[(pi, 'large')].measured_s:.1f} s). "
-        "Reproducing FedX's timing needs an architecture-aware term in `iotfl_sim.fl.cost` on top of the dense "
+        "Reproducing FedX's timing needs an architecture-aware term in `iotfl_sim.fl.cost.footprint` on top of the dense "
         "rate (here a per-class efficiency fits the Nano GPU, a per-layer or bytes-based cost the CPUs), fitted "
         "per device on more workloads than these three."
     )

@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from iotfl_sim.algorithms.adaptivefl import DEFAULT_START_LAYERS  # noqa: E402
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, sharing_groups  # noqa: E402
-from iotfl_sim.fl.models import start_layer_rates  # noqa: E402
+from iotfl_sim.fl.models.families import start_layer_rates  # noqa: E402
 from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state  # noqa: E402
 

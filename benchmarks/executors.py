@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from iotfl_sim.cli import main as cli  # noqa: E402
-from iotfl_sim.fl.data import load_dataset  # noqa: E402
+from iotfl_sim.fl.data.datasets import load_dataset  # noqa: E402
 from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
 from iotfl_sim.fl.submodel import SubmodelSpec  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Host self-calibration: `profiles measure` on this machine, then predicted vs measured local training time.
 
-1. The micro-benchmarks of ``iotfl-sim profiles measure`` (``iotfl_sim.fl.measure``) give this machine's
+1. The micro-benchmarks of ``iotfl-sim profiles measure`` (``iotfl_sim.fl.cost.measure``) give this machine's
    FLOP/s, memory bandwidth and per-op overhead; nothing else is fitted.
-2. The simulator's cost model (``iotfl_sim.fl.opcost``, exactly what ``sim/device.py`` calls) prices one local
+2. The simulator's cost model (``iotfl_sim.fl.cost.opcost``, exactly what ``sim/device.py`` calls) prices one local
    training job of two scenarios with those numbers:
    - the quickstart (``scenarios/quickstart.yaml``): cnn_small on 8x8 digits, its local settings;
    - the MNIST conv job (``scenarios/heterofl_mnist_a2b8.yaml``): conv on MNIST, its local settings.
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from iotfl_sim.fl import measure, opcost  # noqa: E402
-from iotfl_sim.fl.data import load_dataset  # noqa: E402
+from iotfl_sim.fl.cost import measure, opcost  # noqa: E402
+from iotfl_sim.fl.data.datasets import load_dataset  # noqa: E402
 from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
 from iotfl_sim.fl.submodel import SubmodelSpec  # noqa: E402
 from iotfl_sim.fl.train import TrainJob, train_local  # noqa: E402
@@ -132,7 +132,7 @@ def render(runs: list[tuple[dict, list[JobResult], str]]) -> str:
         "Measured = wall time of `fl.train.train_local` on real data (the scenario's lr, momentum, weight decay, "
         "clipping; plain CE), fastest of the repeats after a 4-step warm-up that is not timed (the micro-benchmarks "
         "keep their fastest repeat too: both sides are the uncontended cost on this shared machine). "
-        "Predicted = `fl.opcost.train_seconds` with the measured profile, the same call the simulator makes for "
+        "Predicted = `fl.cost.opcost.train_seconds` with the measured profile, the same call the simulator makes for "
         "a device of this profile (jitter median 1). FLOPs only = the old rule, training FLOPs / the measured FLOP/s. "
         f"Torch threads: {torch.get_num_threads()} for both (the profile's sources say so).",
         "",

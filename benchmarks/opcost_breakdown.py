@@ -23,8 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotfl_sim.fl import opcost  # noqa: E402
-from iotfl_sim.fl.measure import FAMILY_SHAPES, _repeat  # noqa: E402
+from iotfl_sim.fl.cost import opcost  # noqa: E402
+from iotfl_sim.fl.cost.measure import FAMILY_SHAPES, _repeat  # noqa: E402
 
 
 class CallTimer(TorchDispatchMode):

@@ -27,7 +27,7 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.strategy import FedAvg
 from flwr.simulation import run_simulation
 
-from iotfl_sim.fl.data import load_dataset
+from iotfl_sim.fl.data.datasets import load_dataset
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 

@@ -201,7 +201,7 @@ MAX_MEASURE_BATCH = 4096
 def cmd_profiles_measure(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from iotfl_sim.fl import measure
+    from iotfl_sim.fl.cost import measure
     from iotfl_sim.scenario.profile import DeviceProfile
 
     out = Path(args.out) if args.out else None
@@ -240,7 +240,7 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
     m = measure.measure(args.seconds, args.family, args.batch, args.device)
     data = measure.profile_dict(m, name, args.device_class, args.idle_w, args.train_w)
     if args.server:
-        from iotfl_sim.fl.measure_server import server_work_rates
+        from iotfl_sim.fl.cost.measure_server import server_work_rates
 
         data["server_work"], notes = server_work_rates(args.seconds / 2)
         data["sources"][1:1] = notes
@@ -270,8 +270,8 @@ def cmd_profiles_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from iotfl_sim.fl.data import DatasetError
-    from iotfl_sim.fl.download import DownloadError, download
+    from iotfl_sim.fl.data.datasets import DatasetError
+    from iotfl_sim.fl.data.download import DownloadError, download
 
     try:
         bounds = {k: v for k, v in (("timeout_s", args.timeout), ("deadline_s", args.deadline)) if v is not None}

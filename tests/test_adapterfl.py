@@ -13,9 +13,9 @@ from torch import nn
 from iotfl_sim.algorithms.adapterfl import AdapterFL, FedBase, apportion, select_by_fit
 from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.cli import main
-from iotfl_sim.fl.build import build_model
-from iotfl_sim.fl.models import count_params
-from iotfl_sim.fl.reassemble import (
+from iotfl_sim.fl.models.build import build_model
+from iotfl_sim.fl.models.families import count_params
+from iotfl_sim.fl.models.reassemble import (
     block_params,
     candidate_cuts,
     centered_gram,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES, PROTOTYPE_STAGES
-from iotfl_sim.fl.build import BUILDERS, build_model
+from iotfl_sim.fl.models.build import BUILDERS, build_model
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.model import Data, Model

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from iotfl_sim.fl.data import DATASETS, Dataset, DatasetError, load_dataset, read_idx, resolve_root
-from iotfl_sim.fl.partition import PartitionError, label_sets, partition
+from iotfl_sim.fl.data.datasets import DATASETS, Dataset, DatasetError, load_dataset, read_idx, resolve_root
+from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
 
 DATA = Path(os.environ.get("IOTFL_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "datasets")
 

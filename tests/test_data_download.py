@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from iotfl_sim.cli import main
-from iotfl_sim.fl import data as data_mod
-from iotfl_sim.fl import download as dl
+from iotfl_sim.fl.data import datasets as data_mod
+from iotfl_sim.fl.data import download as dl
 
 
 @pytest.fixture(autouse=True)

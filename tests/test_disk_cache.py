@@ -9,7 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from iotfl_sim.fl import cost, data, disk_cache, opcost
+from iotfl_sim.fl import disk_cache
+from iotfl_sim.fl.cost import footprint as cost
+from iotfl_sim.fl.cost import opcost
+from iotfl_sim.fl.data import datasets as data
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 

@@ -517,7 +517,7 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
     elif sub == "profiles" and args[0] == "measure":
         # the command as written, writing a real profile file; the micro-benchmarks themselves (20 s by
         # default) are test_profiles_measure's: here they return fixed figures at once
-        from iotfl_sim.fl import measure
+        from iotfl_sim.fl.cost import measure
 
         fixed = measure.Measured(2.0e10, 1.0e10, 5e-6, 0.05, ["fixed figures (test)"], {})
         monkeypatch.setattr(measure, "measure", lambda *a, **k: fixed)

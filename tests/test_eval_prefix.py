@@ -6,7 +6,7 @@ import torch
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, sharing_groups
 from iotfl_sim.fl.evaluate import evaluate, shared_layers
-from iotfl_sim.fl.models import start_layer_rates
+from iotfl_sim.fl.models.families import start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.feddf import FedDF
-from iotfl_sim.fl.data import load_dataset
+from iotfl_sim.fl.data.datasets import load_dataset
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.scenario.algorithms import FedAvgConfig, FedDFConfig
 from iotfl_sim.sim.server_cost import ServerCost

@@ -11,7 +11,7 @@ import yaml
 from conftest import base_scenario
 
 from iotfl_sim.algorithms.fedx_assign import search
-from iotfl_sim.fl.fedx_models import level_specs
+from iotfl_sim.fl.models.fedx import level_specs
 from iotfl_sim.scenario.algorithms import FedXConfig
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.sim.engine import Simulation

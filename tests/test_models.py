@@ -1,4 +1,4 @@
-"""Prunable model families (iotfl_sim.fl.models) and their cost model (iotfl_sim.fl.cost)."""
+"""Prunable model families (iotfl_sim.fl.models.families) and their cost model (iotfl_sim.fl.cost.footprint)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from iotfl_sim.fl.build import build_model
-from iotfl_sim.fl.cost import ModelCost, measure_cost
-from iotfl_sim.fl.models import (
+from iotfl_sim.fl.cost.footprint import ModelCost, measure_cost
+from iotfl_sim.fl.models.build import build_model
+from iotfl_sim.fl.models.families import (
     FAMILIES,
     LAYER_GROUPS,
     InvertedResidual,

@@ -1,4 +1,4 @@
-"""The per-operator roofline cost model (fl/opcost.py) against hand counts."""
+"""The per-operator roofline cost model (fl/cost/opcost.py) against hand counts."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from conftest import BIG, base_scenario
 from torch.utils.flop_counter import FlopCounterMode
 
 from iotfl_sim.cli import main
-from iotfl_sim.fl import opcost
-from iotfl_sim.fl.opcost import StepTrace, _Recorder
+from iotfl_sim.fl.cost import opcost
+from iotfl_sim.fl.cost.opcost import StepTrace, _Recorder
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.loader import available_profiles, load_profile
@@ -310,7 +310,7 @@ def test_profile_kernels_reach_the_cost_model(write_scenario):
 
 
 def test_a_measured_step_scales_its_family_and_input_shape_only():
-    from iotfl_sim.fl.opcost import StepOptions, infer_seconds, step_trace, train_seconds
+    from iotfl_sim.fl.cost.opcost import StepOptions, infer_seconds, step_trace, train_seconds
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.fl.submodel import SubmodelSpec
 

@@ -26,7 +26,7 @@ def test_measure_writes_a_profile_that_validates(tmp_path, capsys):
     for what in ("torch 2", "compute.flops:", "compute.mem_bw_gbs:", "compute.op_overhead_us:", "check: one cnn_small"):
         assert what in text
     # per-kind kernel costs: a rate curve for each priced kind, over the call sizes it was timed at
-    from iotfl_sim.fl.measure import CURVE_SIZES
+    from iotfl_sim.fl.cost.measure import CURVE_SIZES
 
     assert set(p.compute.kernels) == set(CURVE_SIZES)
     for kind, sizes in CURVE_SIZES.items():

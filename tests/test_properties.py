@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
-from iotfl_sim.fl.partition import partition
+from iotfl_sim.fl.data.partition import partition
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
@@ -238,7 +238,7 @@ def test_aggregation_order_dependence_is_only_rounding():
     assert aggregate_nested(glob, cs)["w"].item() != aggregate_nested(glob, [cs[0], cs[2], cs[1]])["w"].item()
 
 
-# ---------------------------------------------------------------- partitions (fl/partition.py)
+# ---------------------------------------------------------------- partitions (fl/data/partition.py)
 
 
 @st.composite

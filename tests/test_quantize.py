@@ -175,7 +175,7 @@ def test_per_tensor_wire_bytes_of_seven_values_at_3_bits_counted_by_hand():
 
 def test_per_tensor_8_bit_error_energy_is_an_order_of_magnitude_above_bucketed():
     # the point: with 512-value buckets 8 bits lose almost nothing, per tensor they do not
-    from iotfl_sim.fl.fedx_models import build_fedx_model, level_specs
+    from iotfl_sim.fl.models.fedx import build_fedx_model, level_specs
 
     torch.manual_seed(0)
     model = build_fedx_model("harwild", level_specs("harwild")["small"], num_classes=6, in_channels=9, image_size=(1, 128))

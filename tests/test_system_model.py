@@ -333,7 +333,7 @@ def test_power_mode_changes_throughput_and_power_together():
         sim = simulate(data)
         return sim.fleet.energy["compute"][0], sim
 
-    from iotfl_sim.fl import opcost
+    from iotfl_sim.fl.cost import opcost
     from iotfl_sim.scenario.loader import load_profile
 
     nano = load_profile("jetson_nano")

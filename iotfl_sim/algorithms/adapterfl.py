@@ -6,7 +6,7 @@ No public code exists; this follows the paper's text, and every choice it leaves
 - Prototypes S, M, L (``prototypes``, default 2-conv CNN ``cnn2``, ``mobilenetv2``, ``resnet18``; the
   second group is mobilenetv2, resnet18, vgg16), optionally narrowed by ``width`` (a width rate for
   every prototype, for runs on small machines; the paper uses 1).
-- Partition (eq. 3, ``fl.reassemble``): each prototype is a sequence of stages; the candidate cuts
+- Partition (eq. 3, ``fl.models.reassemble``): each prototype is a sequence of stages; the candidate cuts
   leave at least one stage on the feature side and one non-head stage on the adaptation side (so
   ``cnn2`` has the single cut after conv1). Linear CKA on flattened representations of a probe batch
   of ``probe_samples`` images: the server's proxy set when ``proxy_fraction`` > 0, else a seeded sample
@@ -19,7 +19,7 @@ No public code exists; this follows the paper's text, and every choice it leaves
   cuts need not agree; the run summary does not record the chosen cuts, ``AdapterFL.partition`` does.
 - Reassembly (eq. 5): the extractor prototype's (``extractor``, default L, the paper's preferred
   choice; Algorithm 1 picks it at random) feature-extraction block with each prototype's adaptation
-  block, joined by a two-conv adapter (``fl.reassemble.Adapter``): the group ``<X>-S``, ``<X>-M``,
+  block, joined by a two-conv adapter (``fl.models.reassemble.Adapter``): the group ``<X>-S``, ``<X>-M``,
   ``<X>-L``.
 - Which device fits which model (``fit``). The selector's "table of the hardware resource of each
   device" is the declared profiles (no oracle access). Sec. IV-C states the rule as |m_ij| <= Gamma_k
@@ -56,7 +56,7 @@ No public code exists; this follows the paper's text, and every choice it leaves
 - Block-wise aggregation (eqs. 6, 7): the group's global state holds the feature-extraction block
   once (``ex.*``) and each model's adapter and adaptation block under its label
   (``L-S/adapter.*``, ``L-S/ad.*``); every tensor is averaged over the updates that hold it
-  (``fl.aggregate.aggregate_nested`` after renaming, ``fl.reassemble.to_group``): the shared block
+  (``fl.aggregate.aggregate_nested`` after renaming, ``fl.models.reassemble.to_group``): the shared block
   over every client of the round, the others over the clients that trained that model. The paper's
   means are unweighted (``weighting: count``); ``data`` weights by client data size.
 - FedBase (``fedbase``): the same models, selector and training, but nothing is shared: every model,
@@ -78,7 +78,7 @@ import torch
 from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, InferWork, Strategy, Update
 from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
-from iotfl_sim.fl.reassemble import (
+from iotfl_sim.fl.models.reassemble import (
     Partition,
     candidate_cuts,
     centered_gram,

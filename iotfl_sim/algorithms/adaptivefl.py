@@ -95,7 +95,7 @@ from iotfl_sim.algorithms.base import (
 )
 from iotfl_sim.algorithms.common import contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
-from iotfl_sim.fl.models import LAYER_GROUPS, start_layer_rates
+from iotfl_sim.fl.models.families import LAYER_GROUPS, start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, is_nested, truncation
 from iotfl_sim.scenario.algorithms import AdaptiveFLConfig

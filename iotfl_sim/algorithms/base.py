@@ -199,7 +199,7 @@ class StrategyContext:
     declared_free_memory: np.ndarray  # bytes per device
     initial_state: Any  # callable(recipe, spec) -> State, seeded
     server_work: ServerWork = field(default_factory=ServerWork)
-    data: Any = None  # the run's dataset (fl.data.Dataset) for server-side work; None in system-only mode
+    data: Any = None  # the run's dataset (fl.data.datasets.Dataset) for server-side work; None in system-only mode
     parts: list[np.ndarray] | None = None  # each device's train indices (None in system-only mode)
     proxy_indices: np.ndarray | None = None  # train indices held out for the server (config's proxy_fraction)
     # callable(recipe, spec) -> seconds per device of one local round of spec by each declared profile (the

@@ -3,7 +3,7 @@
 No public code exists; this follows the paper's Section III and IV. Choices it leaves open:
 
 - Sub-networks: FedX's three (Section IV-C): ``ofa_mbv3`` small (d2, e3), medium (d3, e4), large (d4, e6),
-  ``harwild`` 32 / 64 / 128 channels (``fl.fedx_models``); any other family gets width rates 0.25 / 0.5 / 1.
+  ``harwild`` 32 / 64 / 128 channels (``fl.models.fedx``); any other family gets width rates 0.25 / 0.5 / 1.
   The global model is the large one; every sub-network is a prefix of it (nested, Fig. 1).
 - Assignment (done once, Alg. 1 line 6, after pretraining), ``assign``:
   ``shuffle`` (default): ``mix`` gives the share of devices per sub-network and devices get them by a seeded
@@ -84,7 +84,7 @@ from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.algorithms.fedx_assign import search, search_work, utility_drops
 from iotfl_sim.algorithms.wire import QuantizedWire
 from iotfl_sim.fl.aggregate import aggregate_nested
-from iotfl_sim.fl.fedx_models import FEDX_FAMILIES, level_specs
+from iotfl_sim.fl.models.fedx import FEDX_FAMILIES, level_specs
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.server_train import fine_tune, nested_sgd
 from iotfl_sim.fl.submodel import SubmodelSpec

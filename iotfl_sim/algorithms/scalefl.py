@@ -2,9 +2,9 @@
 
 As in the paper and its official code (git-disl/scale-fl), applied to this simulator's backbones:
 
-- Model: the scenario's family with an exit after every stage (``fl.early_exit``): ``conv`` (4 conv
+- Model: the scenario's family with an exit after every stage (``fl.models.early_exit``): ``conv`` (4 conv
   units), ``resnet18`` (4 stages), ``vgg16`` (5 pool-delimited stages) or ``resnet110`` (the code's
-  CIFAR ResNet110, ``fl.resnet_cifar``: its 4 segments end after residual blocks 30, 38, 46 and 54,
+  CIFAR ResNet110, ``fl.models.resnet_cifar``: its 4 segments end after residual blocks 30, 38, 46 and 54,
   the code's ``ee_layer_locations`` [30, 38, 46]) become ``<family>_ee`` (``exit_head: scalefl``, the
   code's 3 x [conv3x3 -> Scaler -> BN -> ReLU] -> avgpool -> fc heads) or ``<family>_ee_light``
   (``exit_head: light``, avgpool -> fc). A family already written as ``*_ee``/``*_ee_light`` in the
@@ -74,8 +74,8 @@ from iotfl_sim.algorithms.base import (
 )
 from iotfl_sim.algorithms.common import contributions, refuse_zero_widths
 from iotfl_sim.fl.aggregate import aggregate_nested
-from iotfl_sim.fl.early_exit import split_family
-from iotfl_sim.fl.models import EE_BASES, EE_FAMILIES, FULL_DEPTH
+from iotfl_sim.fl.models.early_exit import split_family
+from iotfl_sim.fl.models.families import EE_BASES, EE_FAMILIES, FULL_DEPTH
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, truncation
 from iotfl_sim.scenario.algorithms import ScaleFLConfig

@@ -1,6 +1,6 @@
 """An on-disk cache of small numpy tables that cost a process seconds to compute, shared by every process on
-the machine: operator traces (``fl.opcost.affine_trace``), per-sample model costs (``fl.cost.measure_cost``)
-and the ``digits`` train/test split (``fl.data``, which then needs no scikit-learn import).
+the machine: operator traces (``fl.cost.opcost.affine_trace``), per-sample model costs (``fl.cost.footprint.measure_cost``)
+and the ``digits`` train/test split (``fl.data.datasets``, which then needs no scikit-learn import).
 
 Each of them is paid again by every process (each run, each pool worker of a sweep, each test): tracing an
 OFA-MobileNetV3 submodel on the meta device takes about a second of Python, probing FedX's model for its costs
@@ -50,8 +50,9 @@ def cache_dir(kind: str) -> Path | None:
 def code_fingerprint() -> str:
     """A digest of every module in ``iotfl_sim/fl/``: any edit there (a model, a FLOP rule) changes every key."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
+    here = Path(__file__).parent
+    for path in sorted(here.rglob("*.py")):  # fl/ and its packages (models/, data/, cost/)
+        digest.update(path.relative_to(here).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

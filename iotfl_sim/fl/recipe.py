@@ -7,8 +7,8 @@ from functools import lru_cache
 
 from torch import nn
 
-from iotfl_sim.fl.build import build_model
-from iotfl_sim.fl.cost import ModelCost, measure_cost
+from iotfl_sim.fl.cost.footprint import ModelCost, measure_cost
+from iotfl_sim.fl.models.build import build_model
 from iotfl_sim.fl.submodel import Shapes, SubmodelSpec, shapes_of
 
 # (channels, height, width, classes, nominal train size) of each dataset: lets the system-only mode

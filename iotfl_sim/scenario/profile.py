@@ -37,7 +37,7 @@ class KernelCost(Strict):
         0.0, ge=0, description="extra fixed cost per call over a generic operator's overhead (e.g. oneDNN primitive setup), us"
     )
     flops: float | None = Field(
-        None, gt=0, description="achieved FLOP/s of this operator kind, as fl.opcost counts its FLOPs (null: compute.flops)"
+        None, gt=0, description="achieved FLOP/s of this operator kind, as fl.cost.opcost counts its FLOPs (null: compute.flops)"
     )
     flops_curve: list[tuple[float, float]] | None = Field(
         None,
@@ -56,7 +56,7 @@ class KernelCost(Strict):
 # (ATen op name, extra seconds per call, ((FLOPs, FLOP/s), ...) or () for the profile's rate) per kernel
 # kind; hashable for memoising
 KernelRates = tuple[tuple[str, float, tuple[tuple[float, float], ...]], ...]
-# (family, (channels, height, width), batch, seconds) per measured step, as fl.opcost.MeasuredSteps
+# (family, (channels, height, width), batch, seconds) per measured step, as fl.cost.opcost.MeasuredSteps
 MeasuredSteps = tuple[tuple[str, tuple[int, ...], int, float], ...]
 
 

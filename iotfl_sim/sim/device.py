@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from iotfl_sim.algorithms.base import Assignment, DeviceState
-from iotfl_sim.fl import opcost
+from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fleet.network import duty_cycled_duration, lorawan_frames, retransmitted_bytes
 from iotfl_sim.seeding import stream
 
@@ -42,7 +42,7 @@ def declared_train_seconds(sim: Simulation, recipe: Any, spec: Any, d: int) -> f
     """Seconds of device ``d``'s local training of ``spec`` by its declared profile, before jitter.
 
     With ``fleet.cost_model: roofline`` and a memory bandwidth in the profile every step is priced per
-    operator (``fl.opcost``: roofline plus dispatch overhead, batch by batch as ``train_local`` runs them);
+    operator (``fl.cost.opcost``: roofline plus dispatch overhead, batch by batch as ``train_local`` runs them);
     without one, 3 x forward FLOPs / FLOP/s. This is what a server can predict from the declared profile
     (FedX's T(theta_u) of eq. 2, ``Simulation.predict_train_seconds``); a task's real duration adds the
     round's compute jitter (``DeviceTasks.compute_cost``).

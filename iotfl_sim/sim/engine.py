@@ -30,7 +30,7 @@ from iotfl_sim.algorithms.base import (
     Update,
 )
 from iotfl_sim.exec.base import EvalJob
-from iotfl_sim.fl import opcost
+from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 from iotfl_sim.fl.train import TrainJob

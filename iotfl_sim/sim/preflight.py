@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from iotfl_sim.fl.data import NATURAL_GROUPS, DatasetError, check_files
+from iotfl_sim.fl.data.datasets import NATURAL_GROUPS, DatasetError, check_files
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.output.loggers import check_available
 from iotfl_sim.scenario.availability import TraceAvailability

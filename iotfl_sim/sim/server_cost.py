@@ -3,7 +3,7 @@
 A strategy charges typed work (``algorithms.base``: ``TrainWork``, ``InferWork``, ``AggregateWork``, ``QsgdWork``,
 or plain FLOPs); the engine prices each item here:
 
-- training and inference on the server are traced like a device's steps (``fl.opcost``: roofline over every ATen
+- training and inference on the server are traced like a device's steps (``fl.cost.opcost``: roofline over every ATen
   op with the profile's FLOP/s, memory bandwidth, per-op overhead and kernel curves), so a server training step
   costs exactly what the same step costs on a device profile with the same numbers;
 - aggregation moves bytes: 4 bytes per received value read and per global value written, at the profile's
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iotfl_sim.algorithms.base import AggregateWork, InferWork, QsgdWork, TrainWork, Work, work_kind
-from iotfl_sim.fl import opcost
+from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.quantize import QSGD_FLOPS_PER_VALUE
 from iotfl_sim.scenario.model import Server
 from iotfl_sim.scenario.profile import DeviceProfile, Rates

@@ -10,8 +10,8 @@ import torch
 
 from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.inline import InlineExecutor
-from iotfl_sim.fl.data import Dataset, DatasetError, load_dataset
-from iotfl_sim.fl.partition import PartitionError, label_sets, partition
+from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
+from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.scenario.model import Executor as ExecutorConfig

@@ -16,11 +16,11 @@ ScaleFL's code:
   1-30, 31-38, 39-46 and 47-54 (``ee_layer_locations`` [30, 38, 46]: exit 1 after block 12 of stage 2,
   exits 2 and 3 after blocks 2 and 10 of stage 3, the last one being the classifier). A model of
   ``spec.depth = d`` holds the stem and blocks up to ``RESNET110_SEGMENT_ENDS[d - 1]`` (constants in
-  ``fl.models``), and the head only at ``d = 4``; ``fl.early_exit`` attaches the exits (family
+  ``fl.models.families``), and the head only at ``d = 4``; ``fl.models.early_exit`` attaches the exits (family
   ``resnet110_ee``).
 
 The stem and the blocks are ``features`` (a Sequential: entry 0 the stem, entry i block i), so
-``fl.early_exit`` cuts segments by index and evaluation can share a common prefix between submodels.
+``fl.models.early_exit`` cuts segments by index and evaluation can share a common prefix between submodels.
 The code's ImageNet/TinyImageNet variant (5x5 stride-2 stem, max-pool, a fourth stage for more than
 100 classes) is not built.
 """
@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from iotfl_sim.fl import models as m
-from iotfl_sim.fl.models import RESNET110_BLOCKS, RESNET110_HIDDEN, RESNET110_SEGMENT_ENDS
+from iotfl_sim.fl.models import families as m
+from iotfl_sim.fl.models.families import RESNET110_BLOCKS, RESNET110_HIDDEN, RESNET110_SEGMENT_ENDS
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 
@@ -131,7 +131,7 @@ def build_resnet110(
     track_bn: bool = False,
     norm: str = "bn",
 ) -> nn.Module:
-    """ResNet110 (``family`` is "resnet110") for ``spec``; ``fl.build.build_model`` states the arguments."""
+    """ResNet110 (``family`` is "resnet110") for ``spec``; ``fl.models.build.build_model`` states the arguments."""
     depth, use_scaler, rates = m.plain_layout(family, spec, global_rate=global_rate, scaler=scaler, norm=norm)
     widths = [spec.width(c, layer) for layer, c in enumerate(RESNET110_HIDDEN)]
     model = CifarResNet(

@@ -50,7 +50,7 @@ KernelRates = tuple[tuple[str, float, tuple[tuple[float, float], ...]], ...]
 # the timed step, so the full-width step costs exactly what was measured and its sub-networks keep the roofline's
 # ratios; the per-kind curves cannot see every shape a family uses (benchmarks/gpu_server.md).
 MeasuredSteps = tuple[tuple[str, tuple[int, ...], int, float], ...]
-MEASURED_CLASSES = 10  # the timed step's classifier (fl.measure.training_step_check)
+MEASURED_CLASSES = 10  # the timed step's classifier (fl.cost.measure.training_step_check)
 MEASURED_OPTIONS_MOMENTUM = 0.9
 
 aten = torch.ops.aten

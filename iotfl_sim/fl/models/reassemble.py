@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.catalog import PROTOTYPE_STAGES
-from iotfl_sim.fl.models import VGG, MobileNetV2, PreActResNet, TwoConvCNN, _norm2d, build_plain
+from iotfl_sim.fl.models.families import VGG, MobileNetV2, PreActResNet, TwoConvCNN, _norm2d, build_plain
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import candidate_cuts
 

@@ -20,10 +20,10 @@ Families (see ``FAMILIES`` and ``EE_FAMILIES``):
   followed by a 2x2 max-pool, then FC 64 -> classes); 210,442 parameters without norm on CIFAR-10,
   AdapterFL's "0.21 M" (Table I). Not in ``FAMILIES`` (its pooled map needs images of at least 16 px).
 - ``resnet110``: ScaleFL's CIFAR ResNet110 (16-32-64 post-activation basic blocks, 18 per stage; built by
-  ``fl.resnet_cifar``); 3 prunable groups (the stages, the stem in the first), depth 1-4 = the segments
+  ``fl.models.resnet_cifar``); 3 prunable groups (the stages, the stem in the first), depth 1-4 = the segments
   that ScaleFL's exits close. Not in ``FAMILIES`` (110 layers are too slow for the generic tests).
 - ``conv_ee``, ``resnet18_ee``, ``vgg16_ee``, ``resnet110_ee`` (and ``*_ee_light``): the same backbones
-  with an early exit after every stage (ScaleFL); built by ``fl.early_exit``, their forward returns a
+  with an early exit after every stage (ScaleFL); built by ``fl.models.early_exit``, their forward returns a
   list of logits.
 """
 
@@ -36,23 +36,23 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 
 # Single-output prunable families (the families every generic model test runs over).
 FAMILIES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "mobilenetv2", "cnn_small", "mlp")
-# Early-exit variants (``fl.early_exit``): ScaleFL's exit heads after every stage of a base family;
+# Early-exit variants (``fl.models.early_exit``): ScaleFL's exit heads after every stage of a base family;
 # ``_ee_light`` uses a lighter head (avgpool -> fc) for small IoT models. Their forward returns a list.
 EE_BASES: tuple[str, ...] = ("conv", "resnet18", "vgg16", "resnet110")
 EE_FAMILIES: tuple[str, ...] = tuple(f"{b}_ee" for b in EE_BASES) + tuple(f"{b}_ee_light" for b in EE_BASES)
-# FedX's global models (``fl.fedx_models``): the OFA MobileNetV3 supernet (sub-networks (d, e)) and HAR-Wild.
+# FedX's global models (``fl.models.fedx``): the OFA MobileNetV3 supernet (sub-networks (d, e)) and HAR-Wild.
 FEDX_FAMILIES: tuple[str, ...] = ("ofa_mbv3", "harwild")
 # AdapterFL's 2-conv CNN (``TwoConvCNN``), kept out of FAMILIES because 8x8 inputs are too small for it,
-# and ScaleFL's ResNet110 (``fl.resnet_cifar``), too slow for the generic model tests.
+# and ScaleFL's ResNet110 (``fl.models.resnet_cifar``), too slow for the generic model tests.
 EXTRA_FAMILIES: tuple[str, ...] = ("cnn2", "resnet110")
-# What ``build_plain`` builds (ResNet110 is ``fl.resnet_cifar``'s; every family: ``catalog.MODEL_FAMILIES``)
+# What ``build_plain`` builds (ResNet110 is ``fl.models.resnet_cifar``'s; every family: ``catalog.MODEL_FAMILIES``)
 PLAIN_FAMILIES: tuple[str, ...] = FAMILIES + ("cnn2",)
 NORMS: tuple[str, ...] = ("bn", "in", "ln", "none")
 
 CONV_HIDDEN = (64, 128, 256, 512)
 RESNET_HIDDEN = (64, 128, 256, 512)
 RESNET_BLOCKS = (2, 2, 2, 2)
-# ScaleFL's CIFAR ResNet110 (``fl.resnet_cifar``): stage widths, 18 blocks per stage, and the blocks that
+# ScaleFL's CIFAR ResNet110 (``fl.models.resnet_cifar``): stage widths, 18 blocks per stage, and the blocks that
 # end its 4 segments (ScaleFL's exits after blocks 30, 38, 46, then the classifier after 54).
 RESNET110_HIDDEN = (16, 32, 64)
 RESNET110_BLOCKS = (18, 18, 18)
@@ -629,7 +629,7 @@ def plain_layout(
     family: str, spec: SubmodelSpec, *, global_rate: float, scaler: bool | None, norm: str
 ) -> tuple[int | None, bool, list[float]]:
     """(depth or None, Scaler on, each layer group's rate / ``global_rate``) of a single-output family, the
-    arguments checked (``build_plain`` and ``fl.resnet_cifar.build_resnet110`` share it)."""
+    arguments checked (``build_plain`` and ``fl.models.resnet_cifar.build_resnet110`` share it)."""
     if norm not in NORMS:
         raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
     if not 0.0 < global_rate <= 1.0:
@@ -656,10 +656,10 @@ def build_plain(
     track_bn: bool = False,
     norm: str = "bn",
 ) -> nn.Module:
-    """The single-output families defined here (``PLAIN_FAMILIES``); ``fl.build.build_model`` states the
+    """The single-output families defined here (``PLAIN_FAMILIES``); ``fl.models.build.build_model`` states the
     arguments."""
     if family not in PLAIN_FAMILIES:
-        raise ValueError(f"{family!r} is not built here; expected one of {PLAIN_FAMILIES} (fl.build builds the rest)")
+        raise ValueError(f"{family!r} is not built here; expected one of {PLAIN_FAMILIES} (fl.models.build builds the rest)")
     depth, use_scaler, rates = plain_layout(family, spec, global_rate=global_rate, scaler=scaler, norm=norm)
     h, w = image_size
 

@@ -1,9 +1,9 @@
 """`iotfl-sim profiles measure`: micro-benchmarks that turn the machine they run on into a device profile.
 
-Three numbers feed the roofline of ``fl.opcost``, each timed with PyTorch on this machine:
+Three numbers feed the roofline of ``fl.cost.opcost``, each timed with PyTorch on this machine:
 
 - ``compute.flops``: a dense 3x3 convolution's training work (forward + input and weight gradients),
-  the operator class that dominates dense CNNs; FLOPs counted as ``fl.opcost`` counts them;
+  the operator class that dominates dense CNNs; FLOPs counted as ``fl.cost.opcost`` counts them;
 - ``compute.mem_bw_gbs``: a streaming element-wise op on tensors far larger than any cache (bytes read +
   written per second);
 - ``compute.op_overhead_us``: training steps of a network of 4-wide layers, whose time is all dispatch,
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from iotfl_sim.fl import opcost
+from iotfl_sim.fl.cost import opcost
 
 FAMILY_SHAPES = {  # family -> (channels, height, width) of the dataset it is usually trained on here
     "cnn_small": (1, 8, 8),

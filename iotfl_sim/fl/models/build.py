@@ -1,7 +1,7 @@
 """Model construction: one builder per family of ``catalog.MODEL_FAMILIES``, and AdapterFL's reassembled models.
 
-The families live in their own modules (``fl.models``: the single-output ones, ``fl.resnet_cifar``: ScaleFL's
-ResNet110, ``fl.early_exit``: the ``*_ee`` variants, ``fl.fedx_models``: FedX's); this module is the only one
+The families live in their own modules (``fl.models.families``: the single-output ones, ``fl.models.resnet_cifar``: ScaleFL's
+ResNet110, ``fl.models.early_exit``: the ``*_ee`` variants, ``fl.models.fedx``: FedX's); this module is the only one
 that imports them all, so none of them imports another's builder and there is no import circle.
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Callable
 from torch import nn
 
 from iotfl_sim.catalog import MODEL_FAMILIES
-from iotfl_sim.fl.early_exit import build_early_exit
-from iotfl_sim.fl.fedx_models import build_fedx_model
-from iotfl_sim.fl.models import EE_FAMILIES, FEDX_FAMILIES, PLAIN_FAMILIES, build_plain
-from iotfl_sim.fl.reassemble import PREFIX as REASSEMBLED
-from iotfl_sim.fl.reassemble import build_reassembled
-from iotfl_sim.fl.resnet_cifar import build_resnet110
+from iotfl_sim.fl.models.early_exit import build_early_exit
+from iotfl_sim.fl.models.families import EE_FAMILIES, FEDX_FAMILIES, PLAIN_FAMILIES, build_plain
+from iotfl_sim.fl.models.fedx import build_fedx_model
+from iotfl_sim.fl.models.reassemble import PREFIX as REASSEMBLED
+from iotfl_sim.fl.models.reassemble import build_reassembled
+from iotfl_sim.fl.models.resnet_cifar import build_resnet110
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 
@@ -58,8 +58,8 @@ def build_model(
     or ``none``. ``spec.depth`` (conv: conv units 1..4 with their pools, resnet18: stages 1..4, vgg16:
     stages 1..5, mobilenetv2: bottleneck stages 1..7, resnet110: segments 1..4) keeps only the first stages and drops the head
     (below full depth); other families raise NotImplementedError for a depth. The ``*_ee`` families
-    (``fl.early_exit``) return one logit tensor per exit. ``reassembled:...`` families are AdapterFL's
-    reassembled models (``fl.reassemble``); ``ofa_mbv3`` and ``harwild`` FedX's (``fl.fedx_models``).
+    (``fl.models.early_exit``) return one logit tensor per exit. ``reassembled:...`` families are AdapterFL's
+    reassembled models (``fl.models.reassemble``); ``ofa_mbv3`` and ``harwild`` FedX's (``fl.models.fedx``).
     """
     builder = build_reassembled if family.startswith(REASSEMBLED) else BUILDERS.get(family)
     if builder is None:

@@ -19,8 +19,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from iotfl_sim.fl import disk_cache
-from iotfl_sim.fl.build import build_model
-from iotfl_sim.fl.models import count_params
+from iotfl_sim.fl.models.build import build_model
+from iotfl_sim.fl.models.families import count_params
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 # Samples in the probe batch: BatchNorm1d refuses a single sample in training mode.

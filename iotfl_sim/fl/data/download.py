@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from iotfl_sim.fl import data as _data
+from iotfl_sim.fl.data import datasets as _data
 
 MIRROR_ENV = "IOTFL_DATA_MIRROR"
 CHUNK = 1 << 16

@@ -3,7 +3,7 @@
 Families ``<base>_ee`` and ``<base>_ee_light`` for base ``conv`` (stage i = conv unit i with its
 max-pool), ``resnet18`` (its 4 residual stages, the stem counted in stage 1), ``vgg16`` (its 5
 pool-delimited stages) and ``resnet110`` (ScaleFL's CIFAR configuration: 4 segments ending after
-residual blocks 30, 38, 46 and 54, so exits read 32, 64 and 64 channels; ``fl.resnet_cifar``). A model built for ``spec.depth = k`` (default: the full depth) holds the
+residual blocks 30, 38, 46 and 54, so exits read 32, 64 and 64 channels; ``fl.models.resnet_cifar``). A model built for ``spec.depth = k`` (default: the full depth) holds the
 backbone truncated after stage k and one exit per stage 1..k; ``forward`` returns the list of their
 logits, shallowest first, so ``fl.objectives.final_logits`` picks the deepest.
 
@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from iotfl_sim.fl import models as m
-from iotfl_sim.fl.resnet_cifar import build_resnet110
+from iotfl_sim.fl.models import families as m
+from iotfl_sim.fl.models.resnet_cifar import build_resnet110
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 # Index of the last prunable layer group of each stage (the group whose width the stage outputs).

@@ -14,8 +14,8 @@ runs, with this project's own code (what a run on that machine would execute), n
 Each pair comes from two states: ``TINY`` tensors of ``TINY_VALUES`` values (all per-tensor cost) and a
 small CNN's worth of about ``VALUES`` values in a few tensors (the per-value rate, once the per-tensor cost
 is taken out). Each is warmed up and repeated for its share of the time budget; the fastest repeat is kept, as in
-``fl.measure``. Training and inference on the server are priced from the ``compute`` section, which
-``fl.measure`` measures the same way as for a device.
+``fl.cost.measure``. Training and inference on the server are priced from the ``compute`` section, which
+``fl.cost.measure`` measures the same way as for a device.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
-from iotfl_sim.fl.measure import _repeat
+from iotfl_sim.fl.cost.measure import _repeat
 from iotfl_sim.fl.quantize import dequantize_levels, quantize_levels, quantize_state
 
 CLIENTS = 10

@@ -2,7 +2,7 @@
 
 Every loader returns a :class:`Dataset` whose images are float32 ``(N, C, H, W)`` tensors normalized
 with the per-channel mean and standard deviation of the train split. Clients are index arrays into
-``x_train`` (see :mod:`iotfl_sim.fl.partition`), so nothing here is ever copied per client.
+``x_train`` (see :mod:`iotfl_sim.fl.data.partition`), so nothing here is ever copied per client.
 
 Files are looked up under a data root: the ``root`` argument (``data.root`` in a scenario), else the
 ``IOTFL_DATA`` environment variable. ``digits`` ships with scikit-learn and needs no root.

@@ -1,0 +1,1 @@
+"""What a submodel costs: parameter, FLOP and memory footprints, the per-operator roofline, device measurement."""

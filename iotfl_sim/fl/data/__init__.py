@@ -1,0 +1,1 @@
+"""Datasets: loaders of the official file layouts, client partitions, downloads."""

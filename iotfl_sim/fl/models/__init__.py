@@ -1,0 +1,1 @@
+"""Model families: the builder registry (``build``), each family's module, early exits, reassembly."""
