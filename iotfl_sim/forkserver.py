@@ -14,8 +14,9 @@ from __future__ import annotations
 import multiprocessing as mp
 from typing import Any
 
-# the simulator with PyTorch, the pool executor's worker, and torch._dynamo, which the first FLOP count loads
-PRELOAD = ("iotfl_sim.study", "iotfl_sim.exec.pool", "torch._dynamo")
+# the simulator with PyTorch and the pool executor's worker. Not torch._dynamo (2.6 s of CPU): local training no
+# longer loads it (fl/sgd.py); a worker that needs it (a cold FLOP count, an Adam optimizer) imports it itself
+PRELOAD = ("iotfl_sim.study", "iotfl_sim.exec.pool")
 
 
 def worker_context() -> Any:

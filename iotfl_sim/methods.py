@@ -79,9 +79,22 @@ def register_method(strategy: type, name: str | None = None) -> Method:
         if have.strategy is strategy or have.strategy == f"{strategy.__module__}:{strategy.__qualname__}":
             return have
         raise MethodError(f"method name {name!r} is taken (by {have.strategy}); register {strategy.__qualname__} under another name")
-    method = Method(name, strategy.Config, strategy)
+    method = Method(name, _config_for(strategy.Config, name), strategy)
     _add(method)
     return method
+
+
+def _config_for(config: type, name: str) -> type:
+    """``config`` itself, or, when its ``name`` field allows only other names (a subclass of a built-in
+    method registered under a name of its own), a subclass of it whose ``name`` is any string."""
+    from typing import Literal, get_args, get_origin
+
+    from pydantic import create_model
+
+    annotation = config.model_fields["name"].annotation
+    if get_origin(annotation) is Literal and name not in get_args(annotation):
+        return create_model(config.__name__, __base__=config, __module__=config.__module__, name=(str, ...))
+    return config
 
 
 def method(name: str, search: Iterable[Path] = ()) -> Method:

@@ -193,12 +193,23 @@ def test_run_with_methods_registers_them(tmp_path, monkeypatch):
     class MyOpt(mod.FedOpt):
         name = "my_opt"
 
+    assert issubclass(MyOpt, iotfl_sim.Strategy) and iotfl_sim.MethodConfig is mod.MethodConfig  # the top-level names
+
     sc = base_scenario(rounds=2, numerics="none", algorithm={"name": "my_opt", "server_optimizer": "adagrad"})
     res = iotfl_sim.run(sc, out=tmp_path / "runs", methods=[MyOpt])
     assert res.summary["status"] == "complete"
     assert yaml.safe_load((res.path / "scenario.resolved.yaml").read_text())["algorithm"]["name"] == "my_opt"
     with pytest.raises(Exception, match="not a subclass of iotfl_sim.Strategy"):
         iotfl_sim.run(sc, out=tmp_path / "runs", methods=[dict])
+    # a subclass of a built-in method under a name of its own: the built-in's options, that name
+    from iotfl_sim.algorithms.fedprox import FedProx
+
+    class Tweaked(FedProx):
+        name = "tweaked_prox"
+
+    sc = base_scenario(rounds=1, numerics="none", algorithm={"name": "tweaked_prox", "mu": 0.5})
+    res = iotfl_sim.run(sc, out=tmp_path / "runs", methods=[Tweaked])
+    assert res.summary["status"] == "complete"
 
 
 def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
