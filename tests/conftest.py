@@ -30,6 +30,13 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 # kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
 # "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
 SLOW_TESTS = (
+    "test_method_examples.py::test_the_example_in_a_folder_outside_the_repository_gives_the_builtins_numbers",
+    "test_method_examples.py::test_an_installed_entry_point_names_a_method",
+    "test_method_examples.py::test_a_method_named_by_import_path_resumes_in_a_new_process",
+    "test_method_examples.py::test_the_write_a_method_page_runs_as_written",
+    "test_method_examples.py::test_run_with_methods_registers_them",
+    "test_strategy_api.py::test_every_registered_method_runs_a_system_only_round",
+    "test_layers.py::test_a_numerics_module_importing_the_engine_breaks_a_contract",
     "test_adapterfl.py::test_fedbase_runs_end_to_end",
     "test_adapterfl.py::test_a_real_reassembled_model_trains_at_reduced_width",
     "test_adapterfl.py::test_adapter_shapes_for_every_reassembly_pair",

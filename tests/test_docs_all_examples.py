@@ -70,6 +70,8 @@ SHORT = {
     "heterofl_iot_budget.yaml": ["rounds=2"],
     "heterofl_iot_budget_random.yaml": ["rounds=2"],
     "fedx_smoke.yaml": ["rounds=1", FLOPS],
+    "fedprox_smoke.yaml": ["rounds=1"],
+    "fedopt_smoke.yaml": ["rounds=1"],
     # 100 devices on MNIST: a full round is minutes on CPU; one round on a seeded subset
     "heterofl_mnist_a2b8.yaml": ["rounds=1", *SUBSET, FLOPS],
 }
