@@ -291,3 +291,25 @@ def test_tape_replays_in_order_then_records_and_forgets_what_is_saved():
 
     off = Tape(recording=False)
     assert off.answer("select", lambda: [1]) == [1] and off.counts()["select"] == 0
+
+
+def test_a_checkpoint_of_other_declared_state_is_refused_before_any_write(tmp_path, write_scenario, monkeypatch, capsys):
+    """A checkpoint written when the method declared other state (another version of iotfl-sim) is refused
+    with one line, and the run folder is left byte for byte as it was."""
+    from iotfl_sim.algorithms.fedavg import FedAvg
+
+    data = base_scenario(rounds=3, algorithm={"name": "fedavg"})
+    data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
+    path = write_scenario(data)
+    checkpoint = engine.Simulation.checkpoint
+    monkeypatch.setattr(engine.Simulation, "checkpoint", lambda sim, done: (checkpoint(sim, done), setattr(sim, "stop_requested", True)))
+    assert main(["run", str(path), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
+    monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
+    cut = only_run(tmp_path / "cut")
+    before = {p: p.read_bytes() for p in sorted(cut.rglob("*")) if p.is_file()}
+    monkeypatch.setattr(FedAvg, "checkpointed", ("state",))  # this "version" no longer keeps its wire
+    capsys.readouterr()
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "another version of iotfl-sim" in err and len(err.strip().splitlines()) == 1, err
+    assert {p: p.read_bytes() for p in sorted(cut.rglob("*")) if p.is_file()} == before
