@@ -35,6 +35,10 @@ class MethodError(ValueError):
     """A method name that names no method, or an import path that does not give a Strategy."""
 
 
+class UnknownMethod(MethodError):
+    """A plain name that is neither registered nor an installed entry point."""
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -117,7 +121,7 @@ def method(name: str, search: Iterable[Path] = ()) -> Method:
             return register_method(cls, name=name)
     close = difflib.get_close_matches(name, method_names(), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise MethodError(
+    raise UnknownMethod(
         f"unknown method {name!r}{hint}; one of {', '.join(method_names())}, or a Python import path "
         "package.module:Class naming a Strategy subclass"
     )

@@ -516,14 +516,11 @@ def load_scenario(
 def _find_method(name: str, path: str | Path | None, search: typing.Sequence[Path], source: str, lines: Any) -> None:
     """Register the method ``algorithm.name`` names when it is an import path or an entry point (so that the
     scenario's model knows its options); an unknown plain name is left to validation (did-you-mean)."""
-    if name in methods.method_names() and ":" not in name:
-        methods.method(name)  # an installed entry point not loaded yet: load it
-        return
-    if ":" not in name:
-        return
     folders = ([Path(path).resolve().parent] if path is not None else []) + [Path(p) for p in search]
     try:
-        methods.method(name, search=folders)
+        methods.method(name, search=folders)  # the registry first: an entry point is scanned for only if unknown
+    except methods.UnknownMethod:
+        return  # a misspelt plain name: validation says so, with did-you-mean and the line
     except methods.MethodError as e:
         line = (lines or {}).get(("algorithm", "name")) or _nearest_line(lines or {}, ("algorithm", "name"))
         raise ScenarioError(f"{source}{f':{line}' if line else ''}: algorithm.name: {e}") from None
