@@ -289,8 +289,8 @@ def test_profile_kernels_reach_the_cost_model(write_scenario):
     sim = Simulation(sc, resolve_groups(sc))
     assert sim.fleet.roofline(0)[3] == (("convolution", pytest.approx(1e-3), ()),) and sim.fleet.roofline(1)[3] == ()
     recipe, spec = sim.recipe, SubmodelSpec(1.0)
-    t_with = sim.tasks.compute_cost(recipe, spec, 0, 1)[1]
-    t_without = sim.tasks.compute_cost(recipe, spec, 1, 1)[1]
+    t_with = sim.training_time.task_cost(recipe, spec, 0, 1)[1]
+    t_without = sim.training_time.task_cost(recipe, spec, 1, 1)[1]
     loc = sc.local
     opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
     samples = int(sim.numerics.samples_per_device[0])

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from iotfl_sim.output import codec
+from iotfl_sim.output.checkpoint import CheckpointStore
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder, scenario_sha256
 
@@ -25,12 +27,26 @@ if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
 
 
+@dataclass
+class CheckpointState:
+    """A run's checkpointing: where checkpoints go (None: nowhere), the last one written, the tape chunks, and
+    the checkpoint a resumed run replays up to (``resume_round``; ``pending`` until the replay has been checked)."""
+
+    store: CheckpointStore | None = None
+    last: tuple[int, float] = field(default_factory=lambda: (0, time.perf_counter()))  # (round, host instant)
+    tape_from: int = 0  # round the current tape chunk starts at
+    tape_files: list[dict[str, Any]] = field(default_factory=list)  # tape chunks written so far (listed in each checkpoint)
+    resume_round: int = 0  # rounds before this one are replayed from the tape
+    pending: tuple[dict[str, Any], dict[str, Any]] | None = None  # (meta, state) to restore after the replay
+
+
 def due(sim: Simulation, done: int) -> bool:
     """Whether a checkpoint is due after ``done`` rounds (``output.checkpoint``: every so many rounds or seconds)."""
-    if sim.checkpoints is None:
+    ck = sim.checkpointing
+    if ck.store is None:
         return False
     cfg = sim.sc.output.checkpoint
-    last_round, last_t = sim.last_checkpoint
+    last_round, last_t = ck.last
     if cfg.every_rounds is not None and done - last_round >= cfg.every_rounds:
         return True
     return cfg.every_s is not None and time.perf_counter() - last_t >= cfg.every_s
@@ -38,7 +54,8 @@ def due(sim: Simulation, done: int) -> bool:
 
 def write(sim: Simulation, done: int) -> None:
     """Write a checkpoint after ``done`` rounds (see ``output.checkpoint`` and ``sim.tape``)."""
-    if sim.checkpoints is None or sim.recorder is None:
+    ck = sim.checkpointing
+    if ck.store is None or sim.recorder is None:
         return
     state = {
         "strategy": codec.capture(sim.strategy, sim.strategy.checkpointed),
@@ -58,11 +75,9 @@ def write(sim: Simulation, done: int) -> None:
         "tape_counts": sim.tape.counts(),
         "scenario_sha256": scenario_sha256(sim.recorder.path),
     }
-    sim.tape_files = sim.checkpoints.write(
-        done, state, meta, sim.tape_files, codec.encode(sim.tape.new_chunk()), sim.tape_from
-    )
-    sim.tape_from = done
-    sim.last_checkpoint = (done, time.perf_counter())
+    ck.tape_files = ck.store.write(done, state, meta, ck.tape_files, codec.encode(sim.tape.new_chunk()), ck.tape_from)
+    ck.tape_from = done
+    ck.last = (done, time.perf_counter())
 
 
 def begin_resume(
@@ -73,24 +88,26 @@ def begin_resume(
     sim.tape.load([codec.decode(chunk) for chunk in tape])
     if sim.tape.counts() != meta.get("tape_counts"):
         raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
-    sim.resume_round = int(meta["round"])
-    sim.pending_resume = (meta, state)
-    sim.tape_files = meta["tape"]
-    sim.tape_from = sim.resume_round
+    ck = sim.checkpointing
+    ck.resume_round = int(meta["round"])
+    ck.pending = (meta, state)
+    ck.tape_files = meta["tape"]
+    ck.tape_from = ck.resume_round
     sim.recorder = recorder
 
 
 def end_replay(sim: Simulation) -> None:
     """After the replay of the checkpoint's rounds: refuse a replay that did not reproduce the checkpoint
     (before anything is written), then put the saved state back and let the run's files be written."""
-    assert sim.pending_resume is not None
-    meta, state = sim.pending_resume
+    ck = sim.checkpointing
+    assert ck.pending is not None
+    meta, state = ck.pending
     left = sim.tape.unconsumed()
     if sim.recorder is not None and sim.recorder.replay_pending:
         left["event lines"] = sim.recorder.replay_pending
     if left or sim.digest() != meta.get("digest"):
         raise CheckpointError(
-            f"checkpoint of round {sim.resume_round}: replaying the run does not reproduce it "
+            f"checkpoint of round {ck.resume_round}: replaying the run does not reproduce it "
             f"({'unused answers: ' + str(left) if left else 'the fleet state differs'}); the code or the data "
             "changed since the run started: start a new run"
         )
@@ -107,10 +124,10 @@ def end_replay(sim: Simulation) -> None:
     sim.host = {**saved, "setup": saved["setup"] + elapsed}
     del sim.host["total"]
     sim.t_created -= saved["total"]
-    sim.pending_resume = None
-    sim.last_checkpoint = (sim.resume_round, time.perf_counter())
+    ck.pending = None
+    ck.last = (ck.resume_round, time.perf_counter())
     # every check passed: from here on the run writes (its files cut back to the checkpoint's offsets)
-    if sim.checkpoints is not None:
-        sim.checkpoints.clean_partial()
+    if ck.store is not None:
+        ck.store.clean_partial()
     if sim.recorder is not None:
         sim.recorder.begin()

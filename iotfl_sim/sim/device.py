@@ -7,61 +7,76 @@ then fails with that reason at that instant.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import simpy
+from typing import Any, Protocol
 
 from iotfl_sim.algorithms.base import Assignment, DeviceState
-from iotfl_sim.fl.cost import opcost
-from iotfl_sim.fleet.network import duty_cycled_duration, lorawan_frames, retransmitted_bytes
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fleet.availability import Availability
+from iotfl_sim.fleet.fleet import Fleet
+from iotfl_sim.fleet.network import SharedMedium, duty_cycled_duration, lorawan_frames, retransmitted_bytes
 from iotfl_sim.seeding import stream
-
-if TYPE_CHECKING:
-    from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.round import Task
+from iotfl_sim.sim.traffic import Traffic
+from iotfl_sim.sim.training_time import TrainingTime
 
 SILENT_FAILURES = ("depleted", "offline")  # the server hears nothing back; it notices at the deadline
 
 
-@dataclass
-class Task:
-    assignment: Assignment
-    report: simpy.Event
-    rnd: int
-    status: str | None = None
-    trained: Assignment | None = None
-    finished_at: float = math.nan
-    round_over: bool = False
-    sent: bool = False  # the model went on the air (counts as sent for the communication waste)
-    wire_bytes: float = 0.0  # bytes this task put on the air so far, as counted in bytes_down / bytes_up
-    hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
+class TaskHost(Protocol):
+    """What a device's task asks of the engine: the one way ``sim/device.py`` reaches it (``Simulation`` is one).
 
-
-def declared_train_seconds(sim: Simulation, recipe: Any, spec: Any, d: int) -> float:
-    """Seconds of device ``d``'s local training of ``spec`` by its declared profile, before jitter.
-
-    With ``fleet.cost_model: roofline`` and a memory bandwidth in the profile every step is priced per
-    operator (``fl.cost.opcost``: roofline plus dispatch overhead, batch by batch as ``train_local`` runs them);
-    without one, 3 x forward FLOPs / FLOP/s. This is what a server can predict from the declared profile
-    (FedX's T(theta_u) of eq. 2, ``Simulation.predict_train_seconds``); a task's real duration adds the
-    round's compute jitter (``DeviceTasks.compute_cost``).
+    The method's answers (``recipe_for``, ``wire_bytes``, ``adapt``) come through here so that the engine can
+    record them for a resume; the event log through ``log`` / ``hold_log`` / ``release_log``.
     """
-    f = sim.fleet
-    per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
-    rates = f.roofline(d) if sim.sc.fleet.cost_model == "roofline" else None
-    if rates is None:
-        return float(recipe.cost(spec).train_flops(per_epoch * epochs) / f.flops[d])
-    flops_s, bw, overhead, kernels, steps = rates
-    batch, opts = sim.sc.local.batch_size, sim.step_options
-    return opcost.train_seconds(recipe, spec, per_epoch, epochs, batch, flops_s, bw, overhead, opts, kernels, steps)
+
+    seed: int
+    memory_scale: float  # bytes per unit of the event log's memory figures (MB, or 1 for relative units)
+
+    def log(self, rnd: int, device: int, event: str, at: float | None = None, **fields: Any) -> None:
+        """Append an event to the run's event log (``at``: an instant in the past, default now)."""
+
+    def hold_log(self, t0: float) -> int | None:
+        """Keep the event log from passing ``t0`` until ``release_log``: a failure settled later is logged at t0."""
+
+    def release_log(self, hold: int) -> None: ...
+
+    def silent(self, reason: str) -> bool:
+        """Whether the server does not hear of a failure for ``reason`` until its deadline."""
+
+    def medium(self, d: int, up: bool) -> SharedMedium | None:
+        """The shared gateway direction device ``d``'s transfers cross (None: its own link only)."""
+
+    def recipe_for(self, a: Assignment) -> ModelRecipe: ...
+
+    def wire_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
+        """Bytes of the task's download (``up`` False) or upload, header included."""
+
+    def adapt(self, a: Assignment, state: DeviceState) -> Assignment | None:
+        """The method's device-side decision on arrival: the assignment to train, or None to refuse it."""
+
+    def training_memory(self, recipe: ModelRecipe, a: Assignment) -> float | None:
+        """Memory training ``a`` needs, in the fleet's units (None: the method declares memory does not bind)."""
 
 
 class DeviceTasks:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.env = sim.env
-        self.fleet = sim.fleet
+    """Runs tasks as SimPy processes on the fleet: every activity drains the battery, and ends early when the
+    device goes offline, runs dry or (training, ``memory.process: ou``) runs out of memory."""
+
+    def __init__(
+        self,
+        env: Any,
+        fleet: Fleet,
+        availability: Availability,
+        host: TaskHost,
+        traffic: Traffic,
+        training_time: TrainingTime,
+    ) -> None:
+        self.env = env
+        self.fleet = fleet
+        self.availability = availability
+        self.host = host
+        self.traffic = traffic
+        self.training_time = training_time
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -69,16 +84,16 @@ class DeviceTasks:
         d = task.assignment.device
         task.status = reason
         task.finished_at = self.env.now if at is None else at
-        self.sim.event(task.rnd, d, reason, at=at, **fields)
+        self.host.log(task.rnd, d, reason, at=at, **fields)
         self.release(task)
-        if reason in SILENT_FAILURES and self.sim.sc.server.deadline_s is not None:
+        if self.host.silent(reason):
             return  # the server only notices at the deadline
         if not task.report.triggered:
             task.report.succeed()
 
     def release(self, task: Task) -> None:
         if task.hold is not None:
-            self.sim.recorder.release(task.hold)  # type: ignore[union-attr]
+            self.host.release_log(task.hold)
             task.hold = None
 
     # ------------------------------------------------------------ activities
@@ -87,7 +102,7 @@ class DeviceTasks:
         """Run for ``duration`` at ``power_w``; returns (reason, instant) of an early end, or (None, end)."""
         f, d, t0 = self.fleet, task.assignment.device, self.env.now
         end, reason = t0 + duration, None
-        t_off = self.sim.availability.offline_at(d, t0, task.rnd)
+        t_off = self.availability.offline_at(d, t0, task.rnd)
         if t_off < end:
             end, reason = t_off, "offline"
         if memory_need is not None:
@@ -103,28 +118,27 @@ class DeviceTasks:
 
     def transfer(self, task: Task, nbytes: float, up: bool):
         """Move a message over the device's link (or its gateway); returns (reason, instant) like ``activity``."""
-        f, sim = self.fleet, self.sim
+        f, host = self.fleet, self.host
         d = task.assignment.device
         g = f.group_of[d]
         preset = f.radio[g]
         loss, sigma = float(f.link_loss[d]), float(f.link_jitter[d])
         # the stream only when a draw is made: building a generator is most of a clean link's cost
-        rng = stream(sim.sc.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
+        rng = stream(host.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
         sent = retransmitted_bytes(nbytes, loss, rng) if rng is not None else nbytes
         jitter = float(rng.lognormal(0.0, sigma)) if rng is not None and sigma > 0 else 1.0
         bps = float(f.up_bps[d] if up else f.down_bps[d])
         rtt = float(f.rtt_s[d])
-        medium = sim.medium(d, up)
+        medium = host.medium(d, up)
         if medium is not None:
             t0 = self.env.now
-            if sim.recorder is not None:  # a failure found afterwards is at an instant >= t0: keep the log in order
-                task.hold = sim.recorder.hold(t0)
+            task.hold = host.hold_log(t0)  # a failure found afterwards is at an instant >= t0: keep the log in order
             air = yield self.env.process(medium.transfer(sent * 8.0 * jitter, bps))
             yield self.env.timeout(rtt)
             # the shared medium fixes the duration only as it unfolds: settle energy and failures afterwards
             power = f.radio_power(d, up, sent * 8.0 / max(air, 1e-12)) * air / (air + rtt)
             end, reason = self.env.now, None
-            t_off = sim.availability.offline_at(d, t0, task.rnd)
+            t_off = self.availability.offline_at(d, t0, task.rnd)
             if t_off < end:
                 end, reason = t_off, "offline"
             dead = f.spend(d, t0, end - t0, power, "radio")
@@ -154,75 +168,58 @@ class DeviceTasks:
 
     # ------------------------------------------------------------ the task
 
-    def compute_cost(self, recipe: Any, spec: Any, d: int, rnd: int) -> tuple[float, float]:
-        """(training FLOPs, jittered seconds) of device ``d``'s local training of ``spec``
-        (``declared_train_seconds`` times the round's jitter). Energy follows: the caller charges training
-        power for this duration."""
-        sim, f = self.sim, self.fleet
-        if sim.sc.fleet.cost_model == "roofline" and f.roofline(d) is not None:
-            per_epoch, epochs = int(sim.numerics.samples_per_device[d]), sim.sc.local.epochs
-            flops = opcost.train_flops(recipe, spec, per_epoch, epochs, sim.sc.local.batch_size, sim.step_options)
-        else:
-            flops = recipe.cost(spec).train_flops(int(sim.numerics.samples_per_device[d]) * sim.sc.local.epochs)
-        return flops, f.jittered(d, declared_train_seconds(sim, recipe, spec, d), rnd)
-
     def run(self, task: Task):
-        sim, f, a = self.sim, self.fleet, task.assignment
+        """The task as a SimPy process: download, memory check and adaptation, training, upload."""
+        host, f, a = self.host, self.fleet, task.assignment
         d, rnd = a.device, task.rnd
         try:
-            recipe = sim.strategy.recipe_for(a)
-            sim.event(rnd, d, "dispatch", level=a.level, rate=a.spec.rate)
+            recipe = host.recipe_for(a)
+            host.log(rnd, d, "dispatch", level=a.level, rate=a.spec.rate)
             if not f.alive(d, self.env.now):
                 self.fail(task, "depleted", phase="dispatch")
                 return
-            if not sim.availability.online(d, self.env.now, rnd):
+            if not self.availability.online(d, self.env.now, rnd):
                 self.fail(task, "offline", phase="dispatch")
                 return
-            nbytes = sim.wire_bytes(a, recipe, up=False)
-            sim.bytes_down += nbytes
-            task.wire_bytes += nbytes
-            task.sent = True
+            nbytes = host.wire_bytes(a, recipe, up=False)
+            self.traffic.downloaded(task, nbytes)
             reason, at = yield from self.transfer(task, nbytes, up=False)
             if reason is not None:
                 self.fail(task, reason, at=at, phase="download")
                 return
             free = f.sample_free_memory(d, self.env.now, rnd)
-            sim.event(rnd, d, "arrive", free=round(free / sim.memory_scale, 4))
+            host.log(rnd, d, "arrive", free=round(free / host.memory_scale, 4))
             f.settle(d, self.env.now)
-            b = sim.adapt(a, DeviceState(d, free, float(f.capacity_j[d] - f.used(d))))
+            b = host.adapt(a, DeviceState(d, free, float(f.capacity_j[d] - f.used(d))))
             if b is None:
                 self.fail(task, "refused")
                 return
             task.trained = b
-            recipe_b = sim.strategy.recipe_for(b)
-            need = None if sim.memory_ignored else sim.memory_need(recipe_b, b.spec)
+            recipe_b = host.recipe_for(b)
+            need = host.training_memory(recipe_b, b)
             if need is not None and need > free:
-                self.fail(task, "oom", need=round(need / sim.memory_scale, 4), free=round(free / sim.memory_scale, 4))
+                self.fail(task, "oom", need=round(need / host.memory_scale, 4), free=round(free / host.memory_scale, 4))
                 return
-            flops, duration = self.compute_cost(recipe_b, b.spec, d, rnd)
-            sim.event(rnd, d, "train_start", level=b.level, flops=flops)
+            flops, duration = self.training_time.task_cost(recipe_b, b.spec, d, rnd)
+            host.log(rnd, d, "train_start", level=b.level, flops=flops)
             reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
             if reason is not None:
-                oom = {"need": round(need / sim.memory_scale, 4)} if reason == "oom" and need is not None else {}
+                oom = {"need": round(need / host.memory_scale, 4)} if reason == "oom" and need is not None else {}
                 self.fail(task, reason, at=at, phase="train", **oom)
                 return
-            sim.event(rnd, d, "train_end")
-            nbytes = sim.wire_bytes(b, recipe_b, up=True)
+            host.log(rnd, d, "train_end")
+            nbytes = host.wire_bytes(b, recipe_b, up=True)
             reason, at = yield from self.transfer(task, nbytes, up=True)
             if reason is not None:
                 self.fail(task, reason, at=at, phase="upload")
                 return
-            sim.bytes_up += nbytes
-            if task.round_over:  # a late update: its round closed without it, its bytes were for nothing
-                sim.bytes_wasted += nbytes
-            else:
-                task.wire_bytes += nbytes
+            self.traffic.uploaded(task, nbytes)
             task.status = "completed"
             task.finished_at = self.env.now
-            sim.event(rnd, d, "upload", bytes=nbytes)
-            if task.round_over:
-                sim.event(rnd, d, "late")
+            host.log(rnd, d, "upload", bytes=nbytes)
+            if task.round_over:  # a late update: its round closed without it
+                host.log(rnd, d, "late")
             else:
-                sim.on_completed(task)
+                task.owner.arrived_in_time(task)
         finally:
             f.busy[d] = False

@@ -144,7 +144,7 @@ def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
     specs = sim.strategy.candidate_specs()
     if len(specs) < 2 or sim.memory_ignored:
         return [], []
-    unit, scale = ("MB", sim.memory_scale) if sim.sc.fleet.memory_units == "mb" else ("% of the full model", 1.0)
+    unit, scale = ("% of the full model", 1.0) if sim.memory_need.relative else ("MB", sim.memory_need.scale)
     free = sim.fleet.mem_free
     name = sim.sc.algorithm.name
     families = {r.family for r, _ in specs}

@@ -109,8 +109,8 @@ def run_scenario(
             lock = RunLock(path)
             recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_energy_columns(sim))
             sim.recorder = recorder
-            sim.checkpoints = _store(sc, path)
-        sim.tape.recording = sim.checkpoints is not None
+            sim.checkpointing.store = _store(sc, path)
+        sim.tape.recording = sim.checkpointing.store is not None
         result = path, _run_interruptible(sim, path)
         ok = True
         return result
@@ -178,7 +178,7 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
         bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
         labels, energy = _labels(sim), _energy_columns(sim)
-        sim.checkpoints = store if _store(sc, path) is not None else None
+        sim.checkpointing.store = store if _store(sc, path) is not None else None
         if loaded is None:  # killed before its first checkpoint: start again in the same folder
             store.clean_partial()
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy)
@@ -186,7 +186,7 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
         else:  # the recorder writes nothing until the replay of the checkpoint's rounds has passed its checks
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy, offsets=meta["offsets"])
             sim.resume_from(meta, state, tape, recorder)
-        sim.tape.recording = sim.checkpoints is not None or loaded is not None
+        sim.tape.recording = sim.checkpointing.store is not None or loaded is not None
         result = path, _run_interruptible(sim, path)
         ok = True
         return result
@@ -205,8 +205,8 @@ def _run_interruptible(sim: Simulation, path: Path | None) -> dict[str, Any]:
         with _StopOnSignal(sim):
             return sim.run()
     except KeyboardInterrupt:
-        if path is not None and sim.checkpoints is not None:
-            done = sim.checkpoints.rounds()
+        if path is not None and sim.checkpointing.store is not None:
+            done = sim.checkpointing.store.rounds()
             where = f"the last checkpoint is after round {done[-1]}" if done else "no checkpoint yet: it will start over"
             print(f"stopped at once; {where}; continue with: iotfl-sim run --resume {path}", file=sys.stderr)
         raise

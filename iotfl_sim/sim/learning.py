@@ -1,0 +1,95 @@
+"""The real PyTorch side of a round, after its protocol was simulated: the accepted tasks trained through the
+executor, and the method's models evaluated. Nothing here touches the simulated clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from iotfl_sim import faults
+from iotfl_sim.algorithms.base import Assignment, Outcome, Strategy, Update
+from iotfl_sim.exec.base import EvalJob
+from iotfl_sim.fl.submodel import slice_state
+from iotfl_sim.fl.train import TrainJob
+from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.seeding import int_seed
+from iotfl_sim.sim.setup import NumericsSetup
+
+
+class Learning:
+    """Trains and evaluates for one run: which device trains which submodel from which weights with which seed
+    (never how long it took) decides the numbers."""
+
+    def __init__(self, sc: Scenario, numerics: NumericsSetup, strategy: Strategy, executor: Any) -> None:
+        self.sc = sc
+        self.numerics = numerics
+        self.strategy = strategy
+        self.executor = executor
+
+    def train(self, rnd: int, accepted: list[Outcome]) -> list[Update]:
+        """Each accepted task's local training, from the weights its device received, as ``Update``s in order."""
+        loc = self.sc.local
+        jobs = []
+        for i, o in enumerate(accepted):
+            b = o.trained or o.assignment
+            d = b.device
+            recipe = self.strategy.recipe_for(b)
+            weights = slice_state(self.download(o.assignment), recipe.shapes(b.spec))
+            jobs.append(
+                TrainJob(
+                    key=i,
+                    recipe=recipe,
+                    spec=b.spec,
+                    weights={k: v.clone() for k, v in weights.items()},
+                    indices=self.numerics.parts[d],
+                    epochs=loc.epochs,
+                    batch_size=loc.batch_size,
+                    lr=loc.lr_schedule.lr_at(loc.lr, rnd),
+                    momentum=loc.momentum,
+                    weight_decay=loc.weight_decay,
+                    clip_grad_norm=loc.clip_grad_norm,
+                    label_mask=self.numerics.labels_per_device[d],
+                    seed=int_seed(self.sc.seed, "train", d, rnd),
+                    objective=self.strategy.local_objective(b),
+                )
+            )
+        faults.hit("round_train")
+        results = self.executor.run(jobs)
+        labels = self.numerics.labels_per_device
+        return [
+            Update(o.trained or o.assignment, r.state, r.num_samples, labels[o.assignment.device], r.loss)
+            for o, r in zip(accepted, results, strict=True)
+        ]
+
+    def download(self, a: Assignment) -> dict[str, torch.Tensor]:
+        """The weights a task's device receives: what its wire sends, else the strategy's payload."""
+        sent = self.strategy.wire.payload(a) if self.strategy.wire is not None else None
+        return self.strategy.payload(a) if sent is None else sent
+
+    def evaluate(self) -> dict[str, float]:
+        """``acc_<label>`` of every evaluation target, ``loss_full``, and ``acc_avg`` over the method's levels."""
+        out: dict[str, float] = {}
+        levels = []
+        targets = self.strategy.eval_targets()
+        keys, jobs = [], {}
+        for target in targets:
+            # the same weights under another name (HeteroFL's level a is the full model) are evaluated once
+            weights = tuple((v.data_ptr(), tuple(v.shape)) for v in target.state.values())
+            key = (target.recipe, replace(target.spec, name=""), weights)
+            keys.append(key)
+            if key not in jobs:
+                jobs[key] = EvalJob(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
+        cache = dict(zip(jobs, self.executor.evaluate(list(jobs.values())), strict=True))
+        for target, key in zip(targets, keys, strict=True):
+            acc, loss = cache[key]
+            out[f"acc_{target.label}"] = acc
+            if target.label == "full":
+                out["loss_full"] = loss
+            if target.is_level:
+                levels.append(acc)
+        if levels:
+            out["acc_avg"] = float(np.mean(levels))
+        return out

@@ -1,0 +1,155 @@
+"""One round on the simulated clock: the tasks it dispatched, how many updates the server wants, how many came
+back in time, and when that is enough; closing it turns each task into an ``Outcome`` and the round into its row."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, Update
+from iotfl_sim.fleet.fleet import FAILURE_REASONS, Fleet
+from iotfl_sim.sim.traffic import Traffic
+
+
+@dataclass
+class Task:
+    """One device's part of a round: what it was asked to do and how it went."""
+
+    assignment: Assignment
+    report: simpy.Event  # succeeds when the server hears back (an update, or a failure it notices)
+    owner: Round
+    status: str | None = None
+    trained: Assignment | None = None  # what the device actually trained (``Strategy.adapt`` may shrink it)
+    finished_at: float = math.nan
+    round_over: bool = False
+    sent: bool = False  # the model went on the air (counts as sent for the communication waste)
+    wire_bytes: float = 0.0  # bytes this task put on the air so far, as counted in ``Traffic``
+    hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
+
+    @property
+    def rnd(self) -> int:
+        return self.owner.rnd
+
+
+@dataclass
+class RoundStart:
+    """The run's cumulative figures when a round began (its row reports the differences)."""
+
+    at: float
+    energy_j: float
+    bytes_down: float
+    bytes_up: float
+
+
+@dataclass
+class Round:
+    """A round's tasks and the server's wait for them (``wanted`` updates: the selection size before
+    over-selection); ``server_s`` and ``server_split`` are the server's simulated seconds in this round."""
+
+    env: simpy.Environment
+    rnd: int
+    wanted: int
+    start: RoundStart
+    tasks: list[Task] = field(default_factory=list)
+    arrived: int = 0
+    enough: simpy.Event | None = None
+    server_s: float = 0.0
+    server_split: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SERVER_WORK_KINDS, 0.0))
+
+    def dispatch(self, assignments: list[Assignment], fleet: Fleet, run: Callable[[Task], Generator]) -> None:
+        """Start one device process (``run``) per assignment; the devices are busy until it ends."""
+        self.enough = self.env.event()
+        for a in assignments:
+            task = Task(a, self.env.event(), self)
+            fleet.busy[a.device] = True
+            fleet.tasks[a.device] += 1
+            self.tasks.append(task)
+            self.env.process(run(task))
+
+    def closing(self, deadline_s: float | None) -> simpy.Event:
+        """The event that closes the round: every task reported, enough updates arrived, or the deadline
+        (counted from dispatch, not from any wait for devices)."""
+        assert self.enough is not None
+        waiting = [simpy.AllOf(self.env, [t.report for t in self.tasks]), self.enough]
+        if deadline_s is not None:
+            waiting.append(self.env.timeout(deadline_s))
+        return simpy.AnyOf(self.env, waiting)
+
+    def arrived_in_time(self, task: Task) -> None:
+        """An update arrived before the round closed: report it, and end the round once enough are in."""
+        assert self.enough is not None
+        self.arrived += 1
+        if not task.report.triggered:
+            task.report.succeed()
+        if self.arrived >= self.wanted and not self.enough.triggered:
+            self.enough.succeed()
+
+    def close(self, fleet: Fleet, log: Callable[..., None]) -> list[Outcome]:
+        """Each task's outcome: the first ``wanted`` updates to arrive are used (over-selection keeps the first
+        k); a later one is ``surplus``; a task still running is dropped at the ``deadline`` (``surplus`` when the
+        round closed because enough had arrived). Counts them on the fleet and logs accepts and drops."""
+        in_time = sorted((t for t in self.tasks if t.status == "completed"), key=lambda t: t.finished_at)
+        kept = {id(t) for t in in_time[: self.wanted]}
+        ended_early = self.enough is not None and self.enough.triggered
+        outcomes = []
+        for t in self.tasks:
+            d = t.assignment.device
+            if id(t) in kept:
+                status = "completed"
+                fleet.completed[d] += 1
+                log(self.rnd, d, "accepted")
+            else:
+                status = "surplus" if t.status == "completed" else t.status or ("surplus" if ended_early else "deadline")
+                t.round_over = True
+                if status in ("deadline", "surplus"):
+                    log(self.rnd, d, "dropped", reason=status)
+                fleet.failures[status][d] += 1
+            outcomes.append(Outcome(t.assignment, status, t.trained, t.finished_at))
+        return outcomes
+
+    def comm_waste(self, outcomes: list[Outcome], traffic: Traffic, params: Callable[[Assignment], int]) -> dict[str, Any]:
+        """The round's waste columns (``Traffic.comm_waste``). Sent: every model put on the air (a task whose
+        download started). Returned: the models the server accepted, at the size the device actually trained
+        (smaller after on-device pruning). A task that failed or came too late returns nothing, so its whole
+        model counts as waste."""
+        unused = sum(t.wire_bytes for t, o in zip(self.tasks, outcomes, strict=True) if o.status != "completed")
+        sent = sum(params(t.assignment) for t in self.tasks if t.sent)
+        back = sum(params(o.trained or o.assignment) for o in outcomes if o.status == "completed")
+        return traffic.comm_waste(sent, back, unused)
+
+    def row(self, end: float, outcomes: list[Outcome], updates: list[Update], fleet: Fleet, traffic: Traffic) -> dict[str, Any]:
+        """The round's figures of the system (``rounds.csv``): time, tasks by outcome, energy, bytes."""
+        counts = dict.fromkeys(FAILURE_REASONS, 0)
+        for o in outcomes:
+            if o.status in counts:
+                counts[o.status] += 1
+        kinds = fleet.class_energy(end)
+        by_kind = {k: float(v.sum()) for k, v in kinds.items()}
+        by_class = sum(kinds.values())
+        total = float(by_class.sum())
+        s = self.start
+        return {
+            "round": self.rnd + 1,
+            "sim_time_s": end,
+            "round_time_s": end - s.at,
+            "selected": len(outcomes),
+            "completed": sum(o.status == "completed" for o in outcomes),
+            **{f"failed_{r}": c for r, c in counts.items()},
+            "alive": fleet.alive_count(end),
+            "train_loss": float(np.mean([u.loss for u in updates])) if updates else None,
+            "energy_j": total,
+            "energy_compute_j": by_kind["compute"],
+            "energy_radio_j": by_kind["radio"],
+            "energy_idle_j": by_kind["idle"],
+            "energy_round_j": total - s.energy_j,
+            **{f"energy_{c}_j": float(v) for c, v in zip(fleet.class_names, by_class, strict=True)},
+            "bytes_down": traffic.down,
+            "bytes_up": traffic.up,
+            "bytes_down_round": traffic.down - s.bytes_down,
+            "bytes_up_round": traffic.up - s.bytes_up,
+        }
