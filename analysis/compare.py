@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,126 +297,136 @@ def selection_targets(sel: Selection, given: Sequence[float] | None = None) -> T
     return resolve_targets((r for m in sel.methods for r in m.runs), given)
 
 
+Metrics = dict[str, list[RunMetrics]]  # method label -> its runs' numbers, one per seed
+
+
+def _every_run(metrics: Metrics) -> Iterator[RunMetrics]:
+    return (rm for ms in metrics.values() for rm in ms)
+
+
 def build_tables(
     sel: Selection, targets: Sequence[float] | None = None, column: str = "acc_full"
 ) -> list[Table]:
     """Accuracy, time / bytes / energy / waste to each target, and costs (waste, energy by kind, failures)
     per method. ``targets``: None takes the runs' own ``server.target_accuracies``."""
     chosen = selection_targets(sel, targets)
-    targets = list(chosen.values)
-    metrics: dict[str, list[RunMetrics]] = {
-        m.label: [run_metrics(r, targets, column) for r in m.runs] for m in sel.methods
-    }
-    tables: list[Table] = []
+    metrics: Metrics = {m.label: [run_metrics(r, chosen.values, column) for r in m.runs] for m in sel.methods}
+    tables = [*accuracy_tables(metrics), *to_target_tables(metrics, chosen, column), costs_table(metrics)]
+    tables += [t for t in (energy_table(metrics), server_table(metrics), failures_table(metrics)) if t is not None]
+    for t in tables:
+        t.mark_best()
+    return tables
 
-    # --- final accuracy: full and avg for every method; the levels beside them when the methods share one
-    # set of level names, else one per-level table per set (HeteroFL's a..e next to AdaptiveFL's L1..S3
-    # would be a table of dashes)
+
+def accuracy_tables(metrics: Metrics) -> list[Table]:
+    """Final accuracy: full and avg for every method; the levels beside them when the methods share one set
+    of level names, else one per-level table per set (HeteroFL's a..e next to AdaptiveFL's L1..S3 would be a
+    table of dashes)."""
     level_sets: dict[str, tuple[str, ...]] = {
         m: tuple(sorted({c for rm in ms for c in rm.final_acc} - NON_LEVEL)) for m, ms in metrics.items()
     }
     distinct = list(dict.fromkeys(ls for ls in level_sets.values() if ls))
-    head = [c for c in ("acc_full", "acc_avg") if any(c in rm.final_acc for ms in metrics.values() for rm in ms)]
+    head = [c for c in ("acc_full", "acc_avg") if any(c in rm.final_acc for rm in _every_run(metrics))]
     note = ("Last evaluated round; mean ± sample std (ddof=1) over seeds; best mean in bold. "
             "`full`: the full / global model, `avg`: mean over the method's submodel levels")  # fmt: skip
     if len(distinct) <= 1:
-        tables.append(_accuracy_table("accuracy", "Final test accuracy (%)", head + list(distinct[0] if distinct else ()),
-                                      metrics, note + ", then each level."))  # fmt: skip
-    else:
-        tables.append(_accuracy_table("accuracy", "Final test accuracy (%)", head, metrics,
-                                      note + "; each method's levels are in the per-level tables below."))  # fmt: skip
-        for i, ls in enumerate(distinct, 1):
-            group = {m: ms for m, ms in metrics.items() if level_sets[m] == ls}
-            tables.append(_accuracy_table(f"accuracy_levels_{i}", f"Final accuracy per level (%): {', '.join(group)}",
-                                          [*head, *ls], group,
-                                          "Each submodel level evaluated on the whole test set; mean ± sample std over seeds."))  # fmt: skip
+        return [_accuracy_table("accuracy", "Final test accuracy (%)", head + list(distinct[0] if distinct else ()),
+                                metrics, note + ", then each level.")]  # fmt: skip
+    tables = [_accuracy_table("accuracy", "Final test accuracy (%)", head, metrics,
+                              note + "; each method's levels are in the per-level tables below.")]  # fmt: skip
+    for i, ls in enumerate(distinct, 1):
+        group = {m: ms for m, ms in metrics.items() if level_sets[m] == ls}
+        tables.append(_accuracy_table(f"accuracy_levels_{i}", f"Final accuracy per level (%): {', '.join(group)}",
+                                      [*head, *ls], group,
+                                      "Each submodel level evaluated on the whole test set; mean ± sample std over seeds."))  # fmt: skip
+    return tables
 
-    # --- to target accuracy
-    def reach(ms: list[RunMetrics], t: float, what: str) -> Cell:
-        return Cell([rm.to_target[t][what] if t in rm.to_target else math.nan for rm in ms])
 
-    cols = [target_label(t) for t in targets]
-    na_note = (
+@dataclass(frozen=True)
+class ToTarget:
+    """One "to the target accuracy" table: the crossing row's ``what`` (a ``CROSSING_FIELDS`` name) per target.
+    ``units``: a unit ladder, None for a count (rounds), "%" for a fraction shown in percent."""
+
+    name: str
+    title: str  # {col}: the accuracy column
+    what: str
+    units: Sequence[tuple[str, float]] | str | None
+    optional: bool = False  # runs written before the column existed: no table rather than one of N/A
+
+
+TO_TARGET = (
+    ToTarget("time_to_accuracy", "Simulated time to reach the target accuracy ({col})", "sim_time_s", TIME_UNITS),
+    ToTarget("rounds_to_accuracy", "Rounds to reach the target accuracy ({col})", "round", None),
+    ToTarget("energy_to_accuracy", "Fleet energy to reach the target accuracy ({col})", "energy_j", ENERGY_UNITS),
+    ToTarget("download_to_accuracy", "Bytes downloaded (server → devices) to reach the target accuracy ({col})",
+             "bytes_down", BYTE_UNITS),  # fmt: skip
+    ToTarget("upload_to_accuracy", "Bytes uploaded (devices → server) to reach the target accuracy ({col})",
+             "bytes_up", BYTE_UNITS),  # fmt: skip
+    ToTarget("waste_to_accuracy", "Communication waste until the target accuracy ({col}) (%)", "comm_waste_cum", "%",
+             optional=True),  # fmt: skip
+    ToTarget("wasted_bytes_to_accuracy", "Bytes wasted until the target accuracy ({col})", "bytes_wasted", BYTE_UNITS,
+             optional=True),  # fmt: skip
+)
+
+
+def to_target_tables(metrics: Metrics, chosen: Targets, column: str) -> list[Table]:
+    """One table per ``TO_TARGET`` entry; the first one's note says how targets and crossings are read."""
+    note = (
         f"Targets: {chosen.source}. First rounds.csv row with `{column}` >= target (no interpolation). Mean ± "
         "sample std over the seeds that reached the target; `(k/n)`: only k of n seeds reached it; `N/A`: none "
         "did. Bold: the smallest mean among methods all of whose seeds reached it."
     )
+    tables = []
+    for spec in TO_TARGET:
+        t = to_target_table(metrics, spec, list(chosen.values), column, note if spec.name == "time_to_accuracy" else "")
+        if t is not None:
+            tables.append(t)
+    return tables
 
-    def max_over(what: str) -> float:
-        vals = [rm.to_target[t][what] for ms in metrics.values() for rm in ms for t in rm.to_target]
-        vals = [v for v in vals if math.isfinite(v)]
-        return max(vals, default=0.0)
 
-    specs = [
-        ("time_to_accuracy", "Simulated time to reach the target accuracy ({col})", "sim_time_s", TIME_UNITS),
-        ("rounds_to_accuracy", "Rounds to reach the target accuracy ({col})", "round", None),
-        ("energy_to_accuracy", "Fleet energy to reach the target accuracy ({col})", "energy_j", ENERGY_UNITS),
-        (
-            "download_to_accuracy",
-            "Bytes downloaded (server → devices) to reach the target accuracy ({col})",
-            "bytes_down",
-            BYTE_UNITS,
-        ),
-        (
-            "upload_to_accuracy",
-            "Bytes uploaded (devices → server) to reach the target accuracy ({col})",
-            "bytes_up",
-            BYTE_UNITS,
-        ),
-        ("waste_to_accuracy", "Communication waste until the target accuracy ({col}) (%)", "comm_waste_cum", "%"),
-        ("wasted_bytes_to_accuracy", "Bytes wasted until the target accuracy ({col})", "bytes_wasted", BYTE_UNITS),
-    ]
-    for name, title, what, units in specs:
-        if not any(math.isfinite(rm.to_target[t][what]) for ms in metrics.values() for rm in ms for t in rm.to_target):
-            if what in ("comm_waste_cum", "bytes_wasted"):
-                continue  # runs written before these columns existed
-        if units is None:
-            unit, div, fmt = "", 1.0, (lambda v, ref=None: f"{v:.1f}")
-        elif units == "%":
-            unit, div, fmt = "", 1.0, (lambda v, ref=None: _num(100 * v, None if ref is None else 100 * ref))
-        else:
-            unit, div = _unit(max_over(what), units)
-            fmt = _scaled(div)
-        t = Table(
-            name,
-            title.format(col=column) + (f" ({unit})" if unit else ""),
-            cols,
-            {
-                m: {c: reach(ms, tg, what) for c, tg in zip(cols, targets, strict=True)}
-                for m, ms in metrics.items()
-            },
-            fmt,
-            better="min",
-            note=na_note if name == "time_to_accuracy" else "",
-            count_reached=True,
-        )
-        tables.append(t)
+def to_target_table(metrics: Metrics, spec: ToTarget, targets: list[float], column: str, note: str) -> Table | None:
+    """``spec.what`` at each run's crossing of each target; None for an optional column no run has."""
+    values = [rm.to_target[t][spec.what] for rm in _every_run(metrics) for t in rm.to_target]
+    finite = [v for v in values if math.isfinite(v)]
+    if spec.optional and not finite:
+        return None
+    if spec.units is None:
+        unit, fmt = "", (lambda v, ref=None: f"{v:.1f}")
+    elif spec.units == "%":
+        unit, fmt = "", (lambda v, ref=None: _num(100 * v, None if ref is None else 100 * ref))
+    else:
+        unit, div = _unit(max(finite, default=0.0), spec.units)
+        fmt = _scaled(div)
+    cols = [target_label(t) for t in targets]
 
-    # --- whole-run costs
-    def over(ms: list[RunMetrics], attr: str) -> Cell:
-        return Cell([getattr(rm, attr) for rm in ms])
+    def reach(ms: list[RunMetrics], t: float) -> Cell:
+        return Cell([rm.to_target[t][spec.what] if t in rm.to_target else math.nan for rm in ms])
 
-    e_unit, e_div = _unit(
-        max((rm.energy_j for ms in metrics.values() for rm in ms if math.isfinite(rm.energy_j)), default=0),
-        ENERGY_UNITS,
+    return Table(
+        spec.name,
+        spec.title.format(col=column) + (f" ({unit})" if unit else ""),
+        cols,
+        {m: {c: reach(ms, tg) for c, tg in zip(cols, targets, strict=True)} for m, ms in metrics.items()},
+        fmt,
+        better="min",
+        note=note,
+        count_reached=True,
     )
+
+
+def _energy_unit(metrics: Metrics) -> tuple[str, float]:
+    return _unit(max((rm.energy_j for rm in _every_run(metrics) if math.isfinite(rm.energy_j)), default=0), ENERGY_UNITS)
+
+
+def costs_table(metrics: Metrics) -> Table:
+    """Whole-run time, energy, traffic and communication waste."""
+    e_unit, e_div = _energy_unit(metrics)
     b_unit, b_div = _unit(
-        max(
-            (
-                max(rm.bytes_down, rm.bytes_up)
-                for ms in metrics.values()
-                for rm in ms
-                if math.isfinite(rm.bytes_down)
-            ),
-            default=0,
-        ),
+        max((max(rm.bytes_down, rm.bytes_up) for rm in _every_run(metrics) if math.isfinite(rm.bytes_down)), default=0),
         BYTE_UNITS,
     )
     t_unit, t_div = _unit(
-        max(
-            (rm.sim_time_s for ms in metrics.values() for rm in ms if math.isfinite(rm.sim_time_s)), default=0
-        ),
-        TIME_UNITS,
+        max((rm.sim_time_s for rm in _every_run(metrics) if math.isfinite(rm.sim_time_s)), default=0), TIME_UNITS
     )
     cost_cols = [
         (f"sim time ({t_unit})", "sim_time_s", t_div),
@@ -425,92 +435,88 @@ def build_tables(
         (f"up ({b_unit})", "bytes_up", b_div),
         ("comm waste (%)", "comm_waste", 0.01),
     ]
-    if any(math.isfinite(rm.bytes_wasted) for ms in metrics.values() for rm in ms):
+    if any(math.isfinite(rm.bytes_wasted) for rm in _every_run(metrics)):
         cost_cols.append((f"wasted ({b_unit})", "bytes_wasted", b_div))
-    rows = {}
-    for m, ms in metrics.items():
-        rows[m] = {label: Cell([getattr(rm, attr) / div for rm in ms]) for label, attr, div in cost_cols}
-    tables.append(
-        Table(
-            "costs",
-            "Whole-run costs",
-            [c[0] for c in cost_cols],
-            rows,
-            _num,
-            better="min",
-            note="At the end of each run; communication waste = 1 − Σ size(returned) / Σ size(sent) over the run, "
-            "sizes in parameters (AdaptiveFL's rate); wasted = bytes downloaded and uploaded for tasks whose update "
-            "was not used (failed, dropped at the deadline, surplus, late).",
-        )
+    return Table(
+        "costs",
+        "Whole-run costs",
+        [c[0] for c in cost_cols],
+        {m: {label: Cell([getattr(rm, attr) / div for rm in ms]) for label, attr, div in cost_cols}
+         for m, ms in metrics.items()},  # fmt: skip
+        _num,
+        better="min",
+        note="At the end of each run; communication waste = 1 − Σ size(returned) / Σ size(sent) over the run, "
+        "sizes in parameters (AdaptiveFL's rate); wasted = bytes downloaded and uploaded for tasks whose update "
+        "was not used (failed, dropped at the deadline, surplus, late).",
     )
 
-    # --- the fleet's energy by kind: idle is most of a fleet's energy, so the total hides a method's own cost
-    if any(rm.energy_by_kind for ms in metrics.values() for rm in ms):
-        k_cols = [f"{k} ({e_unit})" for k in ENERGY_KINDS]
 
-        def kind_cells(ms: list[RunMetrics]) -> dict[str, Cell]:
-            cells = {c: Cell([rm.energy_by_kind.get(k, math.nan) / e_div for rm in ms])
-                     for c, k in zip(k_cols, ENERGY_KINDS, strict=True)}  # fmt: skip
-            share = [100 * rm.energy_by_kind["idle"] / tot if "idle" in rm.energy_by_kind
-                     and (tot := sum(rm.energy_by_kind.values())) > 0 else math.nan for rm in ms]  # fmt: skip
-            cells["idle (% of fleet)"] = Cell(share)
-            return cells
+def energy_table(metrics: Metrics) -> Table | None:
+    """The fleet's energy by kind: idle is most of a fleet's energy, so the total hides a method's own cost.
+    None when no run records the split."""
+    if not any(rm.energy_by_kind for rm in _every_run(metrics)):
+        return None
+    e_unit, e_div = _energy_unit(metrics)
+    k_cols = [f"{k} ({e_unit})" for k in ENERGY_KINDS]
 
-        tables.append(
-            Table(
-                "energy",
-                "Fleet energy by kind",
-                [*k_cols, "idle (% of fleet)"],
-                {m: kind_cells(ms) for m, ms in metrics.items()},
-                _num,
-                better="none",
-                note="At the end of each run. compute: local training; radio: downloads and uploads; idle: devices "
-                "powered on between tasks (a fleet pays it whatever the method does, so the total hides the method's "
-                "own cost, compute + radio).",
-            )
-        )
+    def kind_cells(ms: list[RunMetrics]) -> dict[str, Cell]:
+        cells = {c: Cell([rm.energy_by_kind.get(k, math.nan) / e_div for rm in ms])
+                 for c, k in zip(k_cols, ENERGY_KINDS, strict=True)}  # fmt: skip
+        share = [100 * rm.energy_by_kind["idle"] / tot if "idle" in rm.energy_by_kind
+                 and (tot := sum(rm.energy_by_kind.values())) > 0 else math.nan for rm in ms]  # fmt: skip
+        cells["idle (% of fleet)"] = Cell(share)
+        return cells
 
-    # --- the server's own compute, by kind of work (runs written before the split have no such columns)
-    kinds = [k for k in dict.fromkeys(k for ms in metrics.values() for rm in ms for k in rm.server_s)
-             if any(rm.server_s.get(k, 0.0) for ms in metrics.values() for rm in ms)]  # fmt: skip
-    if kinds:
-        tables.append(
-            Table(
-                "server",
-                "Server compute time by kind of work (simulated seconds per run)",
-                kinds,
-                {m: {k: Cell([rm.server_s.get(k, math.nan) for rm in ms]) for k in kinds} for m, ms in metrics.items()},
-                _num,
-                better="min",
-                note="train: server training (pretraining, fine-tuning, distillation); infer: forward passes (APoZ, "
-                "teachers, CKA); aggregate: averaging the updates; qsgd: encoding downloads and decoding uploads; "
-                "other: work priced in FLOPs. Priced by the run's server profile (server.profile) or FLOP rule.",
-            )
-        )
+    return Table(
+        "energy",
+        "Fleet energy by kind",
+        [*k_cols, "idle (% of fleet)"],
+        {m: kind_cells(ms) for m, ms in metrics.items()},
+        _num,
+        better="none",
+        note="At the end of each run. compute: local training; radio: downloads and uploads; idle: devices "
+        "powered on between tasks (a fleet pays it whatever the method does, so the total hides the method's "
+        "own cost, compute + radio).",
+    )
 
-    # --- failures by reason
-    # a reason no run ever hit is a column of zeros: left out, and said so in the note
-    seen = sorted({k for ms in metrics.values() for rm in ms for k in rm.failures})
-    reasons = [k for k in seen if any(rm.failures.get(k, 0.0) for ms in metrics.values() for rm in ms)]
+
+def server_table(metrics: Metrics) -> Table | None:
+    """The server's own compute by kind of work; None when no run spent any (runs written before the split
+    have no such columns)."""
+    kinds = [k for k in dict.fromkeys(k for rm in _every_run(metrics) for k in rm.server_s)
+             if any(rm.server_s.get(k, 0.0) for rm in _every_run(metrics))]  # fmt: skip
+    if not kinds:
+        return None
+    return Table(
+        "server",
+        "Server compute time by kind of work (simulated seconds per run)",
+        kinds,
+        {m: {k: Cell([rm.server_s.get(k, math.nan) for rm in ms]) for k in kinds} for m, ms in metrics.items()},
+        _num,
+        better="min",
+        note="train: server training (pretraining, fine-tuning, distillation); infer: forward passes (APoZ, "
+        "teachers, CKA); aggregate: averaging the updates; qsgd: encoding downloads and decoding uploads; "
+        "other: work priced in FLOPs. Priced by the run's server profile (server.profile) or FLOP rule.",
+    )
+
+
+def failures_table(metrics: Metrics) -> Table | None:
+    """Failed tasks by reason. A reason no run ever hit would be a column of zeros: left out, and named in the
+    note; None when no run had a task fail."""
+    seen = sorted({k for rm in _every_run(metrics) for k in rm.failures})
+    reasons = [k for k in seen if any(rm.failures.get(k, 0.0) for rm in _every_run(metrics))]
     never = [k for k in seen if k not in reasons]
-    if reasons:
-        tables.append(
-            Table(
-                "failures",
-                "Failed tasks by reason (count per run)",
-                reasons,
-                {
-                    m: {r: Cell([rm.failures.get(r, 0.0) for rm in ms]) for r in reasons}
-                    for m, ms in metrics.items()
-                },
-                _num,
-                better="none",
-                note=f"No run had a task fail for: {', '.join(never)}." if never else "",
-            )
-        )
-    for t in tables:
-        t.mark_best()
-    return tables
+    if not reasons:
+        return None
+    return Table(
+        "failures",
+        "Failed tasks by reason (count per run)",
+        reasons,
+        {m: {r: Cell([rm.failures.get(r, 0.0) for rm in ms]) for r in reasons} for m, ms in metrics.items()},
+        _num,
+        better="none",
+        note=f"No run had a task fail for: {', '.join(never)}." if never else "",
+    )
 
 
 def methods_markdown(sel: Selection) -> str:
