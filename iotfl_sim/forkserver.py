@@ -5,8 +5,8 @@ worker from there: n workers pay those imports (about 7 s of CPU in a fresh inte
 times, and later pools of the same process reuse the server. Nothing has run in the server (it only
 imported: no OpenMP pool, no RNG drawn), so a forked worker starts as a spawned one does. Elsewhere (macOS,
 Windows): spawn. The server keeps the environment it started with; a caller whose workers read environment
-variables passes its own along (``study._run_task``). One process has one server, so both callers preload the
-same modules.
+variables passes its own along (``study.dispatch._run_task``). One process has one server, so both callers
+preload the same modules.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 # the simulator with PyTorch and the pool executor's worker. Not torch._dynamo (2.6 s of CPU): local training no
 # longer loads it (fl/sgd.py); a worker that needs it (a cold FLOP count, an Adam optimizer) imports it itself
-PRELOAD = ("iotfl_sim.study", "iotfl_sim.exec.pool")
+PRELOAD = ("iotfl_sim.study.dispatch", "iotfl_sim.exec.pool")
 
 
 def worker_context() -> Any:

@@ -7,10 +7,10 @@ import pytest
 import yaml
 from conftest import base_scenario
 
-from iotfl_sim import study, study_check
+from iotfl_sim import study_check
 from iotfl_sim.cli import main
 from iotfl_sim.scenario.loader import ScenarioError
-from iotfl_sim.study import read_study
+from iotfl_sim.study import read_study, spec
 
 
 def write(tmp_path, spec: dict, base: dict | None = None):
@@ -26,13 +26,13 @@ def loads(monkeypatch):
     monkeypatch.setattr(study_check, "MAX_CHECKS", 12)
     monkeypatch.setattr(study_check, "MAX_FULL", 2)
     calls = []
-    real = study.load_point
+    real = spec.load_point
 
     def counting(*a, **k):
         calls.append(a[1])
         return real(*a, **k)
 
-    monkeypatch.setattr(study, "load_point", counting)
+    monkeypatch.setattr(spec, "load_point", counting)  # where read_study looks it up
     return calls
 
 

@@ -17,7 +17,8 @@ from conftest import base_scenario
 
 from iotfl_sim.cli import main
 from iotfl_sim.scenario.loader import ScenarioError
-from iotfl_sim.study import expand, read_study, run_id, sweep
+from iotfl_sim.study import read_study, sweep
+from iotfl_sim.study.spec import expand, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +149,7 @@ def test_base_difference_names_the_first_changed_field_and_ignores_fields_added_
     """A field a later version added with its unset default (None) is the recorded study, so a half-run study
     survives an upgrade; a value that changed, a field added with a value or a field removed is another study,
     named by its dotted path."""
-    from iotfl_sim.study import base_difference
+    from iotfl_sim.study.folder import base_difference
 
     recorded = {"rounds": 5, "fleet": {"groups": [{"name": "a", "compute": {"flops": 1.0}}]}}
     added_unset = {"rounds": 5, "fleet": {"groups": [{"name": "a", "compute": {"flops": 1.0, "steps": None}}]}}
@@ -304,7 +305,7 @@ def test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes(tmp_path, ray_cluster
 
 
 def test_workers_see_the_environment_of_the_sweep_not_of_the_fork_server(tmp_path, monkeypatch):
-    """Workers fork from a server that keeps the environment it started with (``study.worker_context``); each
+    """Workers fork from a server that keeps the environment it started with (``forkserver.worker_context``); each
     task carries the sweep's. Two sweeps in one process, the second with $IOTFL_PROFILES pointing at another
     folder whose profile "edge" is twice as fast: the second study's run, which resolves its profile in the
     worker, must have the second folder's figure (with the server's environment it would have the first's,
