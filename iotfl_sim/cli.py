@@ -294,65 +294,86 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+Subparsers = argparse._SubParsersAction  # what add_subparsers returns: one add_parser per command
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="iotfl-sim", description="Simulate federated learning on heterogeneous IoT fleets.")
     sub = ap.add_subparsers(dest="command", required=True)
+    for add in (_run_parser, _validate_parser, _plot_parser, _compare_parser, _report_parser, _sweep_parser,
+                _profiles_parser, _data_parser, _schema_parser):  # fmt: skip
+        add(sub)
+    return ap
 
-    def scenario_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("scenario", help="scenario YAML file")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
 
-    p = sub.add_parser("run", help="run a scenario into a new run folder, or continue one (--resume)")
-    p.add_argument("scenario", nargs="?", help="scenario YAML file")
+def _scenario_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
+    p.add_argument("scenario", nargs="?" if optional else None, help="scenario YAML file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. rounds=20")
+
+
+def _targets_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--targets",
+        nargs="+",
+        type=float,
+        metavar="ACC",
+        help="target accuracies, fractions or percent, e.g. 0.5 0.7 (default: the runs' own "
+        "server.target_accuracies; every target any run declared when they differ)",
+    )
+
+
+def _study_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUNS_OR_STUDY", help="study folders and/or run folders")
+    p.add_argument(
+        "--by",
+        nargs="+",
+        metavar="KEY",
+        help="group runs into methods by these scenario keys "
+        "(default: a study's overrides except seed; loose runs: algorithm name + scenario name)",
+    )
+    _targets_arg(p)
+
+
+def _run_parser(sub: Subparsers) -> None:
+    p = sub.add_parser("run", help="run a scenario into a new run folder, or continue one (--resume)")
+    _scenario_args(p, optional=True)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue this run folder from its last checkpoint")
     p.add_argument("--out", help="parent folder of the run folder (default: the scenario's output.dir)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
+
+def _validate_parser(sub: Subparsers) -> None:
     p = sub.add_parser("validate", help="check a scenario without running it")
-    scenario_args(p)
+    _scenario_args(p)
     p.set_defaults(func=cmd_validate)
 
-    def targets_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--targets",
-            nargs="+",
-            type=float,
-            metavar="ACC",
-            help="target accuracies, fractions or percent, e.g. 0.5 0.7 (default: the runs' own "
-            "server.target_accuracies; every target any run declared when they differ)",
-        )
 
+def _plot_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "plot", help="write figures for run folders (overlaid) or a study (mean ± std over seeds)"
     )
     p.add_argument("runs", nargs="+", help="run folders, or a study folder")
     p.add_argument("--out", help="folder for the figures (default: <first run or study>/plots)")
-    targets_arg(p)
+    _targets_arg(p)
     p.set_defaults(func=cmd_plot)
 
-    def study_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("runs", nargs="+", metavar="RUNS_OR_STUDY", help="study folders and/or run folders")
-        p.add_argument(
-            "--by",
-            nargs="+",
-            metavar="KEY",
-            help="group runs into methods by these scenario keys "
-            "(default: a study's overrides except seed; loose runs: algorithm name + scenario name)",
-        )
-        targets_arg(p)
 
+def _compare_parser(sub: Subparsers) -> None:
     p = sub.add_parser("compare", help="tables over methods and seeds (Markdown and CSV)")
-    study_args(p)
+    _study_args(p)
     p.add_argument("--out", help="folder for compare.md and the CSVs (default: <study>/compare)")
     p.set_defaults(func=cmd_compare)
 
+
+def _report_parser(sub: Subparsers) -> None:
     p = sub.add_parser("report", help="one self-contained HTML report of a study")
-    study_args(p)
+    _study_args(p)
     p.add_argument("--out", help="the HTML file (default: <study>/report.html)")
     p.set_defaults(func=cmd_report)
 
+
+def _sweep_parser(sub: Subparsers) -> None:
     p = sub.add_parser("sweep", help="run every point of a study (a base scenario and a grid of overrides) in parallel")
     p.add_argument("study", help="study YAML file (name:, base:, grid:, zip:)")
     p.add_argument("--out", default="studies", help="parent of the study folder <out>/<name>/ (default: studies)")
@@ -362,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where runs execute (default: the study's dispatch.kind, else processes)")  # fmt: skip
     p.set_defaults(func=cmd_sweep)
 
+
+def _profiles_parser(sub: Subparsers) -> None:
     p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
     p.add_argument("action", choices=["list", "show", "measure"])
     p.add_argument("name", nargs="?", help="show: the profile; measure: the new profile's name (default: --out's stem)")
@@ -388,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-w", type=float, help="measure (required): training power to record, W (not measured)")
     p.set_defaults(func=cmd_profiles)
 
+
+def _data_parser(sub: Subparsers) -> None:
     p = sub.add_parser("data", help="download a dataset's official files, checksum-verified, into a data root")
     p.add_argument("action", choices=["download"])
     p.add_argument("name", help="mnist | fashion_mnist | cifar10 | cifar100 | femnist | har")
@@ -400,9 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds the whole download may take (default 3600)")
     p.set_defaults(func=cmd_data)
 
+
+def _schema_parser(sub: Subparsers) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
     p.set_defaults(func=cmd_schema)
-    return ap
 
 
 def _path_text(f: object) -> str:
