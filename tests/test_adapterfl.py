@@ -14,7 +14,7 @@ from iotfl_sim.algorithms.adapterfl import AdapterFL, FedBase, apportion, select
 from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.cli import main
 from iotfl_sim.fl.models.build import build_model
-from iotfl_sim.fl.models.families import count_params
+from iotfl_sim.fl.models.layers import count_params
 from iotfl_sim.fl.models.reassemble import (
     block_params,
     candidate_cuts,

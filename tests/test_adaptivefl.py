@@ -24,7 +24,8 @@ from iotfl_sim.algorithms.adaptivefl import (
 from iotfl_sim.algorithms.base import Assignment, DeviceState, Outcome
 from iotfl_sim.cli import main
 from iotfl_sim.fl.models.build import build_model
-from iotfl_sim.fl.models.families import count_params, start_layer_rates
+from iotfl_sim.fl.models.families import start_layer_rates
+from iotfl_sim.fl.models.layers import count_params
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import AdaptiveFLConfig

@@ -10,8 +10,8 @@ import torch
 
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.heterofl import HeteroFL
-from iotfl_sim.fl.models.families import count_params
 from iotfl_sim.fl.models.fedx import build_fedx_model, level_specs
+from iotfl_sim.fl.models.layers import count_params
 from iotfl_sim.fl.quantize import encode_bucket, quantize_levels
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.server_train import l2_pull, nested_sgd

@@ -8,14 +8,9 @@ from torch import nn
 
 from iotfl_sim.fl.cost.footprint import ModelCost, measure_cost
 from iotfl_sim.fl.models.build import build_model
-from iotfl_sim.fl.models.families import (
-    FAMILIES,
-    LAYER_GROUPS,
-    InvertedResidual,
-    MobileNetV2,
-    Scaler,
-    count_params,
-)
+from iotfl_sim.fl.models.families import FAMILIES, LAYER_GROUPS
+from iotfl_sim.fl.models.layers import Scaler, count_params
+from iotfl_sim.fl.models.plain_nets import InvertedResidual, MobileNetV2
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of, slice_state
 
 # family -> (in_channels, image_size, number of layer groups); small inputs keep the tests fast.

@@ -26,7 +26,7 @@ from iotfl_sim.cli import main
 from iotfl_sim.fl.cost.footprint import measure_cost
 from iotfl_sim.fl.models.build import build_model
 from iotfl_sim.fl.models.early_exit import AlwaysScaler, EarlyExitNet
-from iotfl_sim.fl.models.families import Scaler, count_params
+from iotfl_sim.fl.models.layers import Scaler, count_params
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of
 from iotfl_sim.scenario.algorithms import ScaleFLConfig

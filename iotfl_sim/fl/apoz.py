@@ -29,7 +29,8 @@ import torch
 from torch import nn
 
 from iotfl_sim.fl.batches import epoch_batches
-from iotfl_sim.fl.models.families import LAYER_GROUPS, VGG16_CONVS, ConvUnit
+from iotfl_sim.fl.models.families import LAYER_GROUPS, VGG16_CONVS
+from iotfl_sim.fl.models.layers import ConvUnit
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.sgd import PlainSGD
 from iotfl_sim.fl.submodel import SubmodelSpec

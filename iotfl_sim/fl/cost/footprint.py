@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from iotfl_sim.fl import disk_cache
 from iotfl_sim.fl.models.build import build_model
-from iotfl_sim.fl.models.families import count_params
+from iotfl_sim.fl.models.layers import count_params
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 # Samples in the probe batch: BatchNorm1d refuses a single sample in training mode.

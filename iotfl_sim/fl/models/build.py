@@ -13,22 +13,22 @@ from torch import nn
 
 from iotfl_sim.catalog import MODEL_FAMILIES
 from iotfl_sim.fl.models.early_exit import build_early_exit
-from iotfl_sim.fl.models.families import EE_FAMILIES, FEDX_FAMILIES, PLAIN_FAMILIES, build_plain
+from iotfl_sim.fl.models.families import EE_FAMILIES, FEDX_FAMILIES, PLAIN_FAMILIES, BuildArgs
 from iotfl_sim.fl.models.fedx import build_fedx_model
+from iotfl_sim.fl.models.plain import build_plain
 from iotfl_sim.fl.models.reassemble import PREFIX as REASSEMBLED
 from iotfl_sim.fl.models.reassemble import build_reassembled
 from iotfl_sim.fl.models.resnet_cifar import build_resnet110
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 
-def _fedx(family: str, spec: SubmodelSpec, *, num_classes: int, in_channels: int, image_size: tuple[int, int],
-          track_bn: bool = False, **_: object) -> nn.Module:  # fmt: skip
+def _fedx(family: str, spec: SubmodelSpec, args: BuildArgs) -> nn.Module:
     """FedX's models have no Scaler, no global rate and BatchNorm only: those arguments do not apply."""
-    return build_fedx_model(family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
-                            track_bn=track_bn)  # fmt: skip
+    return build_fedx_model(family, spec, num_classes=args.num_classes, in_channels=args.in_channels,
+                            image_size=args.image_size, track_bn=args.track_bn)  # fmt: skip
 
 
-BUILDERS: dict[str, Callable[..., nn.Module]] = {
+BUILDERS: dict[str, Callable[[str, SubmodelSpec, BuildArgs], nn.Module]] = {
     **dict.fromkeys(PLAIN_FAMILIES, build_plain),
     "resnet110": build_resnet110,
     **dict.fromkeys(EE_FAMILIES, build_early_exit),
@@ -64,7 +64,5 @@ def build_model(
     builder = build_reassembled if family.startswith(REASSEMBLED) else BUILDERS.get(family)
     if builder is None:
         raise ValueError(f"unknown model family {family!r}; expected one of {MODEL_FAMILIES}")
-    return builder(
-        family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
-        global_rate=global_rate, scaler=scaler, track_bn=track_bn, norm=norm,
-    )  # fmt: skip
+    args = BuildArgs(num_classes, in_channels, image_size, global_rate, scaler, track_bn, norm)
+    return builder(family, spec, args)

@@ -27,10 +27,14 @@ logits, shallowest first, so ``fl.objectives.final_logits`` picks the deepest.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
 from iotfl_sim.fl.models import families as m
+from iotfl_sim.fl.models import layers as ly
+from iotfl_sim.fl.models.plain import build_plain
 from iotfl_sim.fl.models.resnet_cifar import build_resnet110
 from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -79,12 +83,12 @@ class ExitHead(nn.Module):
         super().__init__()
         self.convs = nn.Sequential(
             *[
-                m.ConvUnit(
+                ly.ConvUnit(
                     channels,
                     channels,
                     bias=False,
                     scaler=_always_scaler(scaler, rate),
-                    norm=m._norm2d(norm, channels, track_bn),
+                    norm=ly.norm2d(norm, channels, track_bn),
                 )
                 for _ in range(convs)
             ]
@@ -160,46 +164,25 @@ def _swap_scalers(model: nn.Module) -> None:
     """Replace HeteroFL's train-only scalers by ScaleFL's always-on ones (identity at rate 1)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, m.Scaler):
+            if isinstance(child, ly.Scaler):
                 setattr(parent, name, _always_scaler(True, child.rate))
 
 
-def build_early_exit(
-    family: str,
-    spec: SubmodelSpec,
-    *,
-    num_classes: int,
-    in_channels: int,
-    image_size: tuple[int, int],
-    global_rate: float = 1.0,
-    scaler: bool | None = None,
-    track_bn: bool = False,
-    norm: str = "bn",
-) -> EarlyExitNet:
+def build_early_exit(family: str, spec: SubmodelSpec, args: m.BuildArgs) -> EarlyExitNet:
     """Build the early-exit submodel of ``family`` for ``spec`` (see the module docstring).
 
-    ``scaler=None`` means on (ScaleFL's always-on Scaler); its ratio is each layer's rate /
-    ``global_rate``.
+    ``args.scaler=None`` means on (ScaleFL's always-on Scaler); its ratio is each layer's rate /
+    ``args.global_rate``.
     """
     base, light = split_family(family)
     full = m.FULL_DEPTH[base]
     depth = full if spec.depth is None else spec.depth
     if not 1 <= depth <= full:
         raise ValueError(f"depth for {family!r} must be in [1, {full}], got {depth}")
-    use_scaler = True if scaler is None else bool(scaler)
+    use_scaler = True if args.scaler is None else bool(args.scaler)
     # The backbone at the spec's depth (no head below full depth); its scalers are swapped below.
-    build = build_resnet110 if base == "resnet110" else m.build_plain
-    backbone = build(
-        base,
-        spec,
-        num_classes=num_classes,
-        in_channels=in_channels,
-        image_size=image_size,
-        global_rate=global_rate,
-        scaler=use_scaler,
-        track_bn=track_bn,
-        norm=norm,
-    )
+    build = build_resnet110 if base == "resnet110" else build_plain
+    backbone = build(base, spec, replace(args, scaler=use_scaler))
     if use_scaler:
         _swap_scalers(backbone)
     n_exits = depth if depth < full else full - 1
@@ -209,14 +192,14 @@ def build_early_exit(
         exits.append(
             ExitHead(
                 spec.width(STAGE_CHANNELS[base][stage], group),
-                num_classes,
+                args.num_classes,
                 convs=0 if light else EXIT_CONVS,
-                rate=spec.layer_rate(group) / global_rate,
+                rate=spec.layer_rate(group) / args.global_rate,
                 scaler=use_scaler,
-                norm=norm,
-                track_bn=track_bn,
+                norm=args.norm,
+                track_bn=args.track_bn,
             )
         )
     model = EarlyExitNet(base, backbone, exits, depth)
-    m._init_params(model)
+    ly.init_params(model)
     return model

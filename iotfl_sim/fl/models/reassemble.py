@@ -33,14 +33,17 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
 from torch import nn
 
 from iotfl_sim.catalog import PROTOTYPE_STAGES
-from iotfl_sim.fl.models.families import VGG, MobileNetV2, PreActResNet, TwoConvCNN, _norm2d, build_plain
+from iotfl_sim.fl.models.families import BuildArgs
+from iotfl_sim.fl.models.layers import norm2d
+from iotfl_sim.fl.models.plain import build_plain
+from iotfl_sim.fl.models.plain_nets import VGG, MobileNetV2, PreActResNet, TwoConvCNN
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import candidate_cuts
 
@@ -104,9 +107,9 @@ class Adapter(nn.Module):
 
     def __init__(self, c_ex: int, c_ad: int, resize: tuple[int, int] | None, norm: str, track_bn: bool) -> None:
         super().__init__()
-        self.alpha0 = nn.Sequential(nn.Conv2d(c_ex, c_ex, 1, bias=False), _norm2d(norm, c_ex, track_bn), nn.ReLU())
+        self.alpha0 = nn.Sequential(nn.Conv2d(c_ex, c_ex, 1, bias=False), norm2d(norm, c_ex, track_bn), nn.ReLU())
         self.resize = nn.AdaptiveAvgPool2d(resize) if resize is not None else nn.Identity()
-        self.alpha1 = nn.Sequential(nn.Conv2d(c_ex, c_ad, 1, bias=False), _norm2d(norm, c_ad, track_bn), nn.ReLU())
+        self.alpha1 = nn.Sequential(nn.Conv2d(c_ex, c_ad, 1, bias=False), norm2d(norm, c_ad, track_bn), nn.ReLU())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.alpha1(self.resize(self.alpha0(x)))
@@ -131,38 +134,26 @@ def cut_shape(
 ) -> tuple[int, int, int]:
     """(channels, height, width) of the prototype's feature map after its first ``cut`` stages."""
     with torch.device("meta"):
-        model = build_plain(family, spec, num_classes=num_classes, in_channels=in_channels, image_size=image_size)
+        model = build_plain(family, spec, BuildArgs(num_classes, in_channels, image_size))
         out = torch.zeros(2, in_channels, *image_size)
         for _, stage in stages(model)[:cut]:
             out = stage(out)
     return int(out.shape[1]), int(out.shape[2]), int(out.shape[3])
 
 
-def build_reassembled(
-    family: str,
-    spec: SubmodelSpec,
-    *,
-    num_classes: int,
-    in_channels: int,
-    image_size: tuple[int, int],
-    global_rate: float = 1.0,
-    scaler: bool | None = None,
-    track_bn: bool = False,
-    norm: str = "bn",
-) -> Reassembled:
+def build_reassembled(family: str, spec: SubmodelSpec, args: BuildArgs) -> Reassembled:
     """A fresh reassembled model (see the module docstring); ``spec.rate`` narrows both prototypes."""
     if spec.depth is not None:
         raise ValueError("a reassembled model takes no depth")
     ex_family, ex_cut, ad_family, ad_cut = parse_family(family)
-    image_size = tuple(image_size)
-    kw = dict(num_classes=num_classes, in_channels=in_channels, image_size=image_size, global_rate=global_rate,
-              scaler=scaler, track_bn=track_bn, norm=norm)  # fmt: skip
-    ex = nn.Sequential(OrderedDict(stages(build_plain(ex_family, spec, **kw))[:ex_cut]))
-    ad = nn.Sequential(OrderedDict(stages(build_plain(ad_family, spec, **kw))[ad_cut:]))
+    args = replace(args, image_size=tuple(args.image_size))
+    in_channels, image_size, num_classes = args.in_channels, args.image_size, args.num_classes
+    ex = nn.Sequential(OrderedDict(stages(build_plain(ex_family, spec, args))[:ex_cut]))
+    ad = nn.Sequential(OrderedDict(stages(build_plain(ad_family, spec, args))[ad_cut:]))
     c_ex, *hw_ex = cut_shape(ex_family, ex_cut, spec, in_channels, image_size, num_classes)
     c_ad, *hw_ad = cut_shape(ad_family, ad_cut, spec, in_channels, image_size, num_classes)
     resize = tuple(hw_ad) if hw_ex != hw_ad else None
-    return Reassembled(ex, Adapter(c_ex, c_ad, resize, norm, track_bn), ad)
+    return Reassembled(ex, Adapter(c_ex, c_ad, resize, args.norm, args.track_bn), ad)
 
 
 def block_params(model: Reassembled) -> dict[str, int]:

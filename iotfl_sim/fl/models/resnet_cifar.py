@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.fl.models import families as m
+from iotfl_sim.fl.models import layers as ly
 from iotfl_sim.fl.models.families import RESNET110_BLOCKS, RESNET110_HIDDEN, RESNET110_SEGMENT_ENDS
 from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -43,16 +44,16 @@ class PostActBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
-        self.n1 = m._norm2d(norm, cout, track_bn)
+        self.n1 = ly.norm2d(norm, cout, track_bn)
         self.conv2 = nn.Conv2d(cout, cout, kernel_size=3, stride=1, padding=1, bias=False)
-        self.n2 = m._norm2d(norm, cout, track_bn)
+        self.n2 = ly.norm2d(norm, cout, track_bn)
         self.scaler = scaler
         self.relu = nn.ReLU()
         # ``projection`` comes from the full architecture, so the key set never depends on the rates.
         self.shortcut: nn.Module = nn.Identity()
         if projection:
             self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False), m._norm2d(norm, cout, track_bn)
+                nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False), ly.norm2d(norm, cout, track_bn)
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,12 +79,12 @@ class CifarResNet(nn.Module):
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = [
-            m.ConvUnit(
+            ly.ConvUnit(
                 in_channels,
                 widths[0],
                 bias=False,
-                scaler=m._scaler(scaler, rates[0]),
-                norm=m._norm2d(norm, widths[0], track_bn),
+                scaler=ly.scaler_or_identity(scaler, rates[0]),
+                norm=ly.norm2d(norm, widths[0], track_bn),
             )
         ]
         cin, full_cin = widths[0], RESNET110_HIDDEN[0]
@@ -96,7 +97,7 @@ class CifarResNet(nn.Module):
                         widths[stage],
                         stride,
                         projection=stride != 1 or full_cin != RESNET110_HIDDEN[stage],
-                        scaler=m._scaler(scaler, rates[stage]),
+                        scaler=ly.scaler_or_identity(scaler, rates[stage]),
                         norm=norm,
                         track_bn=track_bn,
                     )
@@ -119,24 +120,13 @@ class CifarResNet(nn.Module):
         return self.classifier(self.flatten(self.pool(out)))
 
 
-def build_resnet110(
-    family: str,
-    spec: SubmodelSpec,
-    *,
-    num_classes: int,
-    in_channels: int,
-    image_size: tuple[int, int],
-    global_rate: float = 1.0,
-    scaler: bool | None = None,
-    track_bn: bool = False,
-    norm: str = "bn",
-) -> nn.Module:
+def build_resnet110(family: str, spec: SubmodelSpec, args: m.BuildArgs) -> nn.Module:
     """ResNet110 (``family`` is "resnet110") for ``spec``; ``fl.models.build.build_model`` states the arguments."""
-    depth, use_scaler, rates = m.plain_layout(family, spec, global_rate=global_rate, scaler=scaler, norm=norm)
+    lay = m.plain_layout(family, spec, args)
     widths = [spec.width(c, layer) for layer, c in enumerate(RESNET110_HIDDEN)]
     model = CifarResNet(
-        widths, rates, in_channels=in_channels, num_classes=num_classes, depth=depth or m.FULL_DEPTH[family],
-        scaler=use_scaler, norm=norm, track_bn=track_bn,
+        widths, lay.rates, in_channels=args.in_channels, num_classes=args.num_classes,
+        depth=lay.depth or m.FULL_DEPTH[family], scaler=lay.scaler, norm=args.norm, track_bn=args.track_bn,
     )  # fmt: skip
-    m._init_params(model)
+    ly.init_params(model)
     return model
