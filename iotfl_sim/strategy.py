@@ -20,6 +20,7 @@ from iotfl_sim.algorithms.base import (
     DeviceState,
     EvalTarget,
     FleetView,
+    GlobalModel,
     InferWork,
     Outcome,
     QsgdWork,
@@ -41,7 +42,7 @@ from iotfl_sim.methods import register_method
 from iotfl_sim.scenario.algorithms import MethodConfig
 
 __all__ = [
-    "AggregateWork", "Assignment", "DeviceState", "EvalTarget", "FleetView", "InferWork", "LocalObjective",
+    "AggregateWork", "Assignment", "DeviceState", "EvalTarget", "FleetView", "GlobalModel", "InferWork", "LocalObjective",
     "MethodConfig", "ModelRecipe", "Outcome", "QsgdWire", "QsgdWork", "State", "Strategy", "StrategyContext",
     "SubmodelSpec", "TrainWork", "Update", "Wire", "average", "register_method", "select_uniform",
 ]  # fmt: skip

@@ -88,6 +88,7 @@ from iotfl_sim.algorithms.base import (
     DeviceState,
     EvalTarget,
     FleetView,
+    GlobalModel,
     LocalObjective,
     Outcome,
     Strategy,
@@ -185,7 +186,7 @@ def update_tables(
         tr[t] = max(tr[t] - j, 0)
 
 
-class AdaptiveFL(Strategy):
+class AdaptiveFL(GlobalModel, Strategy):
     Config = AdaptiveFLConfig
     checkpointed = ("state", "history", "tc", "tr")
 
@@ -281,12 +282,6 @@ class AdaptiveFL(Strategy):
         spec = self.pool[back]
         extras = {**assignment.extras, "model": back, "sent": sent, "accepted": accepted}
         return replace(assignment, spec=spec, level=spec.name, extras=extras)
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment):
-        return self.state
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:
         return LocalObjective("ce")

@@ -24,7 +24,7 @@ from iotfl_sim.scenario.algorithms import MethodConfig
 
 State = dict[str, torch.Tensor]
 __all__ = [
-    "AggregateWork", "Assignment", "DeviceState", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
+    "AggregateWork", "Assignment", "DeviceState", "GlobalModel", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
     "Strategy", "StrategyContext", "TrainWork", "Update", "Wire", "Work",
 ]
 
@@ -338,6 +338,21 @@ class Strategy(ABC):
     @staticmethod
     def slice_for(state: State, recipe: ModelRecipe, spec: SubmodelSpec) -> State:
         return slice_state(state, recipe.shapes(spec))
+
+
+class GlobalModel:
+    """For a method with one global model that every task's submodel is cut from: ``self.recipe`` (its family and
+    global width) and ``self.state`` (its weights), both set in ``setup``, answer ``recipe_for`` and ``payload``.
+    Put it before the base: ``class MyMethod(GlobalModel, Strategy)``."""
+
+    recipe: ModelRecipe
+    state: State
+
+    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
+        return self.recipe
+
+    def payload(self, assignment: Assignment) -> State:
+        return self.state
 
 
 class Wire:

@@ -73,6 +73,7 @@ from iotfl_sim.algorithms.base import (
     Assignment,
     EvalTarget,
     FleetView,
+    GlobalModel,
     Outcome,
     Strategy,
     TrainWork,
@@ -145,7 +146,7 @@ def quantize_update(delta: State, q: int, generator: torch.Generator) -> tuple[S
     return out, nbits
 
 
-class DAdaQuant(Strategy):
+class DAdaQuant(GlobalModel, Strategy):
     Config = DAdaQuantConfig
     checkpointed = ("state", "last_update", "schedule", "wire")
 
@@ -182,12 +183,6 @@ class DAdaQuant(Strategy):
         return [
             Assignment(int(d), self.spec, level="full", extras={"q": int(lv)}) for d, lv in zip(chosen, levels, strict=True)
         ]
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment) -> State:
-        return self.state
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:

@@ -19,7 +19,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Strategy, Update, select_uniform
+from iotfl_sim.algorithms.base import (
+    Assignment,
+    EvalTarget,
+    FleetView,
+    GlobalModel,
+    Strategy,
+    Update,
+    select_uniform,
+)
 from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.algorithms.wire import QsgdWire
 from iotfl_sim.fl.aggregate import aggregate_nested
@@ -28,7 +36,7 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedAvgConfig
 
 
-class FedAvg(Strategy):
+class FedAvg(GlobalModel, Strategy):
     Config = FedAvgConfig
     checkpointed = ("state", "wire")
 
@@ -62,12 +70,6 @@ class FedAvg(Strategy):
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
         return [Assignment(int(d), self.spec, level="full", bits=self.wire.upload_bits) for d in chosen]
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment):
-        return self.state
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:

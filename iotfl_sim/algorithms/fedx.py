@@ -71,6 +71,7 @@ from iotfl_sim.algorithms.base import (
     Assignment,
     EvalTarget,
     FleetView,
+    GlobalModel,
     Outcome,
     ServerWork,
     State,
@@ -109,7 +110,7 @@ def assign_by_share(num_devices: int, names: list[str], shares: np.ndarray, rng:
     return levels[rng.permutation(num_devices)]
 
 
-class FedX(Strategy):
+class FedX(GlobalModel, Strategy):
     Config = FedXConfig
     checkpointed = ("state", "wire")
 
@@ -203,12 +204,6 @@ class FedX(Strategy):
             x = self.levels[int(self.level_of[d])]
             out.append(Assignment(int(d), self.specs[x], level=x, bits=int(self.bits_of[d])))
         return out
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment) -> State:
-        return self.state  # what goes on the air is the wire's quantized sub-network (FedXWire)
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:

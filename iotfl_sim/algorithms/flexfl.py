@@ -75,6 +75,7 @@ from iotfl_sim.algorithms.base import (
     DeviceState,
     EvalTarget,
     FleetView,
+    GlobalModel,
     InferWork,
     LocalObjective,
     Strategy,
@@ -113,7 +114,7 @@ def pool_names(n_levels: int, adaptive: bool) -> list[tuple[str, int, bool]]:
     return out
 
 
-class FlexFL(Strategy):
+class FlexFL(GlobalModel, Strategy):
     Config = FlexFLConfig
     checkpointed = ("state",)
 
@@ -255,12 +256,6 @@ class FlexFL(Strategy):
             divisor=divisor,
             reduction=cfg.kd_reduction,
         )
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment):
-        return self.state
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:

@@ -26,6 +26,7 @@ from iotfl_sim.algorithms.base import (
     Eligible,
     EvalTarget,
     FleetView,
+    GlobalModel,
     LocalObjective,
     Strategy,
     Update,
@@ -50,7 +51,7 @@ def fix_levels_by_id(num_devices: int, proportions: list[float]) -> np.ndarray:
     return out
 
 
-class HeteroFL(Strategy):
+class HeteroFL(GlobalModel, Strategy):
     Config = HeteroFLConfig
     checkpointed = ("state", "wire")
 
@@ -119,12 +120,6 @@ class HeteroFL(Strategy):
             c /= c[-1]
             cdf = self._cdfs[key] = c.tolist()
         return cdf
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment):
-        return self.state
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:
         return LocalObjective("masked_ce" if self.cfg.masked_ce else "ce")

@@ -67,6 +67,7 @@ from iotfl_sim.algorithms.base import (
     Assignment,
     EvalTarget,
     FleetView,
+    GlobalModel,
     LocalObjective,
     Strategy,
     Update,
@@ -136,7 +137,7 @@ def kd_active(rnd: int, rounds: int, kd_start: float) -> bool:
     return rnd > kd_start * rounds
 
 
-class ScaleFL(Strategy):
+class ScaleFL(GlobalModel, Strategy):
     Config = ScaleFLConfig
     checkpointed = ("state",)
 
@@ -200,12 +201,6 @@ class ScaleFL(Strategy):
             spec = self.specs[int(self.fixed[d])]
             out.append(Assignment(int(d), spec, level=spec.name, extras={"round": rnd}))
         return out
-
-    def recipe_for(self, assignment: Assignment) -> ModelRecipe:
-        return self.recipe
-
-    def payload(self, assignment: Assignment):
-        return self.state
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:
         code = self.cfg.reference == "code"

@@ -32,7 +32,7 @@ from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.models.families import LAYER_GROUPS, VGG16_CONVS
 from iotfl_sim.fl.models.layers import ConvUnit
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.sgd import PlainSGD
+from iotfl_sim.fl.sgd import PlainSGD, descend
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 MIN_RATE = 0.01  # Algorithm 1 line 12: no layer is pruned away completely
@@ -269,11 +269,7 @@ def pretrain(
             opt = PlainSGD(model.parameters(), lr=lr)
         total, steps = 0.0, 0
         for batch in epoch_batches(torch.arange(len(x)), batch_size, gen):
-            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
+            total += descend(opt, nn.functional.cross_entropy(model(x[batch]), y[batch]))
             steps += 1
         last = total / max(steps, 1)
     return last

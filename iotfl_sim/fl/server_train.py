@@ -18,7 +18,7 @@ from torch.func import functional_call
 
 from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.sgd import PlainSGD
+from iotfl_sim.fl.sgd import PlainSGD, descend
 from iotfl_sim.fl.submodel import SubmodelSpec, prefix_index
 from iotfl_sim.seeding import int_seed, stream
 
@@ -66,10 +66,7 @@ def nested_sgd(
                 loss = loss + F.cross_entropy(functional_call(model, views, (xb,)), yb)
             if ref is not None and gamma > 0:
                 loss = loss + l2_pull({k: p for k, p in theta.items() if p.requires_grad}, ref, gamma)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
+            total += descend(opt, loss)
             steps += 1
         last = total / max(steps, 1)
     return {k: v.detach() for k, v in theta.items()}, last

@@ -44,3 +44,11 @@ class PlainSGD:
                     buf.mul_(self.momentum).add_(grad, alpha=1)
                 grad = buf
             p.add_(grad, alpha=-self.lr)
+
+
+def descend(optimizer: PlainSGD | torch.optim.Optimizer, loss: torch.Tensor) -> float:
+    """One step on ``loss``: clear the gradients, back-propagate, update the parameters; returns the loss's value."""
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())

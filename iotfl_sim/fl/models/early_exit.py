@@ -54,20 +54,11 @@ STAGE_CHANNELS: dict[str, tuple[int, ...]] = {
 EXIT_CONVS = 3  # ScaleFL's exit heads
 
 
-class AlwaysScaler(nn.Module):
+class AlwaysScaler(ly.RateScaler):
     """ScaleFL's Scaler: divides activations by ``rate`` in training and in evaluation."""
-
-    def __init__(self, rate: float) -> None:
-        super().__init__()
-        if rate <= 0:
-            raise ValueError(f"scaler rate must be positive, got {rate}")
-        self.rate = float(rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x / self.rate
-
-    def extra_repr(self) -> str:
-        return f"rate={self.rate:g}"
 
 
 def _always_scaler(enabled: bool, rate: float) -> nn.Module:

@@ -9,12 +9,8 @@ from torch import nn
 from iotfl_sim.fl.models.families import NORMS
 
 
-class Scaler(nn.Module):
-    """Divides activations by ``rate`` (submodel rate / global rate) in training mode only.
-
-    HeteroFL's scaler compensates for the smaller fan-in of a width-reduced layer while training;
-    at evaluation it is the identity (ScaleFL's always-on variant is a different module).
-    """
+class RateScaler(nn.Module):
+    """Divides activations by ``rate`` (submodel rate / global rate); subclasses say when."""
 
     def __init__(self, rate: float) -> None:
         super().__init__()
@@ -22,11 +18,17 @@ class Scaler(nn.Module):
             raise ValueError(f"scaler rate must be positive, got {rate}")
         self.rate = float(rate)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x / self.rate if self.training else x
-
     def extra_repr(self) -> str:
         return f"rate={self.rate:g}"
+
+
+class Scaler(RateScaler):
+    """HeteroFL's scaler, in training mode only: it compensates for the smaller fan-in of a width-reduced layer
+    while training; at evaluation it is the identity (ScaleFL's always-on variant is
+    ``fl.models.early_exit.AlwaysScaler``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.rate if self.training else x
 
 
 def scaler_or_identity(enabled: bool, rate: float) -> nn.Module:
