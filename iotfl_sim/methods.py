@@ -4,7 +4,7 @@ A method is a :class:`~iotfl_sim.algorithms.base.Strategy` subclass with its opt
 ``MethodConfig`` subclass, ``Strategy.Config``). It is found by the name a scenario gives in
 ``algorithm.name``, which is one of:
 
-- a registered name: the built-in methods (registered beside their options in ``scenario/algorithms.py``, by
+- a registered name: the built-in methods (registered beside their options in ``scenario/algorithms/``, by
   ``builtin``), or a method registered with :func:`register_method` (``iotfl_sim.run(..., methods=[...])``
   does this for the classes it is given);
 - a Python import path ``package.module:Class`` (imported on first use; a scenario's own folder is searched
@@ -210,5 +210,5 @@ def _check_strategy(cls: Any, what: str) -> None:
     if not derives(cls, "iotfl_sim.algorithms.base", "Strategy"):
         raise MethodError(f"{what}: {cls!r} is not a subclass of iotfl_sim.Strategy")
     config = getattr(cls, "Config", None)
-    if not derives(config, "iotfl_sim.scenario.algorithms", "MethodConfig"):
+    if not derives(config, "iotfl_sim.scenario.algorithms.base", "MethodConfig"):
         raise MethodError(f"{what}: {cls.__qualname__}.Config must be a subclass of iotfl_sim.MethodConfig, got {config!r}")

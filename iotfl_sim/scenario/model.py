@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim import methods
 from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES
-from iotfl_sim.scenario.algorithms import MethodConfig, algorithm_problem
+from iotfl_sim.scenario.algorithms import MethodConfig
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (
     MAX_BATCH,
@@ -432,7 +432,7 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _algorithm_fits_the_scenario(self) -> Scenario:
-        problem = algorithm_problem(self.algorithm, numerics=self.numerics)
+        problem = self.algorithm.problem(numerics=self.numerics)
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -78,7 +78,7 @@ def _split_may_fail(sc: Scenario, num_devices: int) -> bool:
     nominal = DATASET_SHAPES[sc.data.dataset][4]
     if sc.data.train_samples is not None:
         nominal = min(nominal, sc.data.train_samples)
-    for_clients = nominal * (1.0 - float(getattr(sc.algorithm, "proxy_fraction", 0.0)))
+    for_clients = nominal * (1.0 - sc.algorithm.held_out_fraction())
     return for_clients < THIN_DATA * num_devices
 
 

@@ -112,7 +112,7 @@ def split_clients(
         if len(proxy) == 0 or len(clients) == 0:
             raise ScenarioError(f"algorithm.proxy_classes: {server_classes} leaves the server or the clients no data")
     else:
-        proxy, clients = split_proxy(len(labels), float(getattr(sc.algorithm, "proxy_fraction", 0.0)), sc.seed)
+        proxy, clients = split_proxy(len(labels), sc.algorithm.held_out_fraction(), sc.seed)
     try:
         parts = partition(
             labels[clients],

@@ -1,0 +1,177 @@
+"""Options of FedX and DAdaQuant (quantized messages, server-side data)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from iotfl_sim.methods import builtin
+from iotfl_sim.scenario.algorithms.base import MethodConfig
+from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES
+
+# The server's own data (a class hold-out) and its per-round fine-tuning: FedX's, and the setting FedX gives its
+# quantization baselines (Section IV-D: "the server has data, fine-tunes without regularization"). One
+# definition each, used by FedXConfig and DAdaQuantConfig.
+ProxyClasses = Annotated[
+    list[Annotated[int, Field(ge=0, le=MAX_INDEX)]] | None,
+    Field(
+        description="classes held by the server only (FedX's disjoint split, e.g. CIFAR-10 [8, 9]); every train "
+        "sample of these classes goes to the server and none to the devices",
+    ),
+]
+FinetuneLr = Annotated[float, Field(gt=0, description="server fine-tuning learning rate lambda (FedX: SGD 0.01)")]
+FinetuneSamples = Annotated[
+    int | None,
+    Field(
+        ge=2,
+        le=MAX_SAMPLES,
+        description="server samples per fine-tuning, a fresh seeded draw each round (FedX Table IV times fine-tuning "
+        "on a fixed sample size); null: all the server's data",
+    ),
+]
+ServerBatchSize = Annotated[
+    int, Field(ge=2, le=MAX_BATCH, description="batch size of server pretraining and fine-tuning (FedX: 32)")
+]
+
+
+@builtin("iotfl_sim.algorithms.fedx:FedX")
+class FedXConfig(MethodConfig):
+    """FedX (Lai, Jiang et al.): nested sub-networks at per-level QSGD bits, server pretraining and regularised
+    fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
+    ``server_data: false``."""
+
+    name: Literal["fedx"]
+    mix: dict[Literal["small", "medium", "large"], float] = Field(
+        default_factory=lambda: {"medium": 0.5, "small": 0.5},
+        description="share of devices per sub-network (the paper's default: half medium, half small); a device "
+        "keeps its sub-network (assigned once, by a seeded permutation of the devices)",
+    )
+    bits: dict[Literal["small", "medium", "large"], int] = Field(
+        default_factory=lambda: {"small": 10, "medium": 8, "large": 8},
+        description="QSGD bits q per sub-network for download and upload (2^q intervals; smaller sub-networks get "
+        "more bits; the paper's ablation: 8 medium / 10 small on HAR, 9 / 11 on the image sets); 32: float32",
+    )
+    server_data: bool = Field(
+        True, description="false: Quantized FedAvg (no server pretraining or fine-tuning; quantization on the server)"
+    )
+    fine_tune: bool = Field(True, description="server fine-tuning after aggregation (eq. 5); false: FedX without FT")
+    gamma: float = Field(1e-4, ge=0, description="regularisation rate gamma of eq. 5 (paper: 1e-4)")
+    finetune_epochs: int = Field(1, ge=0, le=MAX_EPOCHS, description="epochs over the server's data per fine-tuning")
+    finetune_lr: FinetuneLr = 0.01
+    finetune_samples: FinetuneSamples = 750
+    pretrain_epochs: int = Field(5, ge=0, le=MAX_EPOCHS, description="one-time server pretraining epochs on its data")
+    pretrain_lr: float = Field(0.01, gt=0, description="pretraining SGD learning rate")
+    server_batch_size: ServerBatchSize = 32
+    proxy_fraction: float = Field(
+        0.1, ge=0, lt=1, description="share of the train set the server holds (all classes) when proxy_classes is null"
+    )
+    proxy_classes: ProxyClasses = None
+    qsgd_bucket: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BUCKET,
+        description="QSGD normalisation: null (the paper's): each tensor by its own L2 norm, one float32 norm per "
+        "tensor, no padding; an int: QSGD's buckets of that many values, each with its own norm (8-10 bit "
+        "messages then lose almost nothing)",
+    )
+    system_only_server_samples: int = Field(
+        750, ge=0, le=MAX_SAMPLES, description="system-only runs (no data): server samples that pretraining and fine-tuning are priced on"
+    )
+    assign: Literal["shuffle", "eq2"] = Field(
+        "shuffle",
+        description="shuffle: mix's shares dealt by a seeded permutation, bits per sub-network (the paper's "
+        "experiments); eq2: the paper's selection (eq. 2): per device, the sub-networks named in mix whose "
+        "predicted training time is within time_threshold_s, then the (sub-network, q) of least utility drop on "
+        "the server's data (mix's shares and bits are then unused)",
+    )
+    time_threshold_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="eq2: mu_u, seconds of one local round (the paper's example: 10 s), the same for every device; "
+        "a device's time is predicted from its declared profile by the simulator's cost model; null: no limit",
+    )
+    max_bits: int = Field(
+        16, ge=1, le=32, description="eq2: q_u^max, the most QSGD bits searched (the paper's example: 16-bit devices)"
+    )
+    drop_tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="eq2: stop the search at the first (sub-network, q) whose utility drop (accuracy, 0-1) is at "
+        "most this, visiting larger sub-networks first and fewer bits first (the paper's early termination); "
+        "null: the exact argmin of eq. 2",
+    )
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_ok(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v or any(x < 0 for x in v.values()) or sum(v.values()) <= 0:
+            raise ValueError("mix needs at least one sub-network with a positive share")
+        return v
+
+    @field_validator("bits")
+    @classmethod
+    def _bits_ok(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not 1 <= b <= 32 for b in v.values()):
+            raise ValueError(f"bits must be in [1, 32], got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _eq2_needs_server_data(self) -> FedXConfig:
+        if self.assign == "eq2" and not (self.server_data and (self.proxy_fraction > 0 or self.proxy_classes)):
+            raise ValueError(
+                "assign: eq2 scores the sub-networks on the server's data: set server_data: true and proxy_fraction "
+                "> 0 (or proxy_classes), or use assign: shuffle"
+            )
+        return self
+
+    def held_out_fraction(self) -> float:
+        return self.proxy_fraction
+
+
+
+@builtin("iotfl_sim.algorithms.dadaquant:DAdaQuant")
+class DAdaQuantConfig(MethodConfig):
+    """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
+    time and clients (``iotfl_sim.algorithms.dadaquant``)."""
+
+    name: Literal["dadaquant"]
+    adapt: Literal["both", "time", "clients", "none"] = Field(
+        "both",
+        description="both: DAdaQuant; time: DAdaQuant_time (one level per round); clients: DAdaQuant_clients "
+        "(Theorem 1 levels around q_max); none: Federated QSGD at q_max (the static baseline)",
+    )
+    q_min: int = Field(1, ge=1, le=2**16, description="first level q_1 (intervals per sign; the paper: 1, or q_max / 2 for datasets that need precision early)")
+    q_max: int = Field(
+        8, ge=1, le=2**16, description="highest level, and the static level of adapt: none / clients (the paper: the lowest "
+        "static q of a grid 1, 2, 4, ... at which Federated QSGD matches uncompressed accuracy)",
+    )
+    psi: float = Field(0.9, ge=0, lt=1, description="weight of the loss moving average (the paper: 0.9)")
+    phi: int | None = Field(
+        None, ge=1, description="rounds compared for a plateau and held after a doubling; null: a tenth of the rounds (the paper)"
+    )
+    loss_batch_size: int = Field(
+        100, ge=1, le=MAX_BATCH, description="batch size of the pass that computes each client's loss F_k(p_t)"
+    )
+    proxy_classes: ProxyClasses = None
+    finetune_epochs: int = Field(
+        0,
+        ge=0,
+        le=MAX_EPOCHS,
+        description="epochs of plain (unregularised) server fine-tuning on the proxy_classes data after each "
+        "aggregation: FedX's comparison setting (its Section IV-D); 0: DAdaQuant as its own paper runs it",
+    )
+    finetune_lr: FinetuneLr = 0.01
+    finetune_samples: FinetuneSamples = 750
+    server_batch_size: ServerBatchSize = 32
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> DAdaQuantConfig:
+        if self.q_min > self.q_max:
+            raise ValueError(f"q_min ({self.q_min}) must not exceed q_max ({self.q_max})")
+        if self.finetune_epochs > 0 and not self.proxy_classes:
+            raise ValueError(
+                "finetune_epochs > 0 fine-tunes on the server's data: name its classes in proxy_classes (FedX's "
+                "split, e.g. [4, 5] on HAR), or set finetune_epochs: 0"
+            )
+        return self
