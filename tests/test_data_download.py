@@ -242,7 +242,7 @@ def test_har_zip_is_checked_and_loads(server, tmp_path, monkeypatch):
     with zipfile.ZipFile(buf, "w") as zf:
         for split, n in (("train", 6), ("test", 3)):
             base = f"UCI HAR Dataset/{split}"
-            for s in data_mod._HAR_SIGNALS:
+            for s in data_mod.HAR_SIGNALS:
                 rows = "\n".join(" ".join(f"{v:.4f}" for v in rng.normal(size=128)) for _ in range(n))
                 zf.writestr(f"{base}/Inertial Signals/{s}_{split}.txt", rows + "\n")
             zf.writestr(f"{base}/y_{split}.txt", "".join(f"{i % 6 + 1}\n" for i in range(n)))
