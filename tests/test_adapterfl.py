@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import base_scenario, strategy_context
+from fake_view import MaskOnlyView
 from pydantic import ValidationError
 from torch import nn
 
@@ -310,7 +311,7 @@ def _table2_group(fit: str, declared: list[float]) -> AdapterFL:
     return s
 
 
-class _View:
+class _View(MaskOnlyView):
     def __init__(self, n: int) -> None:
         self.n = n
 

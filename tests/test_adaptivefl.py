@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 from conftest import TINY, base_scenario, relative_fleet, strategy_context
+from fake_view import MaskOnlyView
 from pydantic import ValidationError
 
 from iotfl_sim import methods
@@ -35,7 +36,7 @@ LEVEL_OF = [0, 0, 0, 1, 1, 1, 2]
 MEMBERS = [[0, 1, 2], [3, 4, 5], [6]]
 
 
-class FakeView:
+class FakeView(MaskOnlyView):
     def __init__(self, n: int) -> None:
         self.num_devices = n
         self.mask = np.ones(n, dtype=bool)

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from fake_view import MaskOnlyView
 
 from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.algorithms.heterofl import HeteroFL
@@ -85,7 +86,7 @@ def test_upload_and_download_bits_set_the_bytes_on_the_wire(kind):
         s = HeteroFL(HeteroFLConfig(name="heterofl", proportions="a1-b1", upload_bits=32, download_bits=4, qsgd_bucket=64))
     s.setup(ctx)
 
-    class View:
+    class View(MaskOnlyView):
         def selectable_mask(self):
             return np.ones(6, dtype=bool)
 
@@ -165,7 +166,7 @@ def test_fedx_config_errors_name_the_field():
 MLP = ModelRecipe("mlp", 3, 1, (2, 2), norm="none", scaler=False)  # generic levels: widths 50 / 100 / 200
 
 
-class _AllSelectable:
+class _AllSelectable(MaskOnlyView):
     def __init__(self, n: int) -> None:
         self.n = n
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import base_scenario, relative_fleet, strategy_context
+from fake_view import MaskOnlyView
 
 from iotfl_sim import methods
 from iotfl_sim.algorithms.base import DeviceState
@@ -242,7 +243,7 @@ def test_system_only_charges_pretraining_and_apoz_flops():
     assert s.apoz == [0.5] * 4
 
 
-class View:
+class View(MaskOnlyView):
     def __init__(self, declared):
         self.declared = np.asarray(declared, dtype=float)
         self.num_devices = len(declared)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY, base_scenario, strategy_context
+from fake_view import MaskOnlyView
 
 from iotfl_sim import methods
 from iotfl_sim.algorithms.base import Assignment, Outcome, Update
@@ -31,7 +32,7 @@ class FakeTrueState:
         return self.alive.copy() if devices is None else self.alive[devices]
 
 
-class FakeView:
+class FakeView(MaskOnlyView):
     """A FleetView over n devices: ``alive`` is the true energy state, ``gone`` what the server learned
     from failed tasks."""
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import base_scenario, strategy_context
+from fake_view import MaskOnlyView
 
 from iotfl_sim import methods
 from iotfl_sim.algorithms.base import Assignment, Update
@@ -215,7 +216,7 @@ def test_by_capacity_gives_the_largest_level_that_fits_declared_memory():
     assert s.eligible.tolist() == [False, True, True, True, True, True]
 
 
-class View:
+class View(MaskOnlyView):
     def __init__(self, n: int) -> None:
         self.num_devices = n
 

@@ -178,6 +178,11 @@ class FleetView(Protocol):
 
     def selectable_mask(self) -> np.ndarray: ...  # the same as a boolean mask over all devices
 
+    def sample_selectable(self, k: int, rng: np.random.Generator, eligible: Any = None) -> np.ndarray | None:
+        """``k`` selectable (and ``eligible``) devices drawn uniformly without the fleet-wide mask (the engine's
+        view does so for fleets of 100,000 devices or more), or None: no such shortcut, or too few found this
+        way; ``select_uniform`` then draws from ``selectable_mask``."""
+
     def declared_free_memory(self) -> np.ndarray: ...  # bytes, per device, from the declared profiles
 
     def true_state(self, strategy: str) -> Any: ...  # oracle access; recorded in the summary
@@ -395,16 +400,14 @@ def select_uniform(fleet: FleetView, k: int, rng: np.random.Generator, eligible:
     all of them when there are k or fewer. ``eligible``: a bool array over devices, or a function mapping
     an id array to a bool mask (evaluated only on the ids it is asked about), or None (every device).
 
-    The one selection of every method that picks uniformly among selectable (and eligible) devices. A
-    view that offers ``sample_selectable`` (the engine's, for fleets of 100,000 devices or more) samples
-    without building the fleet-wide mask; otherwise, or when sampling finds too few, the mask of
+    The one selection of every method that picks uniformly among selectable (and eligible) devices. The view's
+    ``sample_selectable`` (the engine's, for fleets of 100,000 devices or more) samples without building the
+    fleet-wide mask; when it answers None, the mask of
     selectable and eligible devices goes to ``random_selection`` (the draws small runs have always had).
     """
-    sample = getattr(fleet, "sample_selectable", None)
-    if sample is not None:
-        chosen = sample(k, rng, eligible)
-        if chosen is not None:
-            return chosen
+    chosen = fleet.sample_selectable(k, rng, eligible)
+    if chosen is not None:
+        return chosen
     mask = fleet.selectable_mask()
     if eligible is not None:
         mask = mask & (eligible if isinstance(eligible, np.ndarray) else eligible(np.arange(mask.shape[0])))

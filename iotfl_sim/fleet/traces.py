@@ -211,17 +211,7 @@ def _check_numbers(path: Path, cid: Any, field: str, values: list[Any]) -> None:
 
 def _read_fedscale(path: str | Path) -> _Flat:
     p = _open_trace(path)
-    try:
-        with p.open("rb") as fh:
-            data = safe_pickle.load(fh)
-    except Exception as e:  # any unpickling failure means "not a usable trace pickle"
-        raise _fail(
-            p, f"not a readable pickle ({type(e).__name__}: {e})".replace("\n", " "), _FEDSCALE_HOW
-        ) from None
-    if not isinstance(data, Mapping):
-        raise _fail(p, f"the pickle holds a {type(data).__name__}, not a dict of clients", _FEDSCALE_HOW)
-    if not data:
-        raise _fail(p, "the trace has no clients", _FEDSCALE_HOW)
+    data = _fedscale_clients(p)
     ids = _sorted_ids(data)
     # A pickle stores a list shared by many clients once: a file of a few MB can name one long list from
     # every client, and copying it per client (below) would take tens of GB. Without sharing, every time in
@@ -234,11 +224,6 @@ def _read_fedscale(path: str | Path) -> _Flat:
     ina: list[Any] = []
     for cid in ids:
         entry = data[cid]
-        if not isinstance(entry, Mapping):
-            raise _fail(p, f"client {cid!r} is a {type(entry).__name__}, not a dict", _FEDSCALE_HOW)
-        missing = [k for k in ("active", "inactive", "finish_time") if k not in entry]
-        if missing:
-            raise _fail(p, f"client {cid!r} has no {', '.join(repr(m) for m in missing)}", _FEDSCALE_HOW)
         budget -= _length(entry["active"]) + _length(entry["inactive"])
         if budget < 0:
             raise _fail(
@@ -247,42 +232,13 @@ def _read_fedscale(path: str | Path) -> _Flat:
                 "one list is shared by many clients (a pickle bomb: it would expand to far more memory than the file)",
                 "write each client's own 'active' and 'inactive' lists",
             )
-        a = _times(p, cid, "active", entry["active"])
-        b = _times(p, cid, "inactive", entry["inactive"])
-        try:
-            finish = float(entry["finish_time"])
-        except (TypeError, ValueError):
-            finish = math.nan
-        if not (math.isfinite(finish) and finish > 0):
-            raise _fail(
-                p,
-                f"client {cid!r}: finish_time is {entry['finish_time']!r}",
-                "finish_time must be a positive number of seconds (the trace's length)",
-            )
-        if len(b) == len(a) - 1:
-            b.append(finish)  # still online when the trace ends
-        if len(b) != len(a):
-            raise _fail(
-                p,
-                f"client {cid!r} has {len(a)} 'active' but {len(b)} 'inactive' times",
-                "each online interval needs an active (start) and an inactive (end) time",
-            )
+        a, b, finish = _fedscale_intervals(p, cid, entry)
         act.extend(a)
         ina.extend(b)
         counts.append(len(a))
         periods.append(finish)
     cid_of = np.repeat(np.arange(len(ids)), counts)
-    try:
-        s = np.array(act, dtype=np.float64)
-        e = np.array(ina, dtype=np.float64)
-        bad = ~(np.isfinite(s) & np.isfinite(e))
-    except (TypeError, ValueError):
-        bad = None
-    if bad is None or bad.any():  # find the culprit client (slow path, errors only)
-        for cid in ids:
-            _check_numbers(p, cid, "active", _times(p, cid, "active", data[cid]["active"]))
-            _check_numbers(p, cid, "inactive", _times(p, cid, "inactive", data[cid]["inactive"]))
-        raise _fail(p, "the interval times are not all finite numbers", "times are seconds")
+    s, e = _finite_times(p, data, ids, act, ina)
     back = np.flatnonzero(e < s)
     if back.size:
         i = int(back[0])
@@ -294,6 +250,69 @@ def _read_fedscale(path: str | Path) -> _Flat:
     per = np.array(periods, dtype=np.float64)
     off, s, e = _compact(cid_of, s, e, per)
     return _Flat(ids, off, s, e, per)
+
+
+def _fedscale_clients(p: Path) -> Mapping:
+    """The pickle's dict of clients, each a dict with 'active', 'inactive' and 'finish_time'."""
+    try:
+        with p.open("rb") as fh:
+            data = safe_pickle.load(fh)
+    except Exception as e:  # any unpickling failure means "not a usable trace pickle"
+        raise _fail(
+            p, f"not a readable pickle ({type(e).__name__}: {e})".replace("\n", " "), _FEDSCALE_HOW
+        ) from None
+    if not isinstance(data, Mapping):
+        raise _fail(p, f"the pickle holds a {type(data).__name__}, not a dict of clients", _FEDSCALE_HOW)
+    if not data:
+        raise _fail(p, "the trace has no clients", _FEDSCALE_HOW)
+    for cid, entry in data.items():
+        if not isinstance(entry, Mapping):
+            raise _fail(p, f"client {cid!r} is a {type(entry).__name__}, not a dict", _FEDSCALE_HOW)
+        missing = [k for k in ("active", "inactive", "finish_time") if k not in entry]
+        if missing:
+            raise _fail(p, f"client {cid!r} has no {', '.join(repr(m) for m in missing)}", _FEDSCALE_HOW)
+    return data
+
+
+def _fedscale_intervals(p: Path, cid: Any, entry: Mapping) -> tuple[list[Any], list[Any], float]:
+    """(starts, ends, trace length) of one client; a last interval still open at the end closes there."""
+    a = _times(p, cid, "active", entry["active"])
+    b = _times(p, cid, "inactive", entry["inactive"])
+    try:
+        finish = float(entry["finish_time"])
+    except (TypeError, ValueError):
+        finish = math.nan
+    if not (math.isfinite(finish) and finish > 0):
+        raise _fail(
+            p,
+            f"client {cid!r}: finish_time is {entry['finish_time']!r}",
+            "finish_time must be a positive number of seconds (the trace's length)",
+        )
+    if len(b) == len(a) - 1:
+        b.append(finish)  # still online when the trace ends
+    if len(b) != len(a):
+        raise _fail(
+            p,
+            f"client {cid!r} has {len(a)} 'active' but {len(b)} 'inactive' times",
+            "each online interval needs an active (start) and an inactive (end) time",
+        )
+    return a, b, finish
+
+
+def _finite_times(p: Path, data: Mapping, ids: list, act: list[Any], ina: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end times as float arrays; a time that is not a finite number is refused naming its client."""
+    try:
+        s = np.array(act, dtype=np.float64)
+        e = np.array(ina, dtype=np.float64)
+        bad = ~(np.isfinite(s) & np.isfinite(e))
+    except (TypeError, ValueError):
+        bad = None
+    if bad is None or bad.any():  # find the culprit client (slow path, errors only)
+        for cid in ids:
+            _check_numbers(p, cid, "active", _times(p, cid, "active", data[cid]["active"]))
+            _check_numbers(p, cid, "inactive", _times(p, cid, "inactive", data[cid]["inactive"]))
+        raise _fail(p, "the interval times are not all finite numbers", "times are seconds")
+    return s, e
 
 
 _CSV_HEADER = ["device", "online_from", "online_until"]

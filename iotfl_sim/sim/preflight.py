@@ -73,7 +73,7 @@ def check_output(out: str | Path, where: str, source: str) -> None:
 
 def _split_may_fail(sc: Scenario, num_devices: int) -> bool:
     p = sc.data.partition
-    if p.method in ("natural", "shards") or getattr(sc.algorithm, "proxy_classes", None):
+    if p.method in ("natural", "shards") or sc.algorithm.held_out_classes():
         return True
     nominal = DATASET_SHAPES[sc.data.dataset][4]
     if sc.data.train_samples is not None:

@@ -105,7 +105,7 @@ def split_clients(
     is a ScenarioError naming the setting."""
     p = sc.data.partition
     labels = ds.y_train.numpy()
-    server_classes = getattr(sc.algorithm, "proxy_classes", None)
+    server_classes = sc.algorithm.held_out_classes()
     if server_classes:  # FedX's disjoint split: the server holds every sample of its classes
         held = np.isin(labels, np.asarray(server_classes))
         proxy, clients = np.flatnonzero(held), np.flatnonzero(~held)

@@ -25,6 +25,11 @@ class MethodConfig(Strict):
         """Share of the train set held out for the server (a proxy set) before the clients' split; 0: none."""
         return 0.0
 
+    def held_out_classes(self) -> list[int] | None:
+        """Classes whose every train sample goes to the server and none to the clients (FedX's disjoint split),
+        or None; when given, ``held_out_fraction`` does not apply."""
+        return None
+
     def problem(self, *, numerics: str) -> str | None:
         """What makes these options unusable with the rest of the scenario, which they cannot see by themselves
         (one line naming the field and the fix), or None."""

@@ -128,6 +128,9 @@ class FedXConfig(MethodConfig):
     def held_out_fraction(self) -> float:
         return self.proxy_fraction
 
+    def held_out_classes(self) -> list[int] | None:
+        return self.proxy_classes
+
 
 
 @builtin("iotfl_sim.algorithms.dadaquant:DAdaQuant")
@@ -175,3 +178,7 @@ class DAdaQuantConfig(MethodConfig):
                 "split, e.g. [4, 5] on HAR), or set finetune_epochs: 0"
             )
         return self
+
+    def held_out_classes(self) -> list[int] | None:
+        return self.proxy_classes
+
