@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,7 @@ def run(
     sets: list[str] | None = None,
     progress: bool = False,
     methods: Sequence[type] = (),
+    executor: Callable[..., Any] | None = None,
 ) -> RunResult:
     """Run a scenario into a new run folder, as ``iotfl-sim run`` does, and return the result.
 
@@ -215,7 +216,7 @@ def run(
     ``out``: the parent of the run folder (default: the scenario's ``output.dir``); ``sets``: ``--set``
     overrides (``["rounds=5", "local.lr=0.05"]``); ``methods``: your own Strategy subclasses, registered before
     the scenario is read, so that its ``algorithm.name`` may name one (by its ``name`` class attribute, else
-    its import path ``module:Class``). Bad input raises ``ScenarioError`` (one line per problem); relative
+    its import path ``module:Class``); ``executor``: your own executor, as a factory called with the run's data and the scenario's ``executor`` block, ``executor(data: NumericData, cfg)`` (a class with that ``__init__`` will do; ``docs/add_an_executor_or_profile.md``). Bad input raises ``ScenarioError`` (one line per problem); relative
     paths in a dict or model resolve from the current folder.
 
     >>> import iotfl_sim
@@ -254,7 +255,8 @@ def run(
     groups = resolve_groups(sc, base_dir / "device_profiles", source)
     preflight(sc, groups, base_dir, source, None if out is None else str(out))
     path, summary = run_scenario(
-        sc, groups, out if out is not None else sc.output.dir, resolved_dict(sc, groups), progress=progress, base_dir=base_dir
+        sc, groups, out if out is not None else sc.output.dir, resolved_dict(sc, groups), progress=progress, base_dir=base_dir,
+        executor_factory=executor,
     )  # fmt: skip
     assert path is not None
     return RunResult(path, summary, read_table(path / "rounds.csv"))

@@ -34,6 +34,7 @@ SLOW_TESTS = (
     "test_method_examples.py::test_an_installed_entry_point_names_a_method",
     "test_method_examples.py::test_a_method_named_by_import_path_resumes_in_a_new_process",
     "test_method_examples.py::test_the_write_a_method_page_runs_as_written",
+    "test_docs_pages.py::test_the_page_runs_as_written",
     "test_method_examples.py::test_run_with_methods_registers_them",
     "test_strategy_api.py::test_every_registered_method_runs_a_system_only_round",
     "test_layers.py::test_a_numerics_module_importing_the_engine_breaks_a_contract",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from iotfl_sim.algorithms.base import (
     StrategyContext,
     Update,
 )
+from iotfl_sim.exec.base import NumericData
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -39,6 +41,7 @@ from iotfl_sim.fleet.network import SharedMedium
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.loader import ResolvedGroup, resolve_server
+from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
 from iotfl_sim.sim import checkpointing
@@ -55,7 +58,10 @@ from iotfl_sim.sim.traffic import Traffic
 from iotfl_sim.sim.training_time import TrainingTime
 from iotfl_sim.sim.view import ServerView
 
-__all__ = ["InfeasibleFleetError", "Simulation"]
+# builds a run's executor from its data and the scenario's executor block (``iotfl_sim.run(..., executor=)``)
+ExecutorFactory = Callable[[NumericData, ExecutorConfig], Any]
+
+__all__ = ["ExecutorFactory", "InfeasibleFleetError", "Simulation"]
 
 
 class Simulation:
@@ -69,7 +75,10 @@ class Simulation:
         executor: Any = None,
         progress: Any = None,
         base_dir: Path | None = None,
+        executor_factory: ExecutorFactory | None = None,
     ) -> None:
+        """``executor``: an executor to train and evaluate with (default: the scenario's ``executor`` block);
+        ``executor_factory``: or one made from the run's data, ``factory(NumericData, scenario.executor)``."""
         self.t_created = time.perf_counter()
         self.sc = sc
         self.recorder = recorder
@@ -88,7 +97,10 @@ class Simulation:
         if sc.numerics == "torch":
             torch.set_num_threads(sc.executor.threads)
         if executor is None and sc.numerics != "none":
-            executor = self.numerics.make_executor(sc.executor)
+            if executor_factory is not None:
+                executor = executor_factory(self.numerics.numeric_data(), sc.executor)
+            else:
+                executor = self.numerics.make_executor(sc.executor)
         self.executor = executor
         self.memory_need = MemoryNeed(sc)
         self.memory_scale = self.memory_need.scale

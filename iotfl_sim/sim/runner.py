@@ -24,7 +24,7 @@ from iotfl_sim.output.run_dir import (
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.engine import ExecutorFactory, Simulation
 
 
 def _summary_complete(path: Path) -> bool:
@@ -86,10 +86,11 @@ def run_scenario(
     progress: bool | None = None,
     base_dir: Path | None = None,
     run_dir: Path | None = None,
+    executor_factory: ExecutorFactory | None = None,
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
     ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``; it appears whole,
-    its scenario in it, or not at all)."""
+    its scenario in it, or not at all). ``executor_factory``: see ``Simulation``."""
     from tqdm import tqdm
 
     bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
@@ -98,7 +99,8 @@ def run_scenario(
     lock = None
     ok = False
     try:
-        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)  # fails on bad input before any folder is made
+        # fails on bad input before any folder is made
+        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir, executor_factory=executor_factory)
         if run_dir is not None:
             path = new_run_dir_whole(Path(run_dir), resolved, base_dir)
         elif out_parent is not None:

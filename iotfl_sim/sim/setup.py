@@ -32,14 +32,18 @@ class NumericsSetup:
     calib_x: torch.Tensor | None = None
     test_subset: torch.Tensor | None = None  # test indices scored (server.eval_subset); None = all
 
-    def make_executor(self, cfg: ExecutorConfig | None = None) -> Any:
+    def numeric_data(self) -> NumericData:
+        """The tensors an executor's workers share: train set, calibration inputs, the test samples scored."""
         assert self.dataset is not None and self.calib_x is not None
-        cfg = cfg or ExecutorConfig()
         ds = self.dataset
         x_test, y_test = ds.x_test, ds.y_test
         if self.test_subset is not None:
             x_test, y_test = x_test[self.test_subset], y_test[self.test_subset]
-        data = NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
+        return NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
+
+    def make_executor(self, cfg: ExecutorConfig | None = None) -> Any:
+        cfg = cfg or ExecutorConfig()
+        data = self.numeric_data()
         kind = cfg.resolved_kind(torch.cuda.is_available())
         if kind == "pool":
             from iotfl_sim.exec.pool import PoolExecutor
