@@ -103,3 +103,23 @@ def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+class StagedNet(nn.Module):
+    """A stem (the attribute ``stem_name``), then stages ``layer1`` .. ``layer<depth>``, then ``classify`` at full
+    depth only (``has_head``); below it ``forward`` returns the last stage's feature map."""
+
+    stem_name = "stem"
+    depth: int
+    has_head: bool
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        out = getattr(self, self.stem_name)(x)
+        for stage in range(self.depth):
+            out = getattr(self, f"layer{stage + 1}")(out)
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.forward_features(x)
+        return self.classify(out) if self.has_head else out
+
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError

@@ -16,7 +16,7 @@ from iotfl_sim.fl.models.families import (
     VGG16_CFG,
     VGG16_CONVS,
 )
-from iotfl_sim.fl.models.layers import ConvUnit, norm1d, norm2d, scaler_or_identity
+from iotfl_sim.fl.models.layers import ConvUnit, StagedNet, norm1d, norm2d, scaler_or_identity
 
 
 class PlainCNN(nn.Module):
@@ -89,12 +89,14 @@ class PreActBlock(nn.Module):
         return out + shortcut
 
 
-class PreActResNet(nn.Module):
+class PreActResNet(StagedNet):
     """HeteroFL's ResNet18: stem conv, four stages, then relu(n4(scaler(.))) -> avgpool -> linear.
 
     With ``depth`` < 4 only the first ``depth`` stages exist and ``forward`` returns their feature map
     (no head): early-exit classifiers are attached elsewhere.
     """
+
+    stem_name = "conv1"
 
     def __init__(
         self,
@@ -139,16 +141,7 @@ class PreActResNet(nn.Module):
             self.flatten = nn.Flatten()
             self.linear = nn.Linear(widths[-1], num_classes)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv1(x)
-        for stage in range(self.depth):
-            out = getattr(self, f"layer{stage + 1}")(out)
-        return out
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.forward_features(x)
-        if not self.has_head:
-            return out
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.n4(self.scaler(out)))
         return self.linear(self.flatten(self.pool(out)))
 
@@ -304,7 +297,7 @@ class InvertedResidual(nn.Module):
         return out + x if self.residual else out
 
 
-class MobileNetV2(nn.Module):
+class MobileNetV2(StagedNet):
     """MobileNetV2 for 32x32 inputs: 3x3 stem, 7 bottleneck stages, 1x1 conv to 1280, avgpool -> linear.
 
     Strides are the CIFAR variant of kuangliu/pytorch-cifar (FlexFL and AdapterFL train MobileNetV2 on
@@ -377,16 +370,7 @@ class MobileNetV2(nn.Module):
             self.flatten = nn.Flatten()
             self.classifier = nn.Linear(widths[-1], num_classes)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.stem(x)
-        for stage in range(self.depth):
-            out = getattr(self, f"layer{stage + 1}")(out)
-        return out
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.forward_features(x)
-        if not self.has_head:
-            return out
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.flatten(self.pool(self.last(out))))
 
 
