@@ -1,7 +1,7 @@
 """FL methods: the ``Strategy`` base (``base``) and the built-in methods, one module each.
 
 Methods are found by name through ``iotfl_sim.methods`` (built-ins are registered beside their options in
-``scenario/algorithms.py``); nothing here lists them.
+``scenario/algorithms/``); nothing here lists them.
 """
 
 from __future__ import annotations
