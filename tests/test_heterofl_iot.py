@@ -14,7 +14,7 @@ from conftest import TINY, base_scenario, strategy_context
 from fake_view import MaskOnlyView
 
 from iotfl_sim import methods
-from iotfl_sim.algorithms.base import Assignment, Outcome, Update
+from iotfl_sim.algorithms.base import Assignment, Update
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.algorithms.heterofl_iot import HeteroFLIoT, fill_quotas, level_quotas
 from iotfl_sim.cli import main
@@ -159,15 +159,6 @@ def test_outcomes_mode_uses_no_oracle():
     assert view.oracle_users == set()
     assert not any(a.device < 15 for a in out)
     assert dict(mix(out)) == {"a": 2, "b": 8}
-
-
-def test_clock_from_outcomes_without_view_now():
-    s = make_strategy(proportions="a2-b8")
-    a = s.select(0, FakeView(100), np.random.default_rng(0))[0]
-    s.observe(0, [Outcome(a, "completed", finished_at=12.5), Outcome(a, "deadline")])
-    view = FakeView(100)
-    del view.now
-    assert s.now(view) == 12.5
 
 
 def test_dynamic_by_capacity_proportional_is_rejected():

@@ -72,9 +72,8 @@ What the paper specifies, and how it maps here:
   ``energy_info: outcomes`` uses no oracle: only the engine's record of tasks that failed as
   ``depleted`` (``FleetView.selectable``), so a node that ran dry between tasks costs one failed
   dispatch before it is dropped.
-  "now" is the view's simulated clock (``now``; a view without one falls back to the latest finish
-  time among reported outcomes). With no idle draw (the paper's model) a node can run dry only during
-  a task, whose failure the server sees, so ``outcomes`` and ``oracle`` select alike; they differ
+  "now" is the view's simulated clock (``FleetView.now``). With no idle draw (the paper's model) a node
+  can run dry only during a task, whose failure the server sees, so ``outcomes`` and ``oracle`` select alike; they differ
   when nodes also drain while idle.
 - Numerics (§3.2-3.3, Algorithm 1): HeteroFL's, inherited unchanged: nested width levels (r = 1/2 per
   level), Scaler, masked CE, static BN, count-averaged nested aggregation with label-restricted
@@ -86,7 +85,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, Eligible, FleetView, Outcome, select_uniform
+from iotfl_sim.algorithms.base import Assignment, Eligible, FleetView, select_uniform
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.scenario.algorithms import HeteroFLIoTConfig
 
@@ -163,12 +162,11 @@ def paced_caps(
 
 class HeteroFLIoT(HeteroFL):
     Config = HeteroFLIoTConfig
-    checkpointed = ("state", "wire", "clock", "carry", "dispatched")
+    checkpointed = ("state", "wire", "carry", "dispatched")
 
     def __init__(self, cfg: HeteroFLIoTConfig) -> None:
         super().__init__(cfg)
         self.cfg: HeteroFLIoTConfig = cfg
-        self.clock = 0.0  # end of the last round as the server saw it
 
     def setup(self, ctx) -> None:
         super().setup(ctx)
@@ -177,22 +175,18 @@ class HeteroFLIoT(HeteroFL):
 
     # -- which nodes still have energy
 
-    def now(self, fleet: FleetView) -> float:
-        t = getattr(fleet, "now", None)
-        return float(t) if t is not None else self.clock
-
     def selection_filter(self, fleet: FleetView) -> Eligible:
         """Eligible and (oracle) with energy left, evaluated on the ids asked about."""
         if self.cfg.energy_info != "oracle":
             return self.eligible
-        true, now, eligible = fleet.true_state(self.name), self.now(fleet), self.eligible
+        true, now, eligible = fleet.true_state(self.name), float(fleet.now), self.eligible
         return lambda ids: eligible[ids] & true.alive_mask(now, ids)
 
     def live_pool(self, fleet: FleetView) -> np.ndarray:
         """Devices this method may select: not busy, not known gone, eligible, and (oracle) with energy left."""
         mask = fleet.selectable_mask() & self.eligible
         if self.cfg.energy_info == "oracle":
-            mask &= fleet.true_state(self.name).alive_mask(self.now(fleet))
+            mask &= fleet.true_state(self.name).alive_mask(float(fleet.now))
         return np.flatnonzero(mask)
 
     # -- selection
@@ -208,7 +202,7 @@ class HeteroFLIoT(HeteroFL):
 
     def _paced_fix(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         """``selection: paced`` (module docstring): the proportional selection with each level capped by its pace."""
-        true, now, k = fleet.true_state(self.name), self.now(fleet), self.c.clients_per_round
+        true, now, k = fleet.true_state(self.name), float(fleet.now), self.c.clients_per_round
         pool = self.live_pool(fleet)
         keep = np.ones(len(pool), dtype=bool)
         tasks_left = np.full(len(self.levels), np.inf)
@@ -262,8 +256,3 @@ class HeteroFLIoT(HeteroFL):
             Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i], bits=self.wire.upload_bits)
             for d, i in zip(chosen, levels, strict=True)
         ]
-
-    def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
-        times = [o.finished_at for o in outcomes if np.isfinite(o.finished_at)]
-        if times:
-            self.clock = max(self.clock, max(times))
