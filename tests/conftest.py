@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,9 +194,8 @@ def pytest_runtest_teardown(item, nextitem) -> None:
     if "ray_cluster" in getattr(item, "fixturenames", ()) and (
         nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ())
     ):
-        import ray
-
-        if ray.is_initialized():
+        ray = sys.modules.get("ray")  # None where Ray is not installed (the test was skipped)
+        if ray is not None and ray.is_initialized():
             ray.shutdown()
 
 
