@@ -1,8 +1,8 @@
 """Model construction: one builder per family of ``catalog.MODEL_FAMILIES``, and AdapterFL's reassembled models.
 
-The families live in their own modules (``fl.models.families``: the single-output ones, ``fl.models.resnet_cifar``: ScaleFL's
+The families live in their own modules (``fl.models.plain``: the single-output ones, ``fl.models.resnet_cifar``: ScaleFL's
 ResNet110, ``fl.models.early_exit``: the ``*_ee`` variants, ``fl.models.fedx``: FedX's); this module is the only one
-that imports them all, so none of them imports another's builder and there is no import circle.
+that imports them all (``early_exit`` and ``reassemble`` build on ``build_plain`` directly), so there is no import circle.
 """
 
 from __future__ import annotations

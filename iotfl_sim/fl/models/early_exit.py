@@ -68,25 +68,17 @@ def _always_scaler(enabled: bool, rate: float) -> nn.Module:
 class ExitHead(nn.Module):
     """``convs`` x [conv3x3 -> Scaler -> Norm -> ReLU] -> avgpool -> fc, at the stage's width."""
 
-    def __init__(
-        self, channels: int, num_classes: int, *, convs: int, rate: float, scaler: bool, norm: str, track_bn: bool
-    ) -> None:
+    def __init__(self, channels: int, *, convs: int, rate: float, net: ly.NetOptions) -> None:
         super().__init__()
         self.convs = nn.Sequential(
             *[
-                ly.ConvUnit(
-                    channels,
-                    channels,
-                    bias=False,
-                    scaler=_always_scaler(scaler, rate),
-                    norm=ly.norm2d(norm, channels, track_bn),
-                )
+                ly.ConvUnit(channels, channels, bias=False, scaler=_always_scaler(net.scaler, rate), norm=net.norm2d(channels))
                 for _ in range(convs)
             ]
         )
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.flatten = nn.Flatten()
-        self.fc = nn.Linear(channels, num_classes)
+        self.fc = nn.Linear(channels, net.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.flatten(self.pool(self.convs(x))))
@@ -177,20 +169,13 @@ def build_early_exit(family: str, spec: SubmodelSpec, args: m.BuildArgs) -> Earl
     if use_scaler:
         _swap_scalers(backbone)
     n_exits = depth if depth < full else full - 1
+    net = ly.NetOptions.of(args, use_scaler)
     exits = []
     for stage in range(n_exits):
         group = STAGE_GROUPS[base][stage]
-        exits.append(
-            ExitHead(
-                spec.width(STAGE_CHANNELS[base][stage], group),
-                args.num_classes,
-                convs=0 if light else EXIT_CONVS,
-                rate=spec.layer_rate(group) / args.global_rate,
-                scaler=use_scaler,
-                norm=args.norm,
-                track_bn=args.track_bn,
-            )
-        )
+        channels = spec.width(STAGE_CHANNELS[base][stage], group)
+        rate = spec.layer_rate(group) / args.global_rate
+        exits.append(ExitHead(channels, convs=0 if light else EXIT_CONVS, rate=rate, net=net))
     model = EarlyExitNet(base, backbone, exits, depth)
     ly.init_params(model)
     return model

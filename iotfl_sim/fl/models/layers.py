@@ -1,12 +1,16 @@
-"""The building blocks every prunable family shares: HeteroFL's Scaler, the norm layers, a conv unit, and the
-parameter initialisation of a freshly built model."""
+"""The building blocks every prunable family shares: HeteroFL's Scaler, the norm layers, the options every network
+is built with (``NetOptions``), a conv unit, how channels thread through residual stages, and the parameter
+initialisation of a freshly built model."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from iotfl_sim.fl.models.families import NORMS
+from iotfl_sim.fl.models.families import NORMS, BuildArgs
 
 
 class RateScaler(nn.Module):
@@ -31,10 +35,6 @@ class Scaler(RateScaler):
         return x / self.rate if self.training else x
 
 
-def scaler_or_identity(enabled: bool, rate: float) -> nn.Module:
-    return Scaler(rate) if enabled else nn.Identity()
-
-
 def norm2d(kind: str, channels: int, track_bn: bool) -> nn.Module:
     if kind == "bn":
         return nn.BatchNorm2d(channels, momentum=None, track_running_stats=track_bn)
@@ -55,6 +55,35 @@ def norm1d(kind: str, features: int, track_bn: bool) -> nn.Module:
     if kind == "none":
         return nn.Identity()
     raise ValueError(f"norm {kind!r} is not available for fully connected layers; use bn, ln or none")
+
+
+@dataclass(frozen=True)
+class NetOptions:
+    """What every prunable network is built with beside its widths, rates and depth: its input (channels and
+    image size), its classes, and how its layers are built (HeteroFL's Scaler on or off, the norm kind, whether
+    BatchNorm tracks running statistics)."""
+
+    in_channels: int
+    image_size: tuple[int, int]
+    num_classes: int
+    scaler: bool
+    norm: str
+    track_bn: bool
+
+    @classmethod
+    def of(cls, args: BuildArgs, scaler: bool) -> NetOptions:
+        """``args`` with the Scaler choice resolved (``args.scaler`` may be None: the family's default)."""
+        return cls(args.in_channels, tuple(args.image_size), args.num_classes, scaler, args.norm, args.track_bn)
+
+    def scaler_at(self, rate: float) -> nn.Module:
+        """HeteroFL's Scaler for a layer at ``rate`` (submodel rate / global rate), or the identity when off."""
+        return Scaler(rate) if self.scaler else nn.Identity()
+
+    def norm2d(self, channels: int) -> nn.Module:
+        return norm2d(self.norm, channels, self.track_bn)
+
+    def norm1d(self, features: int) -> nn.Module:
+        return norm1d(self.norm, features, self.track_bn)
 
 
 def init_params(model: nn.Module) -> None:
@@ -84,18 +113,50 @@ class ConvUnit(nn.Module):
         return self.relu(self.norm(self.scaler(self.conv(x))))
 
 
-def conv_units(
-    widths: list[int], rates: list[float], in_channels: int, scaler: bool, norm: str, track_bn: bool
-) -> list[ConvUnit]:
+def conv_unit(cin: int, cout: int, rate: float, net: NetOptions, *, bias: bool) -> ConvUnit:
+    """A ConvUnit at ``rate`` with ``net``'s Scaler and norm."""
+    return ConvUnit(cin, cout, bias=bias, scaler=net.scaler_at(rate), norm=net.norm2d(cout))
+
+
+def conv_units(widths: list[int], rates: list[float], net: NetOptions) -> list[ConvUnit]:
+    """Stacked ConvUnits (with bias) from ``net.in_channels`` through ``widths``."""
     units: list[ConvUnit] = []
-    cin = in_channels
+    cin = net.in_channels
     for width, rate in zip(widths, rates, strict=True):
-        units.append(
-            ConvUnit(cin, width, bias=True, scaler=scaler_or_identity(scaler, rate), norm=norm2d(norm, width, track_bn))
-        )
+        units.append(conv_unit(cin, width, rate, net, bias=True))
         cin = width
     return units
 
+
+@dataclass(frozen=True)
+class BlockShape:
+    """One residual block of a stage: its pruned input and output channels, its stride, and whether the full
+    architecture keeps its shape (stride 1, as many channels out as in)."""
+
+    cin: int
+    full_cin: int
+    cout: int
+    stride: int
+    keeps_shape: bool
+
+
+def stage_blocks(
+    cin: int, full_cin: int, widths: Sequence[int], full_widths: Sequence[int], blocks: Sequence[int],
+    strides: Sequence[int],
+) -> list[list[BlockShape]]:  # fmt: skip
+    """The blocks of each stage: stage ``s`` has ``blocks[s]`` blocks of ``widths[s]`` (full: ``full_widths[s]``)
+    output channels, its first block has stride ``strides[s]``, the others 1; the first block reads ``cin``
+    (full: ``full_cin``) channels, each later one the block before's. Whether a shortcut is the identity comes
+    from the full widths, so a submodel's key set never depends on its rates."""
+    out: list[list[BlockShape]] = []
+    for width, full, n, first_stride in zip(widths, full_widths, blocks, strides, strict=True):
+        stage = []
+        for b in range(n):
+            stride = first_stride if b == 0 else 1
+            stage.append(BlockShape(cin, full_cin, width, stride, stride == 1 and full_cin == full))
+            cin, full_cin = width, full
+        out.append(stage)
+    return out
 
 
 def count_params(module: nn.Module) -> int:
@@ -103,23 +164,35 @@ def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-class StagedNet(nn.Module):
-    """A stem (the attribute ``stem_name``), then stages ``layer1`` .. ``layer<depth>``, then ``classify`` at full
-    depth only (``has_head``); below it ``forward`` returns the last stage's feature map."""
+class FeaturesThenHead(nn.Module):
+    """``forward_features``, then ``classify`` at full depth only (``has_head``); below it ``forward`` returns the
+    feature map. By default the features are the Sequential ``features``, whose common prefix evaluation runs once
+    for several submodels (``fl.evaluate``), then ``forward_head`` on the rest."""
+
+    has_head: bool
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_head(self, out: torch.Tensor) -> torch.Tensor:
+        """Everything after the features (the identity below full depth)."""
+        return self.classify(out) if self.has_head else out
+
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class StagedNet(FeaturesThenHead):
+    """A stem (the attribute ``stem_name``), then stages ``layer1`` .. ``layer<depth>``, then the head."""
 
     stem_name = "stem"
     depth: int
-    has_head: bool
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         out = getattr(self, self.stem_name)(x)
         for stage in range(self.depth):
             out = getattr(self, f"layer{stage + 1}")(out)
         return out
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.forward_features(x)
-        return self.classify(out) if self.has_head else out
-
-    def classify(self, out: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError

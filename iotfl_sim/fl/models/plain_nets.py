@@ -16,10 +16,18 @@ from iotfl_sim.fl.models.families import (
     VGG16_CFG,
     VGG16_CONVS,
 )
-from iotfl_sim.fl.models.layers import ConvUnit, StagedNet, norm1d, norm2d, scaler_or_identity
+from iotfl_sim.fl.models.layers import (
+    BlockShape,
+    ConvUnit,
+    FeaturesThenHead,
+    NetOptions,
+    StagedNet,
+    conv_unit,
+    stage_blocks,
+)
 
 
-class PlainCNN(nn.Module):
+class PlainCNN(FeaturesThenHead):
     """Stacked ConvUnits with optional 2x2 max-pools, global average pooling and a linear classifier.
 
     Used for HeteroFL's ``conv`` and for ``cnn_small``. ``has_head=False`` (a depth-truncated ``conv``:
@@ -43,42 +51,26 @@ class PlainCNN(nn.Module):
             last = units[-1].conv.out_channels
             self.classifier = nn.Linear(last, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.features(x))
-
-    def forward_head(self, out: torch.Tensor) -> torch.Tensor:
-        """Everything after ``features`` (evaluation shares a common ``features`` prefix between submodels)."""
-        if not self.has_head:
-            return out
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.flatten(self.pool(out)))
 
 
 class PreActBlock(nn.Module):
     """HeteroFL's pre-activation basic block (one scaler shared by both pre-activations)."""
 
-    def __init__(
-        self,
-        cin: int,
-        cout: int,
-        stride: int,
-        *,
-        projection: bool,
-        scaler: nn.Module,
-        norm: str,
-        track_bn: bool,
-    ) -> None:
+    def __init__(self, block: BlockShape, rate: float, net: NetOptions) -> None:
         super().__init__()
-        self.scaler = scaler
-        self.n1 = norm2d(norm, cin, track_bn)
+        cin, cout, stride = block.cin, block.cout, block.stride
+        self.scaler = net.scaler_at(rate)
+        self.n1 = net.norm2d(cin)
         self.relu1 = nn.ReLU()
         self.conv1 = nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
-        self.n2 = norm2d(norm, cout, track_bn)
+        self.n2 = net.norm2d(cout)
         self.relu2 = nn.ReLU()
         self.conv2 = nn.Conv2d(cout, cout, kernel_size=3, stride=1, padding=1, bias=False)
-        # ``projection`` comes from the full architecture (stride or channel change), not from this
-        # submodel's widths, so the key set never depends on the rates.
+        # a 1x1 projection where the full architecture changes the shape (``BlockShape.keeps_shape``)
         self.shortcut: nn.Module | None = None
-        if projection:
+        if not block.keeps_shape:
             self.shortcut = nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,55 +90,30 @@ class PreActResNet(StagedNet):
 
     stem_name = "conv1"
 
-    def __init__(
-        self,
-        widths: list[int],
-        rates: list[float],
-        *,
-        in_channels: int,
-        num_classes: int,
-        depth: int,
-        scaler: bool,
-        norm: str,
-        track_bn: bool,
-    ) -> None:
+    def __init__(self, widths: list[int], rates: list[float], depth: int, net: NetOptions) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, widths[0], kernel_size=3, stride=1, padding=1, bias=False)
-        cin, full_cin = widths[0], RESNET_HIDDEN[0]
+        self.conv1 = nn.Conv2d(net.in_channels, widths[0], kernel_size=3, stride=1, padding=1, bias=False)
+        strides = [1] + [2] * (len(RESNET_HIDDEN) - 1)
+        plan = stage_blocks(widths[0], RESNET_HIDDEN[0], widths, RESNET_HIDDEN, RESNET_BLOCKS, strides)
         for stage in range(depth):
-            blocks = []
-            for b in range(RESNET_BLOCKS[stage]):
-                stride = 2 if stage > 0 and b == 0 else 1
-                projection = stride != 1 or full_cin != RESNET_HIDDEN[stage]
-                blocks.append(
-                    PreActBlock(
-                        cin,
-                        widths[stage],
-                        stride,
-                        projection=projection,
-                        scaler=scaler_or_identity(scaler, rates[stage]),
-                        norm=norm,
-                        track_bn=track_bn,
-                    )
-                )
-                cin, full_cin = widths[stage], RESNET_HIDDEN[stage]
+            blocks = [PreActBlock(block, rates[stage], net) for block in plan[stage]]
             self.add_module(f"layer{stage + 1}", nn.Sequential(*blocks))
         self.depth = depth
         self.has_head = depth == len(RESNET_HIDDEN)
         if self.has_head:
-            self.scaler = scaler_or_identity(scaler, rates[-1])
-            self.n4 = norm2d(norm, widths[-1], track_bn)
+            self.scaler = net.scaler_at(rates[-1])
+            self.n4 = net.norm2d(widths[-1])
             self.relu = nn.ReLU()
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.flatten = nn.Flatten()
-            self.linear = nn.Linear(widths[-1], num_classes)
+            self.linear = nn.Linear(widths[-1], net.num_classes)
 
     def classify(self, out: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.n4(self.scaler(out)))
         return self.linear(self.flatten(self.pool(out)))
 
 
-class VGG(nn.Module):
+class VGG(FeaturesThenHead):
     """AdaptiveFL's VGG16-BN: 13 conv units with 5 max-pools, then avgpool -> 2 hidden FC -> classifier.
 
     A max-pool is replaced by an identity when the feature map is already 1 pixel wide, and the
@@ -156,23 +123,12 @@ class VGG(nn.Module):
     """
 
     def __init__(
-        self,
-        conv_widths: list[int],
-        fc_widths: list[int],
-        rates: list[float],
-        *,
-        in_channels: int,
-        image_size: tuple[int, int],
-        num_classes: int,
-        depth: int,
-        scaler: bool,
-        norm: str,
-        track_bn: bool,
+        self, conv_widths: list[int], fc_widths: list[int], rates: list[float], depth: int, net: NetOptions
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
-        cin, conv_idx, stage = in_channels, 0, 0
-        h, w = image_size
+        cin, conv_idx, stage = net.in_channels, 0, 0
+        h, w = net.image_size
         for item in VGG16_CFG:
             if item == "M":
                 layers.append(nn.MaxPool2d(2) if min(h, w) >= 2 else nn.Identity())
@@ -182,15 +138,7 @@ class VGG(nn.Module):
                     break
                 continue
             cout = conv_widths[conv_idx]
-            layers.append(
-                ConvUnit(
-                    cin,
-                    cout,
-                    bias=True,
-                    scaler=scaler_or_identity(scaler, rates[conv_idx]),
-                    norm=norm2d(norm, cout, track_bn),
-                )
-            )
+            layers.append(conv_unit(cin, cout, rates[conv_idx], net, bias=True))
             cin, conv_idx = cout, conv_idx + 1
         self.features = nn.Sequential(*layers)
         self.has_head = depth == FULL_DEPTH["vgg16"]
@@ -199,23 +147,17 @@ class VGG(nn.Module):
             self.flatten = nn.Flatten()
             self.projector = nn.Sequential(
                 nn.Linear(cin, fc_widths[0]),
-                scaler_or_identity(scaler, rates[VGG16_CONVS]),
+                net.scaler_at(rates[VGG16_CONVS]),
                 nn.ReLU(),
                 nn.Dropout(),
                 nn.Linear(fc_widths[0], fc_widths[1]),
-                scaler_or_identity(scaler, rates[VGG16_CONVS + 1]),
+                net.scaler_at(rates[VGG16_CONVS + 1]),
                 nn.ReLU(),
                 nn.Dropout(),
             )
-            self.classifier = nn.Linear(fc_widths[1], num_classes)
+            self.classifier = nn.Linear(fc_widths[1], net.num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.features(x))
-
-    def forward_head(self, out: torch.Tensor) -> torch.Tensor:
-        """Everything after ``features`` (evaluation shares a common ``features`` prefix between submodels)."""
-        if not self.has_head:
-            return out
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.projector(self.flatten(self.pool(out))))
 
 
@@ -253,43 +195,21 @@ class InvertedResidual(nn.Module):
     and pruning only shortens the first dim. It gets no scaler: each output sees 9 inputs at any width.
     """
 
-    def __init__(
-        self,
-        cin: int,
-        hidden: int,
-        cout: int,
-        stride: int,
-        *,
-        expand: bool,
-        residual: bool,
-        scaler: bool,
-        rate: float,
-        norm: str,
-        track_bn: bool,
-    ) -> None:
+    def __init__(self, block: BlockShape, hidden: int, *, expand: bool, rate: float, net: NetOptions) -> None:
         super().__init__()
+        cin, cout = block.cin, block.cout
         if not expand and hidden != cin:
             raise ValueError(f"a block without expansion needs hidden == cin, got {hidden} and {cin}")
         self.expand: ConvNormAct | None = None
         if expand:
-            self.expand = ConvNormAct(
-                cin, hidden, 1, scaler=scaler_or_identity(scaler, rate), norm=norm2d(norm, hidden, track_bn)
-            )
+            self.expand = ConvNormAct(cin, hidden, 1, scaler=net.scaler_at(rate), norm=net.norm2d(hidden))
         self.depthwise = ConvNormAct(
-            hidden,
-            hidden,
-            3,
-            stride=stride,
-            groups=hidden,
-            scaler=nn.Identity(),
-            norm=norm2d(norm, hidden, track_bn),
+            hidden, hidden, 3, stride=block.stride, groups=hidden, scaler=nn.Identity(), norm=net.norm2d(hidden)
         )
-        self.project = ConvNormAct(
-            hidden, cout, 1, act=False, scaler=scaler_or_identity(scaler, rate), norm=norm2d(norm, cout, track_bn)
-        )
-        # Decided by the caller from the full architecture; the pruned widths line up because every
+        self.project = ConvNormAct(hidden, cout, 1, act=False, scaler=net.scaler_at(rate), norm=net.norm2d(cout))
+        # From the full architecture (``BlockShape.keeps_shape``); the pruned widths line up because every
         # block of a stage keeps the stage's output width.
-        self.residual = residual
+        self.residual = block.keeps_shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.expand(x) if self.expand is not None else x
@@ -314,103 +234,61 @@ class MobileNetV2(StagedNet):
     """
 
     def __init__(
-        self,
-        widths: list[int],
-        hidden: list[list[int]],
-        rates: list[float],
-        *,
-        in_channels: int,
-        num_classes: int,
-        depth: int,
-        scaler: bool,
-        norm: str,
-        track_bn: bool,
+        self, widths: list[int], hidden: list[list[int]], rates: list[float], depth: int, net: NetOptions
     ) -> None:
         super().__init__()
-        self.stem = ConvNormAct(
-            in_channels,
-            widths[0],
-            3,
-            scaler=scaler_or_identity(scaler, rates[0]),
-            norm=norm2d(norm, widths[0], track_bn),
-        )
-        cin, full_cin = widths[0], MOBILENETV2_STEM
-        for stage in range(depth):
-            t, c, n, s = MOBILENETV2_CFG[stage]
-            blocks = []
-            for b in range(n):
-                stride = s if b == 0 else 1
-                blocks.append(
-                    InvertedResidual(
-                        cin,
-                        hidden[stage][b],
-                        widths[stage + 1],
-                        stride,
-                        expand=t != 1,
-                        residual=stride == 1 and full_cin == c,
-                        scaler=scaler,
-                        rate=rates[stage + 1],
-                        norm=norm,
-                        track_bn=track_bn,
-                    )
-                )
-                cin, full_cin = widths[stage + 1], c
-            self.add_module(f"layer{stage + 1}", nn.Sequential(*blocks))
+        self.stem = ConvNormAct(net.in_channels, widths[0], 3, scaler=net.scaler_at(rates[0]), norm=net.norm2d(widths[0]))
+        for stage, blocks in enumerate(mobilenetv2_blocks(widths)[:depth]):
+            expand = MOBILENETV2_CFG[stage][0] != 1
+            layer = [
+                InvertedResidual(block, hidden[stage][b], expand=expand, rate=rates[stage + 1], net=net)
+                for b, block in enumerate(blocks)
+            ]
+            self.add_module(f"layer{stage + 1}", nn.Sequential(*layer))
         self.depth = depth
         self.has_head = depth == len(MOBILENETV2_CFG)
         if self.has_head:
-            self.last = ConvNormAct(
-                cin,
-                widths[-1],
-                1,
-                scaler=scaler_or_identity(scaler, rates[-1]),
-                norm=norm2d(norm, widths[-1], track_bn),
-            )
+            self.last = ConvNormAct(widths[-2], widths[-1], 1, scaler=net.scaler_at(rates[-1]), norm=net.norm2d(widths[-1]))
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.flatten = nn.Flatten()
-            self.classifier = nn.Linear(widths[-1], num_classes)
+            self.classifier = nn.Linear(widths[-1], net.num_classes)
 
     def classify(self, out: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.flatten(self.pool(self.last(out))))
+
+
+def mobilenetv2_blocks(widths: list[int]) -> list[list[BlockShape]]:
+    """The bottleneck blocks of each stage, given the pruned widths of the 9 layer groups (stem, stages, last)."""
+    _, channels, blocks, strides = zip(*MOBILENETV2_CFG, strict=True)
+    return stage_blocks(widths[0], MOBILENETV2_STEM, widths[1:-1], channels, blocks, strides)
 
 
 class TwoConvCNN(nn.Module):
     """AdapterFL's small prototype: [conv5x5 -> Scaler -> Norm -> ReLU -> MaxPool2] x 2 -> flatten ->
     Linear(64) -> ReLU -> Linear(classes). Convs are unpadded (LeNet style: 32 -> 28 -> 14 -> 10 -> 5)."""
 
-    def __init__(
-        self,
-        widths: list[int],
-        rates: list[float],
-        *,
-        in_channels: int,
-        image_size: tuple[int, int],
-        num_classes: int,
-        scaler: bool,
-        norm: str,
-        track_bn: bool,
-    ) -> None:
+    def __init__(self, widths: list[int], rates: list[float], net: NetOptions) -> None:
         super().__init__()
-        h, w = image_size
-        cin = in_channels
+        h, w = net.image_size
+        cin = net.in_channels
         for i in range(2):
             conv = nn.Sequential(
                 nn.Conv2d(cin, widths[i], kernel_size=5, bias=True),
-                scaler_or_identity(scaler, rates[i]),
-                norm2d(norm, widths[i], track_bn),
+                net.scaler_at(rates[i]),
+                net.norm2d(widths[i]),
                 nn.ReLU(),
                 nn.MaxPool2d(2),
             )
             self.add_module(f"conv{i + 1}", conv)
             h, w, cin = (h - 4) // 2, (w - 4) // 2, widths[i]
         if min(h, w) < 1:
-            raise ValueError(f"cnn2 needs images of at least 16 x 16 pixels, got {image_size}")
+            raise ValueError(f"cnn2 needs images of at least 16 x 16 pixels, got {net.image_size}")
         self.head = nn.Sequential(
             nn.Flatten(),
             nn.Linear(cin * h * w, widths[2]),
-            scaler_or_identity(scaler, rates[2]),
+            net.scaler_at(rates[2]),
             nn.ReLU(),
-            nn.Linear(widths[2], num_classes),
+            nn.Linear(widths[2], net.num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -418,33 +296,20 @@ class TwoConvCNN(nn.Module):
 
 
 class MLP(nn.Module):
-    """Flatten -> [Linear -> Scaler -> Norm -> ReLU] x len(hidden) -> Linear(classes)."""
+    """Flatten -> [Linear -> Scaler -> Norm -> ReLU] x len(hidden) -> Linear(classes); the input is every pixel
+    of every channel."""
 
-    def __init__(
-        self,
-        in_features: int,
-        widths: list[int],
-        rates: list[float],
-        *,
-        num_classes: int,
-        scaler: bool,
-        norm: str,
-        track_bn: bool,
-    ) -> None:
+    def __init__(self, widths: list[int], rates: list[float], net: NetOptions) -> None:
         super().__init__()
         self.flatten = nn.Flatten()
         layers: list[nn.Module] = []
-        fin = in_features
+        h, w = net.image_size
+        fin = net.in_channels * h * w
         for width, rate in zip(widths, rates, strict=True):
-            layers += [
-                nn.Linear(fin, width),
-                scaler_or_identity(scaler, rate),
-                norm1d(norm, width, track_bn),
-                nn.ReLU(),
-            ]
+            layers += [nn.Linear(fin, width), net.scaler_at(rate), net.norm1d(width), nn.ReLU()]
             fin = width
         self.hidden = nn.Sequential(*layers)
-        self.classifier = nn.Linear(fin, num_classes)
+        self.classifier = nn.Linear(fin, net.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.hidden(self.flatten(x)))

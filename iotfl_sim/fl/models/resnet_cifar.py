@@ -39,22 +39,19 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 class PostActBlock(nn.Module):
     """The CIFAR ResNet basic block of ScaleFL's code (one scaler for both convs)."""
 
-    def __init__(
-        self, cin: int, cout: int, stride: int, *, projection: bool, scaler: nn.Module, norm: str, track_bn: bool
-    ) -> None:
+    def __init__(self, block: ly.BlockShape, rate: float, net: ly.NetOptions) -> None:
         super().__init__()
+        cin, cout, stride = block.cin, block.cout, block.stride
         self.conv1 = nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
-        self.n1 = ly.norm2d(norm, cout, track_bn)
+        self.n1 = net.norm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, kernel_size=3, stride=1, padding=1, bias=False)
-        self.n2 = ly.norm2d(norm, cout, track_bn)
-        self.scaler = scaler
+        self.n2 = net.norm2d(cout)
+        self.scaler = net.scaler_at(rate)
         self.relu = nn.ReLU()
-        # ``projection`` comes from the full architecture, so the key set never depends on the rates.
+        # a 1x1 projection where the full architecture changes the shape (``BlockShape.keeps_shape``)
         self.shortcut: nn.Module = nn.Identity()
-        if projection:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False), ly.norm2d(norm, cout, track_bn)
-            )
+        if not block.keeps_shape:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False), net.norm2d(cout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.n1(self.scaler(self.conv1(x))))
@@ -62,61 +59,24 @@ class PostActBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
-class CifarResNet(nn.Module):
+class CifarResNet(ly.FeaturesThenHead):
     """Stem and the blocks of the first ``depth`` segments as ``features``; the head at full depth."""
 
-    def __init__(
-        self,
-        widths: list[int],
-        rates: list[float],
-        *,
-        in_channels: int,
-        num_classes: int,
-        depth: int,
-        scaler: bool,
-        norm: str,
-        track_bn: bool,
-    ) -> None:
+    def __init__(self, widths: list[int], rates: list[float], depth: int, net: ly.NetOptions) -> None:
         super().__init__()
-        layers: list[nn.Module] = [
-            ly.ConvUnit(
-                in_channels,
-                widths[0],
-                bias=False,
-                scaler=ly.scaler_or_identity(scaler, rates[0]),
-                norm=ly.norm2d(norm, widths[0], track_bn),
-            )
-        ]
-        cin, full_cin = widths[0], RESNET110_HIDDEN[0]
-        for stage, n in enumerate(RESNET110_BLOCKS):
-            for b in range(n):
-                stride = 2 if stage > 0 and b == 0 else 1
-                layers.append(
-                    PostActBlock(
-                        cin,
-                        widths[stage],
-                        stride,
-                        projection=stride != 1 or full_cin != RESNET110_HIDDEN[stage],
-                        scaler=ly.scaler_or_identity(scaler, rates[stage]),
-                        norm=norm,
-                        track_bn=track_bn,
-                    )
-                )
-                cin, full_cin = widths[stage], RESNET110_HIDDEN[stage]
+        layers: list[nn.Module] = [ly.conv_unit(net.in_channels, widths[0], rates[0], net, bias=False)]
+        strides = [1] + [2] * (len(RESNET110_HIDDEN) - 1)
+        plan = ly.stage_blocks(widths[0], RESNET110_HIDDEN[0], widths, RESNET110_HIDDEN, RESNET110_BLOCKS, strides)
+        for stage, blocks in enumerate(plan):
+            layers += [PostActBlock(block, rates[stage], net) for block in blocks]
         self.features = nn.Sequential(*layers[: 1 + RESNET110_SEGMENT_ENDS[depth - 1]])
         self.has_head = depth == len(RESNET110_SEGMENT_ENDS)
         if self.has_head:
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.flatten = nn.Flatten()
-            self.classifier = nn.Linear(widths[-1], num_classes)
+            self.classifier = nn.Linear(widths[-1], net.num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.features(x))
-
-    def forward_head(self, out: torch.Tensor) -> torch.Tensor:
-        """Everything after ``features`` (the identity below full depth)."""
-        if not self.has_head:
-            return out
+    def classify(self, out: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.flatten(self.pool(out)))
 
 
@@ -124,9 +84,6 @@ def build_resnet110(family: str, spec: SubmodelSpec, args: m.BuildArgs) -> nn.Mo
     """ResNet110 (``family`` is "resnet110") for ``spec``; ``fl.models.build.build_model`` states the arguments."""
     lay = m.plain_layout(family, spec, args)
     widths = [spec.width(c, layer) for layer, c in enumerate(RESNET110_HIDDEN)]
-    model = CifarResNet(
-        widths, lay.rates, in_channels=args.in_channels, num_classes=args.num_classes,
-        depth=lay.depth or m.FULL_DEPTH[family], scaler=lay.scaler, norm=args.norm, track_bn=args.track_bn,
-    )  # fmt: skip
+    model = CifarResNet(widths, lay.rates, lay.depth or m.FULL_DEPTH[family], ly.NetOptions.of(args, lay.scaler))
     ly.init_params(model)
     return model
