@@ -9,8 +9,8 @@ from torch import nn
 from iotfl_sim.fl.cost.footprint import ModelCost, measure_cost
 from iotfl_sim.fl.models.build import build_model
 from iotfl_sim.fl.models.families import FAMILIES, LAYER_GROUPS
-from iotfl_sim.fl.models.layers import Scaler, count_params
-from iotfl_sim.fl.models.plain_nets import InvertedResidual, MobileNetV2
+from iotfl_sim.fl.models.layers import Scaler, count_params, stage_blocks
+from iotfl_sim.fl.models.plain_nets import InvertedResidual, MobileNetV2, mobilenetv2_blocks
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of, slice_state
 
 # family -> (in_channels, image_size, number of layer groups); small inputs keep the tests fast.
@@ -415,3 +415,24 @@ def test_cnn_small_learns_sklearn_digits() -> None:
     with torch.inference_mode():
         acc = (model(x[split:]).argmax(1) == y[split:]).float().mean().item()
     assert acc >= 0.9
+
+
+def test_stage_blocks_put_shortcut_projections_where_the_full_architecture_changes_shape():
+    # ResNet18 (He et al. 2016): a projection in the first block of stages 2-4 only, whatever the submodel's widths
+    full = (64, 128, 256, 512)
+    for widths in (full, (16, 32, 64, 128), (64, 64, 64, 64)):
+        plan = stage_blocks(widths[0], full[0], widths, full, (2, 2, 2, 2), (1, 2, 2, 2))
+        assert [[b.keeps_shape for b in stage] for stage in plan] == [[True, True], [False, True], [False, True], [False, True]]
+        assert [[b.stride for b in stage] for stage in plan] == [[1, 1], [2, 1], [2, 1], [2, 1]]
+        flat = [b for stage in plan for b in stage]
+        assert flat[0].cin == widths[0]
+        assert all(later.cin == earlier.cout for earlier, later in zip(flat, flat[1:], strict=False))
+
+
+def test_mobilenetv2_has_torchvisions_ten_residual_blocks_at_any_width():
+    # torchvision's mobilenet_v2 adds the input back in 10 of its 17 bottleneck blocks; pruned widths (even all
+    # equal) do not change how many
+    for widths in ([32, 16, 24, 32, 64, 96, 160, 320, 1280], [8, 4, 6, 8, 16, 24, 40, 80, 320], [8] * 9):
+        blocks = [b for stage in mobilenetv2_blocks(widths) for b in stage]
+        assert len(blocks) == 17
+        assert sum(b.keeps_shape for b in blocks) == 10
