@@ -235,6 +235,11 @@ def run(
     from iotfl_sim.sim.preflight import preflight
     from iotfl_sim.sim.runner import run_scenario
 
+    if executor is not None and not callable(executor):
+        raise ScenarioError(
+            f"run: executor: {type(executor).__name__} is not callable; give a factory (data, cfg) -> executor, "
+            "e.g. your executor class (docs/add_an_executor_or_profile.md)"
+        )
     for cls in methods:
         try:
             registry.register_method(cls)

@@ -115,3 +115,13 @@ def test_a_bad_profile_is_one_line_naming_file_line_and_key(tmp_path, monkeypatc
     err = capsys.readouterr().err.strip().splitlines()
     line = 1 + path.read_text().splitlines().index(at)
     assert len(err) == 1 and f"pi_zero_2w.yaml:{line}: {message}" in err[0], err
+
+
+def test_an_executor_that_is_not_a_factory_is_one_clear_error(tmp_path):
+    import iotfl_sim
+    from iotfl_sim.scenario.loader import ScenarioError
+
+    files = write_page(tmp_path)
+    with pytest.raises(ScenarioError, match=r"^run: executor: str is not callable; give a factory"):
+        iotfl_sim.run(yaml.safe_load(files["field.yaml"]), out=tmp_path / "runs", executor="inline")
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
