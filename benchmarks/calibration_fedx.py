@@ -43,6 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from iotfl_sim.fl.cost import opcost  # noqa: E402
+from iotfl_sim.fl.models.fedx import OFA_FINAL_EXPAND, OFA_LAST_CHANNEL, OFA_STAGES, OFA_STEM  # noqa: E402
 from iotfl_sim.scenario.profile import DeviceProfile, Rates  # noqa: E402
 
 PROFILES = ROOT / "device_profiles"
@@ -82,18 +83,8 @@ FIT_ON = "medium"
 # Nominal FP32 peak of the Jetson Nano CPU, GFLOP/s: 4 Cortex-A57 cores x 1.43 GHz x 8 FLOP/cycle (one 128-bit FMA).
 A57_PEAK = 4 * 1.43 * 8
 
-# OFA MobileNetV3 w1.0 layout (Cai et al., once-for-all, ofa_mbv3_d234_e346_k357_w1.0).
-STEM_WIDTH = 16
-STAGES: tuple[tuple[int, int, str, bool], ...] = (
-    # (output width, stride of the first block, activation, squeeze-and-excitation)
-    (24, 2, "relu", False),
-    (40, 2, "relu", True),
-    (80, 2, "hswish", False),
-    (112, 1, "hswish", True),
-    (160, 2, "hswish", True),
-)
-FINAL_EXPAND = 960
-LAST_CHANNEL = 1280
+# OFA MobileNetV3 w1.0 layout: the simulator's own (fl/models/fedx.py), one place for the figures
+STEM_WIDTH, STAGES, FINAL_EXPAND, LAST_CHANNEL = OFA_STEM, OFA_STAGES, OFA_FINAL_EXPAND, OFA_LAST_CHANNEL
 
 
 # ---------------------------------------------------------------------------------------------------------------
