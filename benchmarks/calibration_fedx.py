@@ -43,7 +43,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from iotfl_sim.fl.cost import opcost  # noqa: E402
-from iotfl_sim.fl.models.fedx import OFA_FINAL_EXPAND, OFA_LAST_CHANNEL, OFA_STAGES, OFA_STEM  # noqa: E402
+from iotfl_sim.fl.models.fedx import (  # noqa: E402
+    OFA_FINAL_EXPAND,
+    OFA_LAST_CHANNEL,
+    OFA_STAGES,
+    OFA_STEM,
+    make_divisible,
+)  # fmt: skip
 from iotfl_sim.scenario.profile import DeviceProfile, Rates  # noqa: E402
 
 PROFILES = ROOT / "device_profiles"
@@ -90,14 +96,6 @@ STEM_WIDTH, STAGES, FINAL_EXPAND, LAST_CHANNEL = OFA_STEM, OFA_STAGES, OFA_FINAL
 # ---------------------------------------------------------------------------------------------------------------
 # Model
 # ---------------------------------------------------------------------------------------------------------------
-def make_divisible(v: float, divisor: int = 8) -> int:
-    """OFA/TF rounding of a channel count to a multiple of ``divisor`` (never below 90% of ``v``)."""
-    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
-    if new_v < 0.9 * v:
-        new_v += divisor
-    return new_v
-
-
 def _act(name: str) -> nn.Module:
     return nn.ReLU(inplace=True) if name == "relu" else nn.Hardswish(inplace=True)
 
