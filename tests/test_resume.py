@@ -40,6 +40,9 @@ METHODS = {
     "dadaquant": {"algorithm": {"name": "dadaquant", "phi": 1}},  # phi 1: round 2's level depends on round 1's loss
     "fedprox": {"algorithm": {"name": "fedprox", "mu": 0.1}},
     "fedopt": {"algorithm": {"name": "fedopt", "server_optimizer": "yogi", "server_lr": 0.05}},
+    # asynchronous: the resumed versions apply updates of devices in flight at the checkpoint (their weights saved)
+    "fedasync": {"algorithm": {"name": "fedasync"}, "server": {"mode": "async", "concurrency": 3}},
+    "fedbuff": {"algorithm": {"name": "fedbuff", "buffer_size": 2, "server_momentum": 0.9}, "server": {"mode": "async"}},
     # variants whose numerics differ from their method's default
     "heterofl_iot_paced": {"algorithm": {"name": "heterofl_iot", "proportions": "a2-b8", "selection": "paced"}},
     "adaptivefl_code": {"algorithm": {"name": "adaptivefl", "reference": "code"}, "fleet": relative_fleet((3, 3, 3))},
@@ -75,7 +78,7 @@ def rounds(run: Path) -> list[dict[str, str]]:
 
 def summary(run: Path) -> dict:
     s = json.loads((run / "summary.json").read_text())
-    for k in ("host_time_s", "host_other_fraction"):
+    for k in ("host_time_s", "host_other_fraction", "server_mode"):  # server_mode: a label, added after the digests
         s.pop(k)
     return s
 
@@ -134,7 +137,7 @@ def only_run(parent: Path) -> Path:
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method):
     data = base_scenario(rounds=2, **METHODS[method])
-    data["server"] = {"bn_calibration_samples": 64, "eval_every": 1}
+    data["server"] = {**data.get("server", {}), "bn_calibration_samples": 64, "eval_every": 1}
     data["fleet"].setdefault("cost_model", "flops")
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
     path = write_scenario(data)

@@ -34,7 +34,7 @@ def test_an_undeclared_change_is_caught():
 
 def _scenario(tmp_path, over: dict, rounds: int = 3):
     data = base_scenario(rounds=rounds, **{k: v for k, v in over.items() if k != "local"})
-    data["server"] = {"bn_calibration_samples": 64}
+    data["server"] = {**data.get("server", {}), "bn_calibration_samples": 64}
     path = tmp_path / "s.yaml"
     import yaml
 

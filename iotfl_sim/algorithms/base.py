@@ -24,7 +24,7 @@ from iotfl_sim.scenario.algorithms import MethodConfig
 
 State = dict[str, torch.Tensor]
 __all__ = [
-    "AggregateWork", "Assignment", "DeviceState", "GlobalModel", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
+    "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "GlobalModel", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
     "Strategy", "StrategyContext", "TrainWork", "Update", "Wire", "Work",
 ]
 
@@ -70,6 +70,9 @@ class Update:
     num_samples: int
     label_set: np.ndarray
     loss: float
+    staleness: int = 0  # server versions applied between the device's download and this update's aggregation
+    weight: float = 1.0  # the staleness function's weight (semi_async: a late update counts this much)
+    base: State | None = None  # asynchronous modes: the global weights the device downloaded and trained from
 
 
 @dataclass
@@ -343,6 +346,36 @@ class Strategy(ABC):
     @staticmethod
     def slice_for(state: State, recipe: ModelRecipe, spec: SubmodelSpec) -> State:
         return slice_state(state, recipe.shapes(spec))
+
+
+class Asynchronous(ABC):
+    """A method the server runs asynchronously (``server.mode: async``, its options' ``server_modes``): no rounds;
+    ``concurrency`` devices train at once and the server folds their updates into the model as they arrive,
+    ``buffer_size`` at a time; each fold is a new model version. Put it before the base:
+    ``class MyMethod(Asynchronous, Strategy)``.
+
+    ``select_some`` replaces ``select``: ``k`` devices for the free slots; ``apply`` gets the ``buffer_size``
+    updates in arrival order, each with its ``staleness`` (versions applied since its device downloaded) and
+    its ``base`` (those downloaded weights). ``payload`` is captured at dispatch: rebind ``self.state`` in
+    ``apply``, never change its tensors in place, so a device in flight keeps the model it downloaded."""
+
+    @abstractmethod
+    def buffer_size(self) -> int:
+        """How many updates make one server step (FedAsync 1, FedBuff K)."""
+
+    @abstractmethod
+    def select_some(self, wave: int, fleet: FleetView, rng: np.random.Generator, k: int) -> list[Assignment]:
+        """At most ``k`` tasks for selectable devices (``wave`` counts the server's dispatches)."""
+
+    @abstractmethod
+    def apply(self, version: int, updates: list[Update]) -> None:
+        """Fold ``updates`` into the global model, making version ``version``."""
+
+    def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
+        raise TypeError(f"{type(self).__name__} is asynchronous: the server calls select_some (server.mode: async)")
+
+    def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        raise TypeError(f"{type(self).__name__} is asynchronous: the server calls apply (server.mode: async)")
 
 
 class GlobalModel:

@@ -47,13 +47,13 @@ def refuse_zero_widths(recipe: ModelRecipe, specs: Sequence[tuple[SubmodelSpec, 
 
 def contributions(updates: Sequence[Update], weighting: str = "data", restrict_labels: bool = False) -> list[Contribution]:
     """One aggregation contribution per update, weighted by client data size (``data``) or uniformly
-    (``count``); ``restrict_labels`` lets a client update only the classifier rows of labels it holds."""
+    (``count``), times the update's staleness weight (1 unless a semi_async round adds a late update); ``restrict_labels`` lets a client update only the classifier rows of labels it holds."""
     if weighting not in ("data", "count"):
         raise ValueError(f"weighting must be 'data' or 'count', got {weighting!r}")
     return [
         Contribution(
             u.state,
-            float(u.num_samples) if weighting == "data" else 1.0,
+            (float(u.num_samples) if weighting == "data" else 1.0) * u.weight,
             u.label_set if restrict_labels else None,
         )
         for u in updates

@@ -466,8 +466,11 @@ class Fleet:
         if sigma <= 0:
             return float(base)
         rng = stream(self.seed, "compute", d, rnd)
-        if self.jitter_dist[self.group_of[d]] == "lognormal":
+        dist = self.jitter_dist[self.group_of[d]]
+        if dist == "lognormal":
             return float(base * rng.lognormal(0.0, sigma))
+        if dist == "exponential":
+            return float(base * rng.exponential(1.0))
         return float(base * max(0.05, rng.normal(1.0, sigma)))
 
     def radio_power(self, d: int, up: bool, throughput_bps: float) -> float:

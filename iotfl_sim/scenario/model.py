@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim import methods
 from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES
-from iotfl_sim.scenario.algorithms import MethodConfig
+from iotfl_sim.scenario.algorithms import MethodConfig, Staleness
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (
     MAX_BATCH,
@@ -255,7 +255,26 @@ DEFAULT_SERVER_PROFILE = "gpu_server_titan_xp"
 
 
 class Server(Strict):
-    deadline_s: float | None = Field(None, gt=0, description="round deadline in simulated seconds (null: none)")
+    mode: Literal["sync", "async", "semi_async"] = Field(
+        "sync",
+        description="sync: rounds, late updates dropped; semi_async: rounds close at deadline_s and a late update joins "
+        "a later round's aggregation with weight staleness(s); async: no rounds, the method (fedasync, fedbuff) folds "
+        "updates as they arrive while `concurrency` devices train",
+    )
+    deadline_s: float | None = Field(
+        None, gt=0, description="round deadline in simulated seconds (null: none); in async mode each task's, from its dispatch"
+    )
+    concurrency: int | None = Field(
+        None, ge=1, le=MAX_DEVICES, description="async: devices training at once (null: the selection size, clients_per_round)"
+    )
+    dispatch: Literal["continuous", "after_update"] = Field(
+        "continuous",
+        description="async: continuous: a device is dispatched the moment one finishes or fails; after_update: free "
+        "slots are filled only after a server model update (or when none is in flight)",
+    )
+    staleness: Staleness = Field(
+        Staleness(), description="semi_async: the weight of an update s rounds late (default polynomial (s+1)^-0.5)"
+    )
     over_selection: float = Field(
         1.0, ge=1.0, description="select ceil(k * this) devices and keep the first k updates to arrive (FedScale's over-commitment)"
     )
@@ -432,10 +451,27 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _algorithm_fits_the_scenario(self) -> Scenario:
-        problem = self.algorithm.problem(numerics=self.numerics)
+        problem = self.algorithm.problem(numerics=self.numerics) or self._mode_problem()
         if problem is not None:
             raise ValueError(problem)
         return self
+
+    def _mode_problem(self) -> str | None:
+        """What makes ``server.mode`` unusable with the method or the rest of the server block, or None."""
+        mode, alg, srv = self.server.mode, self.algorithm, self.server
+        if mode not in alg.server_modes:
+            fits = [m.name for m in methods.registered() if mode in m.config.server_modes]
+            return (
+                f"server.mode: {mode}: algorithm {alg.name} runs only in {', '.join(alg.server_modes)}; set server.mode "
+                f"to {' or '.join(alg.server_modes)}, or use a method made for {mode} ({', '.join(fits) or 'none registered'})"
+            )
+        if mode == "semi_async" and srv.deadline_s is None:
+            return "server.mode: semi_async closes each round at its deadline: set server.deadline_s"
+        if mode == "async" and srv.over_selection != 1.0:
+            return "server.over_selection applies to rounds; async mode has none: remove it or set server.mode: sync"
+        if mode != "async" and (srv.concurrency is not None or srv.dispatch != "continuous"):
+            return f"server.concurrency and server.dispatch apply to server.mode: async (this is {mode}): remove them"
+        return None
 
     def num_devices(self) -> int:
         return sum(self.fleet.counts())

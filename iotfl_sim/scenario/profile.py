@@ -19,8 +19,12 @@ class Strict(BaseModel):
 
 
 class Jitter(Strict):
-    dist: Literal["lognormal", "normal", "none"] = "lognormal"
-    sigma: float = Field(0.1, ge=0.0, description="spread of the multiplicative noise on compute time")
+    dist: Literal["lognormal", "normal", "exponential", "none"] = Field(
+        "lognormal",
+        description="multiplicative noise on compute time: lognormal(0, sigma); normal(1, sigma) floored at 0.05; "
+        "exponential: an Exp draw of mean 1 (memoryless task times, the textbook asynchronous fleet; sigma unused)",
+    )
+    sigma: float = Field(0.1, ge=0.0, description="spread of the multiplicative noise on compute time (0: none)")
 
 
 class PowerMode(Strict):

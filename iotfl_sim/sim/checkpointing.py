@@ -65,6 +65,8 @@ def write(sim: Simulation, done: int) -> None:
             "python": codec.encode(random.getstate()),
         },
     }
+    if sim.async_server is not None:  # the weights the devices in flight downloaded
+        state["in_flight"] = sim.async_server.captured()
     host_total = time.perf_counter() - sim.t_created
     meta = {
         "rows": sim.rows,
@@ -112,6 +114,8 @@ def end_replay(sim: Simulation) -> None:
             "changed since the run started: start a new run"
         )
     codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
+    if sim.async_server is not None:
+        sim.async_server.restore(state["in_flight"])
     sim.server_work.drain()  # set-up work was charged in round 1 already
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])

@@ -24,6 +24,7 @@ from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import (
     AggregateWork,
     Assignment,
+    Asynchronous,
     DeviceState,
     Outcome,
     QsgdWork,
@@ -40,11 +41,12 @@ from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.network import SharedMedium
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder
-from iotfl_sim.scenario.loader import ResolvedGroup, resolve_server
+from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
 from iotfl_sim.sim import checkpointing
+from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
 from iotfl_sim.sim.learning import Learning
@@ -129,6 +131,7 @@ class Simulation:
         self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
         self.checkpointing = checkpointing.CheckpointState()
         self.rows: list[dict[str, Any]] = []
+        self.async_server = AsyncServer(self) if sc.server.mode == "async" else None
         self.stalled: int | None = None  # the round the run stalled at: too few devices left to go on
         self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
         self.interrupted = False
@@ -161,6 +164,12 @@ class Simulation:
         )
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
         self.strategy.setup(ctx)
+        if (sc.server.mode == "async") != isinstance(self.strategy, Asynchronous):
+            raise ScenarioError(
+                f"algorithm {sc.algorithm.name}: server.mode {sc.server.mode} needs "
+                f"{'an' if sc.server.mode == 'async' else 'a synchronous'} method, but {type(self.strategy).__name__} "
+                f"{'does not' if sc.server.mode == 'async' else 'does'} subclass iotfl_sim.strategy.Asynchronous"
+            )
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
         self.memory_ignored = bool(self.strategy.ignores_memory)
@@ -188,7 +197,7 @@ class Simulation:
         if self.sc.numerics == "torch":
             # again here: another Simulation built meanwhile may have restored the caller's count at its end
             torch.set_num_threads(self.sc.executor.threads)
-        proc = self.env.process(self.server())
+        proc = self.env.process(self.async_server.run() if self.async_server is not None else self.server())
         self.env.run(until=proc)
         if self.checkpointing.pending is not None:  # the run ended (stalled) before the replay reached the checkpoint
             raise CheckpointError(
@@ -340,9 +349,10 @@ class Simulation:
             self._apply_receipt(rnd, d, real, priced)
         return []
 
-    def _charge_aggregation(self, outcomes: list[Outcome]) -> None:
+    def _charge_aggregation(self, outcomes: list[Outcome], force: bool = False) -> None:
         """Every method's receiving side: decoding each accepted quantized upload, then the aggregation (the
-        accepted updates' values read, the largest one's region of the global model written)."""
+        accepted updates' values read, the largest one's region of the global model written) when at least
+        ``min_participants`` were accepted, or always with ``force`` (an asynchronous server's update)."""
         done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
         recipes = [self.strategy.recipe_for(a) for a in done]
         sizes = [r.cost(a.spec).params for r, a in zip(recipes, done, strict=True)]
@@ -350,7 +360,7 @@ class Simulation:
         for a, n, t in zip(done, sizes, tensors, strict=True):
             if a.bits < 32:
                 self.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
-        if sizes and len(sizes) >= self.sc.server.min_participants:
+        if sizes and (force or len(sizes) >= self.sc.server.min_participants):
             self.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
 
     def _row(self, rd: Round, outcomes: list[Outcome], updates: list[Update]) -> dict[str, Any]:

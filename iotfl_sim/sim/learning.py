@@ -3,20 +3,32 @@ executor, and the method's models evaluated. Nothing here touches the simulated 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from iotfl_sim import faults
-from iotfl_sim.algorithms.base import Assignment, Outcome, Strategy, Update
+from iotfl_sim.algorithms.base import Assignment, Outcome, State, Strategy, Update
 from iotfl_sim.exec.base import EvalJob
 from iotfl_sim.fl.submodel import slice_state
 from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed
 from iotfl_sim.sim.setup import NumericsSetup
+
+
+@dataclass
+class TrainTask:
+    """A finished task to train for real: its outcome, the round (or async dispatch wave) that keys its seed and
+    learning rate, and what the server knows of it (staleness, weight, the weights its device downloaded)."""
+
+    outcome: Outcome
+    rnd: int
+    base: State | None = None  # None: the weights the strategy would send now (a synchronous round's)
+    staleness: int = 0
+    weight: float = 1.0
 
 
 class Learning:
@@ -30,14 +42,22 @@ class Learning:
         self.executor = executor
 
     def train(self, rnd: int, accepted: list[Outcome]) -> list[Update]:
-        """Each accepted task's local training, from the weights its device received, as ``Update``s in order."""
+        """Each accepted task of round ``rnd``'s local training, from the weights its device receives now, as
+        ``Update``s in order."""
+        return self.train_tasks([TrainTask(o, rnd) for o in accepted])
+
+    def train_tasks(self, tasks: list[TrainTask]) -> list[Update]:
+        """Each task's local training, from the weights its device received (``TrainTask.base``, else what it
+        would receive now), as ``Update``s in order; their ``staleness`` and ``base`` as the tasks give them."""
         loc = self.sc.local
         jobs = []
-        for i, o in enumerate(accepted):
+        for i, t in enumerate(tasks):
+            o, rnd = t.outcome, t.rnd
             b = o.trained or o.assignment
             d = b.device
             recipe = self.strategy.recipe_for(b)
-            weights = slice_state(self.download(o.assignment), recipe.shapes(b.spec))
+            sent = self.download(o.assignment) if t.base is None else t.base
+            weights = slice_state(sent, recipe.shapes(b.spec))
             jobs.append(
                 TrainJob(
                     key=i,
@@ -60,8 +80,11 @@ class Learning:
         results = self.executor.run(jobs)
         labels = self.numerics.labels_per_device
         return [
-            Update(o.trained or o.assignment, r.state, r.num_samples, labels[o.assignment.device], r.loss)
-            for o, r in zip(accepted, results, strict=True)
+            Update(
+                t.outcome.trained or t.outcome.assignment, r.state, r.num_samples, labels[t.outcome.assignment.device],
+                r.loss, staleness=t.staleness, weight=t.weight, base=t.base,
+            )
+            for t, r in zip(tasks, results, strict=True)
         ]
 
     def download(self, a: Assignment) -> dict[str, torch.Tensor]:

@@ -6,23 +6,42 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
-from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, Update
+from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, State, Update
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, Fleet
 from iotfl_sim.sim.traffic import Traffic
+
+# rounds.csv columns of each server mode beyond a synchronous round's: client updates folded in so far, the
+# staleness (server versions) of this row's, and (async) the other tasks still training when the row's update is
+# made (the slot just freed is refilled after it)
+MODE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sync": (),
+    "semi_async": ("updates_applied", "staleness_mean", "staleness_max"),
+    "async": ("updates_applied", "staleness_mean", "staleness_max", "in_flight"),
+}
+
+
+class TaskOwner(Protocol):
+    """What a task belongs to: a synchronous ``Round``, or an asynchronous server's dispatch wave
+    (``sim.async_server.Wave``). ``rnd`` keys the task's random draws and names it in the event log."""
+
+    rnd: int
+
+    def arrived_in_time(self, task: Task) -> None:
+        """The task's update arrived while its owner still takes it."""
 
 
 @dataclass
 class Task:
-    """One device's part of a round: what it was asked to do and how it went."""
+    """One device's part of a round (or of an asynchronous dispatch): what it was asked to do and how it went."""
 
     assignment: Assignment
     report: simpy.Event  # succeeds when the server hears back (an update, or a failure it notices)
-    owner: Round
+    owner: TaskOwner
     status: str | None = None
     trained: Assignment | None = None  # what the device actually trained (``Strategy.adapt`` may shrink it)
     finished_at: float = math.nan
@@ -30,10 +49,37 @@ class Task:
     sent: bool = False  # the model went on the air (counts as sent for the communication waste)
     wire_bytes: float = 0.0  # bytes this task put on the air so far, as counted in ``Traffic``
     hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
+    version: int = 0  # asynchronous modes: the model version the device downloaded
+    base: State | None = None  # asynchronous modes: those weights, captured at dispatch (None: system-only)
 
     @property
     def rnd(self) -> int:
         return self.owner.rnd
+
+
+def start_task(env: simpy.Environment, a: Assignment, owner: TaskOwner, fleet: Fleet, run: Callable[[Task], Generator]) -> Task:
+    """Start the device process (``run``) of assignment ``a``; the device is busy until it ends."""
+    task = Task(a, env.event(), owner)
+    fleet.busy[a.device] = True
+    fleet.tasks[a.device] += 1
+    env.process(run(task))
+    return task
+
+
+def settle(task: Task, status: str, fleet: Fleet, log: Callable[..., None]) -> Outcome:
+    """The server's verdict on a task: accepted (``completed``) or failed for ``status``, counted on the fleet and
+    logged (``accepted``, or ``dropped`` for a deadline or surplus); a task not accepted is over for its owner, so
+    an update arriving later is ``late``."""
+    d = task.assignment.device
+    if status == "completed":
+        fleet.completed[d] += 1
+        log(task.rnd, d, "accepted")
+    else:
+        task.round_over = True
+        if status in ("deadline", "surplus"):
+            log(task.rnd, d, "dropped", reason=status)
+        fleet.failures[status][d] += 1
+    return Outcome(task.assignment, status, task.trained, task.finished_at)
 
 
 @dataclass
@@ -65,11 +111,7 @@ class Round:
         """Start one device process (``run``) per assignment; the devices are busy until it ends."""
         self.enough = self.env.event()
         for a in assignments:
-            task = Task(a, self.env.event(), self)
-            fleet.busy[a.device] = True
-            fleet.tasks[a.device] += 1
-            self.tasks.append(task)
-            self.env.process(run(task))
+            self.tasks.append(start_task(self.env, a, self, fleet, run))
 
     def closing(self, deadline_s: float | None) -> simpy.Event:
         """The event that closes the round: every task reported, enough updates arrived, or the deadline
@@ -98,18 +140,11 @@ class Round:
         ended_early = self.enough is not None and self.enough.triggered
         outcomes = []
         for t in self.tasks:
-            d = t.assignment.device
             if id(t) in kept:
                 status = "completed"
-                fleet.completed[d] += 1
-                log(self.rnd, d, "accepted")
             else:
                 status = "surplus" if t.status == "completed" else t.status or ("surplus" if ended_early else "deadline")
-                t.round_over = True
-                if status in ("deadline", "surplus"):
-                    log(self.rnd, d, "dropped", reason=status)
-                fleet.failures[status][d] += 1
-            outcomes.append(Outcome(t.assignment, status, t.trained, t.finished_at))
+            outcomes.append(settle(t, status, fleet, log))
         return outcomes
 
     def comm_waste(self, outcomes: list[Outcome], traffic: Traffic, params: Callable[[Assignment], int]) -> dict[str, Any]:

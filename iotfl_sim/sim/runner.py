@@ -25,6 +25,7 @@ from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.sim.engine import ExecutorFactory, Simulation
+from iotfl_sim.sim.round import MODE_COLUMNS
 
 
 def _summary_complete(path: Path) -> bool:
@@ -109,7 +110,7 @@ def run_scenario(
             write_origin(path, base_dir)
         if path is not None:
             lock = RunLock(path)
-            recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_energy_columns(sim))
+            recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_extra_columns(sim))
             sim.recorder = recorder
             sim.checkpointing.store = _store(sc, path)
         sim.tape.recording = sim.checkpointing.store is not None
@@ -179,7 +180,7 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
             check_offsets(path, meta.get("offsets"), sc.output.events)
         bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
-        labels, energy = _labels(sim), _energy_columns(sim)
+        labels, energy = _labels(sim), _extra_columns(sim)
         sim.checkpointing.store = store if _store(sc, path) is not None else None
         if loaded is None:  # killed before its first checkpoint: start again in the same folder
             store.clean_partial()
@@ -225,5 +226,6 @@ def _labels(sim: Simulation) -> list[str]:
     return [t.label for t in sim.strategy.eval_targets()] if sim.sc.numerics == "torch" else []
 
 
-def _energy_columns(sim: Simulation) -> list[str]:
-    return [f"energy_{c}_j" for c in sim.fleet.class_names]
+def _extra_columns(sim: Simulation) -> list[str]:
+    """rounds.csv's columns beyond the fixed ones: energy per device class, then the server mode's own."""
+    return [f"energy_{c}_j" for c in sim.fleet.class_names] + list(MODE_COLUMNS[sim.sc.server.mode])

@@ -46,6 +46,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
     return {
         "name": sc.name,
         "algorithm": sc.algorithm.name,
+        "server_mode": sc.server.mode,
         "seed": sc.seed,
         "rounds": len(rows),
         "devices": sim.fleet.n,

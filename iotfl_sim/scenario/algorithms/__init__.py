@@ -12,9 +12,10 @@ from iotfl_sim.scenario.algorithms.pruning import AdaptiveFLConfig, FlexFLConfig
 from iotfl_sim.scenario.algorithms.prototypes import AdapterFLConfig, FedBaseConfig, FedDFConfig
 from iotfl_sim.scenario.algorithms.quantized import DAdaQuantConfig, FedXConfig
 from iotfl_sim.scenario.algorithms.server_optim import FedOptConfig, FedProxConfig
+from iotfl_sim.scenario.algorithms.asynchronous import FedAsyncConfig, FedBuffConfig, Staleness
 
 __all__ = [
-    "AdapterFLConfig", "AdaptiveFLConfig", "DAdaQuantConfig", "DecoupledConfig", "FedAvgConfig", "FedBaseConfig",
-    "FedDFConfig", "FedOptConfig", "FedProxConfig", "FedXConfig", "FlexFLConfig", "HeteroFLConfig",
-    "HeteroFLIoTConfig", "MethodConfig", "ScaleFLConfig", "candidate_cuts", "parse_proportions",
+    "AdapterFLConfig", "AdaptiveFLConfig", "DAdaQuantConfig", "DecoupledConfig", "FedAsyncConfig", "FedAvgConfig",
+    "FedBaseConfig", "FedBuffConfig", "FedDFConfig", "FedOptConfig", "FedProxConfig", "FedXConfig", "FlexFLConfig", "HeteroFLConfig",
+    "HeteroFLIoTConfig", "MethodConfig", "ScaleFLConfig", "Staleness", "candidate_cuts", "parse_proportions",
 ]  # fmt: skip

@@ -4,13 +4,17 @@ AdapterFL's prototypes)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
 from iotfl_sim.catalog import PROTOTYPE_STAGES
 from iotfl_sim.scenario.limits import MAX_BUCKET
 from iotfl_sim.scenario.profile import Strict
+
+# the modes of a method whose aggregation is a weighted average of the updates it gets (``algorithms.common.
+# contributions``), which a late update joins with its staleness weight
+SEMI_ASYNC_OK: tuple[str, ...] = ("sync", "semi_async")
 
 
 class MethodConfig(Strict):
@@ -20,6 +24,9 @@ class MethodConfig(Strict):
     scenario wrote it (a registered name or an import path)."""
 
     name: str
+    # the server modes the method runs in (``server.mode``): sync rounds; semi_async adds late updates to a later
+    # round's aggregation with a staleness weight (only methods that aggregate a weighted average of the updates)
+    server_modes: ClassVar[tuple[str, ...]] = ("sync",)
 
     def held_out_fraction(self) -> float:
         """Share of the train set held out for the server (a proxy set) before the clients' split; 0: none."""

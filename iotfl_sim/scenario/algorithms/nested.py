@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from iotfl_sim.methods import builtin
-from iotfl_sim.scenario.algorithms.base import LevelString, PrototypeFamily, _Levels, _Wire
+from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, LevelString, PrototypeFamily, _Levels, _Wire
 
 
 @builtin("iotfl_sim.algorithms.fedavg:FedAvg")
 class FedAvgConfig(_Wire):
     name: Literal["fedavg"]
+    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
     flavour: Literal["all_large", "smallest"] = Field(
         "all_large",
         description="all_large: everyone trains the full model and devices that cannot fit it are excluded; "
@@ -44,6 +45,7 @@ class DecoupledConfig(_Levels):
 @builtin("iotfl_sim.algorithms.heterofl:HeteroFL")
 class HeteroFLConfig(_Levels, _Wire):
     name: Literal["heterofl"]
+    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
     mode: Literal["fix", "dynamic"] = Field(
         "fix", description="fix: a device keeps its level; dynamic: levels are re-drawn every round"
     )

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from iotfl_sim.methods import builtin
-from iotfl_sim.scenario.algorithms.base import MethodConfig
+from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 
 
 @builtin("iotfl_sim.algorithms.fedprox:FedProx")
 class FedProxConfig(MethodConfig):
     name: Literal["fedprox"]
+    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
     mu: float = Field(
         0.01, ge=0, le=1e4,
         description="weight of the proximal term (mu/2)||w - w_global||^2 in each device's loss (FedProx: tuned "
@@ -24,6 +25,7 @@ class FedProxConfig(MethodConfig):
 @builtin("iotfl_sim.algorithms.fedopt:FedOpt")
 class FedOptConfig(MethodConfig):
     name: Literal["fedopt"]
+    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
     server_optimizer: Literal["adam", "yogi", "adagrad"] = Field(
         "adam", description="the server's update of the averaged client delta (FedAdam, FedYogi, FedAdagrad)"
     )

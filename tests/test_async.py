@@ -1,0 +1,258 @@
+"""The asynchronous server (``server.mode: async``, FedAsync and FedBuff): dispatch, staleness, no clairvoyance,
+and FedBuff's reduction to synchronous FedAvg."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import BIG, base_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from iotfl_sim.cli import main
+from iotfl_sim.scenario.algorithms import Staleness
+from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.runner import run_scenario
+
+
+def simulation(data: dict) -> Simulation:
+    sc = load_scenario(text=yaml.safe_dump(data))
+    return Simulation(sc, resolve_groups(sc))
+
+
+def run_dir(data: dict, tmp_path: Path) -> Path:
+    sc = load_scenario(text=yaml.safe_dump(data))
+    path, _ = run_scenario(sc, resolve_groups(sc), tmp_path, data)
+    assert path is not None
+    return path
+
+
+def events(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+
+
+def rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "rounds.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def even_fleet(n: int, jitter: dict | None = None, **link) -> dict:
+    """``n`` identical devices (BIG's profile) with the given compute jitter and link."""
+    profile = copy.deepcopy(BIG)
+    profile["compute"]["jitter"] = jitter or {"dist": "lognormal", "sigma": 0.5}
+    profile["link"].update(link)
+    return {"groups": [{"name": "big", "count": n, "profile": profile}]}
+
+
+def test_staleness_weights_are_the_papers_functions():
+    poly, hinge = Staleness(kind="polynomial", a=0.5), Staleness(kind="hinge", a=10, b=4)
+    assert [poly.weight(s) for s in (0, 3, 8)] == [1.0, 0.5, 1 / 3]  # (s + 1)^-1/2
+    assert [hinge.weight(s) for s in (0, 4, 5, 6)] == [1.0, 1.0, 1 / 11, 1 / 21]  # 1 / (10 (s - 4) + 1) past b
+    assert Staleness(kind="constant").weight(50) == 1.0
+
+
+def test_fedbuff_with_k_equal_to_concurrency_and_dispatch_after_each_update_is_synchronous_fedavg():
+    """Every slot refilled only after a server step, K = concurrency = clients per round, no staleness scaling,
+    server_lr 1, no momentum: each step averages the K models trained from the same version, which is FedAvg's
+    plain mean; the tasks draw what a round's draw (keyed by wave = round)."""
+    fedavg = simulation(base_scenario(rounds=3, algorithm={"name": "fedavg", "weighting": "count"}))
+    fedavg.run()
+    fedbuff = simulation(
+        base_scenario(
+            rounds=3,
+            algorithm={"name": "fedbuff", "buffer_size": 4, "staleness": {"kind": "constant"}},
+            server={"mode": "async", "dispatch": "after_update"},
+        )
+    )
+    fedbuff.run()
+    assert all(torch.equal(fedavg.strategy.state[k], fedbuff.strategy.state[k]) for k in fedavg.strategy.state)
+    server_step = 0.0  # FedBuff's own step (the deltas, x - lr * mean) is the only extra server work
+    for a, b in zip(fedavg.rows, fedbuff.rows, strict=True):
+        for col in ("acc_full", "loss_full", "train_loss", "selected", "completed", "bytes_down", "bytes_up", "alive"):
+            assert a[col] == b[col], col
+        assert b["staleness_max"] == 0 and b["server_other_s"] > 0 == a["server_other_s"]
+        server_step += b["server_other_s"]
+        assert b["sim_time_s"] - a["sim_time_s"] == pytest.approx(server_step, rel=1e-9, abs=1e-12)
+
+
+def version_at_dispatch(evs: list[dict]) -> dict[tuple[int, int], int]:
+    """(wave, device) -> the model version when the task was dispatched, counted from the event log alone."""
+    version, out = 0, {}
+    for e in evs:
+        if e["event"] == "apply":
+            version = max(version, e["version"])
+        elif e["event"] == "dispatch":
+            out[(e["round"], e["device"])] = version
+    return out
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 10_000),
+    k=st.integers(1, 3),
+    concurrency=st.integers(1, 6),
+    dispatch=st.sampled_from(["continuous", "after_update"]),
+    deadline=st.sampled_from([None, 8.0]),
+)
+def test_events_are_in_time_order_and_staleness_counts_the_versions_applied_since_download(
+    tmp_path_factory, seed, k, concurrency, dispatch, deadline
+):
+    data = base_scenario(
+        seed=seed, rounds=12, numerics="none", fleet=even_fleet(8), algorithm={"name": "fedbuff", "buffer_size": k},
+        server={"mode": "async", "concurrency": concurrency, "dispatch": dispatch, "deadline_s": deadline},
+    )  # fmt: skip
+    run = run_dir(data, tmp_path_factory.mktemp("run"))
+    evs = events(run)
+    times = [e["t"] for e in evs]
+    assert times == sorted(times)
+    at_dispatch = version_at_dispatch(evs)
+    applied = [e for e in evs if e["event"] == "apply"]
+    assert applied
+    for e in applied:  # version v holds the updates applied to make it: v - 1 versions existed before
+        assert e["staleness"] == e["version"] - 1 - at_dispatch[(e["round"], e["device"])]
+    table = rows(run)
+    assert [int(r["updates_applied"]) for r in table] == [k * (i + 1) for i in range(len(table))]
+    by_version = Counter(e["version"] for e in applied)
+    assert set(by_version.values()) == {k}  # every version folds exactly K updates
+    in_flight = Counter()
+    for e in evs:  # a device never has two tasks at once, and never more than `concurrency` are in flight
+        if e["event"] == "dispatch":
+            in_flight[e["device"]] += 1
+            assert in_flight[e["device"]] == 1
+            assert sum(in_flight.values()) <= concurrency
+        elif e["event"] in ("upload", "oom", "refused", "depleted", "offline"):
+            in_flight[e["device"]] -= 1
+
+
+def test_staleness_of_a_fleet_with_exponential_task_times_is_geometric():
+    """C tasks in flight, each taking an exponential time, a finished one replaced at once: whenever something
+    finishes it is, by memorylessness, any of the C with probability 1/C, so a task sees s other updates land
+    before it with probability (1 - 1/C)^s / C (FedAsync: every update is a version)."""
+    c = 4
+    data = base_scenario(
+        seed=11, rounds=2500, numerics="none", clients_per_round=c,
+        fleet=even_fleet(12, {"dist": "exponential"}, down_mbps=1e6, up_mbps=1e6, rtt_ms=0.0),
+        algorithm={"name": "fedasync"}, server={"mode": "async"},
+    )  # fmt: skip
+    data["fleet"]["groups"][0]["profile"]["compute"]["flops"] = 1e6  # tasks of ~minutes: transfers, server work negligible
+    data["output"]["events"] = "all"
+    sim = simulation(data)
+    seen: list[int] = []
+    apply = sim.async_server._update
+
+    def recording():
+        seen.extend(b.staleness for b in sim.async_server.buffer)
+        return (yield from apply())
+
+    sim.async_server._update = recording
+    sim.run()
+    assert len(seen) == 2500
+    counts = np.bincount(seen, minlength=12)
+    top = 10  # staleness 0..9 one bin each, the tail in one
+    observed = [*counts[:top], counts[top:].sum()]
+    p = [(1 - 1 / c) ** s / c for s in range(top)]
+    expected = np.array([*p, 1 - sum(p)]) * len(seen)
+    assert expected.min() > 5  # chi-square's rule of thumb
+    assert stats.chisquare(observed, expected).pvalue > 0.001
+
+
+def test_each_update_trains_from_the_model_its_device_downloaded():
+    """FedAsync with several devices in flight: the weights an update trained from are the global model of the
+    version it downloaded (kept by reference at dispatch), never a newer one."""
+    sim = simulation(
+        base_scenario(rounds=8, clients_per_round=3, fleet=even_fleet(6), algorithm={"name": "fedasync"}, server={"mode": "async"})
+    )
+    history = [sim.strategy.state]
+    checked = []
+    apply = sim.strategy.apply
+
+    def recording(version, updates):
+        for u in updates:
+            assert u.base is history[version - 1 - u.staleness]
+            checked.append(u.staleness)
+        apply(version, updates)
+        history.append(sim.strategy.state)
+
+    sim.strategy.apply = recording
+    sim.run()
+    assert len(checked) == 8 and max(checked) > 0  # some updates were stale, so the check meant something
+    assert not any(torch.equal(history[0][k], history[-1][k]) for k in history[0] if history[0][k].is_floating_point())
+
+
+def test_a_run_stopped_earlier_is_the_prefix_of_a_longer_one():
+    """No task's fate depends on anything after it: the first rows of a 6-version run equal a 3-version run's."""
+    def table(n):
+        sim = simulation(
+            base_scenario(rounds=n, clients_per_round=3, fleet=even_fleet(6), algorithm={"name": "fedasync"}, server={"mode": "async"})
+        )
+        sim.run()
+        return [{k: v for k, v in r.items() if not k.startswith("host_")} for r in sim.rows]
+
+    assert table(6)[:3] == table(3)
+
+
+def test_a_task_past_its_deadline_is_dropped_then_and_its_late_update_never_applied(tmp_path):
+    """deadline_s counts from each task's dispatch: a slow device is dropped at dispatch + deadline (its slot
+    refilled), and its upload, when it comes, is logged late and folded into nothing."""
+    data = base_scenario(
+        rounds=30, numerics="none", clients_per_round=4, algorithm={"name": "fedbuff", "buffer_size": 1},
+        server={"mode": "async", "deadline_s": 10.0},
+    )  # fmt: skip
+    run = run_dir(data, tmp_path)
+    evs = events(run)
+    dispatched = {(e["round"], e["device"]): e["t"] for e in evs if e["event"] == "dispatch"}
+    dropped = [e for e in evs if e["event"] == "dropped"]
+    assert dropped and all(e["reason"] == "deadline" for e in dropped)
+    for e in dropped:
+        assert e["t"] == pytest.approx(dispatched[(e["round"], e["device"])] + 10.0)
+    late = {(e["round"], e["device"]) for e in evs if e["event"] == "late"}
+    applied = {(e["round"], e["device"]) for e in evs if e["event"] == "apply"}
+    assert late and not late & applied
+    assert {(e["round"], e["device"]) for e in dropped} >= late
+
+
+def test_a_failed_task_is_replaced_at_the_instant_the_server_hears_of_it(tmp_path):
+    """Continuous dispatch: an out-of-memory failure frees its slot and a new device is dispatched at once."""
+    fleet = even_fleet(10)
+    fleet["groups"][0]["profile"]["memory"] = {"total_mb": 4000, "free_mb": 6, "sigma_mb": 4}  # the model needs ~3.2
+    data = base_scenario(
+        rounds=10, numerics="none", clients_per_round=3, fleet=fleet, algorithm={"name": "fedasync"}, server={"mode": "async"},
+    )
+    run = run_dir(data, tmp_path)
+    evs = events(run)
+    ooms = [e for e in evs if e["event"] == "oom"]
+    assert ooms
+    dispatch_times = [e["t"] for e in evs if e["event"] == "dispatch"]
+    for e in ooms:
+        assert any(t == e["t"] for t in dispatch_times)
+    # each row is written as its update is made: the other two still train, the finished slot is refilled next
+    assert all(int(r["in_flight"]) == 2 for r in rows(run))
+
+
+@pytest.mark.parametrize(
+    ("server", "algorithm", "says"),
+    [
+        ({"mode": "async"}, "fedavg", "server.mode: async: algorithm fedavg runs only in sync, semi_async"),
+        ({}, "fedbuff", "server.mode: sync: algorithm fedbuff runs only in async"),
+        ({"mode": "semi_async"}, "fedavg", "set server.deadline_s"),
+        ({"mode": "async", "over_selection": 1.5}, "fedasync", "server.over_selection applies to rounds"),
+        ({"concurrency": 3}, "fedavg", "server.concurrency and server.dispatch apply to server.mode: async"),
+    ],
+)
+def test_a_mode_the_method_or_server_block_cannot_run_is_one_line_and_status_2(
+    tmp_path, write_scenario, capsys, server, algorithm, says
+):
+    path = write_scenario(base_scenario(server=server, algorithm={"name": algorithm}))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "Traceback" not in err
