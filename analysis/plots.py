@@ -21,13 +21,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from analysis.figure_kit import (
+    bytes_unit,
+    energy_unit,
+    finite_xy,
+    legend_labels,
+    literal,
+    nanmax,
+    new_figure,
+    place_legend,
+    run_colors,
+    run_legend,
+    run_title,
+    target_lines,
+    time_unit,
+)
+from analysis.mode_plots import fig_backhaul_bytes, fig_staleness, fig_updates_per_hour
 from analysis.rundir import (
     FAILURE_EVENTS,
     PlotInputError,
@@ -42,7 +57,6 @@ __all__ = ["PlotInputError", "plot_runs", "load_plot_runs", "plot_loaded", "buil
 
 PNG_SOFTWARE = "iotfl-sim analysis.plots"
 DPI = 150
-FIGSIZE = (7.5, 4.6)
 MAX_TIMELINE_DEVICES = 20
 # every timeline bar is drawn at least this fraction of the time axis wide: a 2 s task next to hour-long
 # LoRaWAN uploads would otherwise be thinner than a pixel (phases after a widened bar shift right to follow it)
@@ -52,11 +66,20 @@ MIN_BAR_FRACTION = 0.004
 SERVER_KIND_COLORS = {
     "train": "#6A3D9A", "infer": "#B276B2", "aggregate": "#E377C2", "qsgd": "#8C564B", "other": "#BCBD22",
 }  # fmt: skip
+# hierarchical runs: the cloud's and the gateways' aggregations and the gateways' backhaul transfers (device -1
+# events), each kind on a lane of its own above the devices
+HIERARCHY_COLORS = {
+    "cloud aggregate": "#A6761D", "gateway aggregate": "#17BECF", "backhaul down": "#999999", "backhaul up": "#555555",
+}  # fmt: skip
 PHASE_COLORS = {
     "download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A",
-    **{f"server: {k}": c for k, c in SERVER_KIND_COLORS.items()},
+    **{f"server: {k}": c for k, c in SERVER_KIND_COLORS.items()}, **HIERARCHY_COLORS,
 }  # fmt: skip
-SERVER = -1  # the device id of the server's own events (server_work)
+SERVER = -1  # the device id of the server's own events (server_work, and the hierarchy's)
+# the hierarchy's lanes, top to bottom: (lane, its events' kind); their spans may overlap (gateways work in
+# parallel), so a lane's bars are widened where they stand instead of pushed apart
+HIERARCHY_LANES = (("cloud", "cloud_aggregate"), ("gateways", "gateway_aggregate"), ("backhaul", "backhaul"))
+APPLY_STYLE = ("*", "#1A9850", "update applied to the model")  # asynchronous runs: the apply event
 LATE_COLOR = "#7B3294"
 # a task's failure on the timeline, by cause (the failure event, or a ``dropped`` event's reason): marker, colour,
 # legend text
@@ -82,14 +105,6 @@ DEVICE_COLUMNS_FIRST = (
     "failed_surplus", *DEVICE_COLUMNS
 )  # fmt: skip
 
-FIGURE_NAMES = (
-    "accuracy_vs_time.png",
-    "accuracy_vs_energy.png",
-    "bytes_per_round.png",
-    "devices_alive.png",
-    "energy_by_class.png",
-    "timeline.png",
-)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -146,125 +161,16 @@ def build_figures(runs: Sequence[Run], targets: Sequence[float] | None = None) -
 def iter_figures(runs: Sequence[Run], targets: Sequence[float] = ()) -> Iterator[tuple[str, Figure]]:
     """Yield (file name, figure) for every figure the data supports, one at a time."""
     colors = run_colors(len(runs))
-    builders: list[tuple[str, Callable[[Sequence[Run], list], Figure | None]]] = [
-        ("accuracy_vs_time.png", partial(fig_accuracy_vs_time, targets=targets)),
-        ("accuracy_vs_energy.png", partial(fig_accuracy_vs_energy, targets=targets)),
-        ("bytes_per_round.png", fig_bytes_per_round),
-        ("devices_alive.png", fig_devices_alive),
-        ("energy_by_class.png", fig_energy_by_class),
-        ("timeline.png", fig_timeline),
-    ]
-    for name, build in builders:
+    for name, build in _builders(targets):
         fig = build(runs, colors)
         if fig is not None:
             yield name, fig
 
 
-def run_colors(n: int) -> list[tuple[float, float, float]]:
-    """One distinct colour per run (tab10, then tab20 for more than 10 runs)."""
-    cmap = colormaps["tab10"] if n <= 10 else colormaps["tab20"]
-    cols = list(cmap.colors)  # type: ignore[attr-defined]
-    return [tuple(cols[i % len(cols)]) for i in range(n)]  # type: ignore[misc]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# units and small helpers
-
-
-def _time_unit(max_s: float) -> tuple[str, float]:
-    return ("h", 3600.0) if max_s > 2 * 3600 else ("s", 1.0)
-
-
-def _energy_unit(max_j: float) -> tuple[str, float]:
-    if max_j >= 1e7:
-        return "MJ", 1e6
-    if max_j >= 1e4:
-        return "kJ", 1e3
-    return "J", 1.0
-
-
-def _bytes_unit(max_b: float) -> tuple[str, float]:
-    return ("GB", 1e9) if max_b >= 1e10 else ("MB", 1e6)
-
-
-def _nanmax(arrays: Sequence[np.ndarray | None]) -> float:
-    vals = [float(np.nanmax(a)) for a in arrays if a is not None and a.size and not np.isnan(a).all()]
-    return max(vals, default=0.0)
-
-
 def _acc_scale(runs: Sequence[Run]) -> float:
     """Accuracies stored as fractions are shown in percent; values above 1 are taken as percent already."""
-    m = _nanmax([r.column(c) for r in runs for c in ("acc_full", "acc_avg")])
+    m = nanmax([r.column(c) for r in runs for c in ("acc_full", "acc_avg")])
     return 100.0 if m <= 1.0 + 1e-9 else 1.0
-
-
-def _new_figure(height: float | None = None) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(FIGSIZE[0], height or FIGSIZE[1]), layout="constrained")
-    ax = fig.add_subplot()
-    ax.grid(True, alpha=0.3, linewidth=0.6)
-    return fig, ax
-
-
-def literal(text: str) -> str:
-    """``text`` as matplotlib draws it verbatim: a ``$`` would start mathtext, and user text (run names, labels)
-    such as ``$\\frac{`` would crash the figure; an escaped ``\\$`` is drawn as a plain dollar sign."""
-    return text.replace("$", r"\$")
-
-
-def _title(ax: Any, title: str, runs: Sequence[Run]) -> None:
-    """Figure title; a single run's label goes below it in small grey (several runs get a legend instead)."""
-    ax.figure.suptitle(title, fontsize=12)
-    if len(runs) == 1:
-        ax.set_title(literal(runs[0].label), fontsize=9, color="0.35", pad=4)
-
-
-LEGEND_BESIDE_MIN = 7  # a legend of this many entries or more goes beside the axes, a shorter one below them
-
-
-def place_legend(ax: Any, handles: Sequence[Any]) -> None:
-    """The figure's legend outside the axes, where it covers no curve, bar or marker: below them (up to 3
-    entries a row) when short, beside them when long (the figure widens by 2.6 in, the axes keep their width)."""
-    if not handles:
-        return
-    fig = ax.get_figure()
-    if len(handles) < LEGEND_BESIDE_MIN:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize="small",
-                   frameon=False)  # fmt: skip
-        return
-    w, h = fig.get_size_inches()
-    fig.set_size_inches(w + 2.6, h)
-    fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
-
-
-def target_lines(ax: Any, targets: Sequence[float]) -> list[Any]:
-    """A dotted grey line per target accuracy (a fraction) across axes in percent, named at its right end;
-    returns the legend entry."""
-    if not targets:
-        return []
-    for t in targets:
-        ax.axhline(100 * t, color="0.45", lw=0.8, ls=":", zorder=1)
-        ax.annotate(f"{100 * t:g}%", (1.0, 100 * t), xycoords=("axes fraction", "data"), xytext=(2, 0),
-                    textcoords="offset points", va="center", ha="left", fontsize=7, color="0.35")  # fmt: skip
-    return [Line2D([], [], color="0.45", lw=0.8, ls=":", label="target accuracy")]
-
-
-def _legend(ax: Any, runs: Sequence[Run], colors: list, styles: Sequence[tuple[str, str]] = (),
-            extra: Sequence[Any] = ()) -> None:  # fmt: skip
-    """One legend: a coloured entry per run (when several), then grey line-style entries."""
-    handles: list[Any] = []
-    if len(runs) > 1:
-        handles += [Line2D([], [], color=c, lw=2, label=literal(r.label)) for r, c in zip(runs, colors, strict=True)]
-    if styles:
-        style_color = "0.35" if len(runs) > 1 else colors[0]
-        handles += [Line2D([], [], color=style_color, lw=1.6, ls=ls, label=lab) for ls, lab in styles]
-    place_legend(ax, handles + list(extra))
-
-
-def _finite_xy(x: np.ndarray | None, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    if x is None or y is None:
-        return np.zeros(0), np.zeros(0)
-    mask = np.isfinite(x) & np.isfinite(y)
-    return x[mask], y[mask]
 
 
 def _round_axis(run: Run) -> np.ndarray:
@@ -291,34 +197,34 @@ def _accuracy_figure(
         return None
     scale = _acc_scale(runs)
     if x_column == "sim_time_s":
-        unit, div = _time_unit(_nanmax([r.column(x_column) for r in runs]))
+        unit, div = time_unit(nanmax([r.column(x_column) for r in runs]))
         xlabel = f"simulated time ({unit})"
     else:
-        unit, div = _energy_unit(_nanmax([r.column(x_column) for r in runs]))
+        unit, div = energy_unit(nanmax([r.column(x_column) for r in runs]))
         xlabel = f"cumulative fleet energy ({unit})"
-    fig, ax = _new_figure()
+    fig, ax = new_figure()
     drew_avg = drew_full = False
     for run, color in zip(runs, colors, strict=True):
         x = run.column(x_column)
         full = run.column("acc_full")
-        fx, fy = _finite_xy(x, full)
+        fx, fy = finite_xy(x, full)
         if fx.size:
             ax.plot(fx / div, fy * scale, color=color, lw=1.8, marker="o" if fx.size < 30 else None, ms=3.5)
             drew_full = True
         avg = run.column("acc_avg") if with_avg else None
-        ax_, ay = _finite_xy(x, avg)
+        ax_, ay = finite_xy(x, avg)
         if ay.size and not _same_series(full, avg):
             ax.plot(ax_ / div, ay * scale, color=color, lw=1.4, ls="--")
             drew_avg = True
     if not drew_full and not drew_avg:
         return None
     styles = [("-", "full model"), ("--", "average over submodels")] if drew_avg else []
-    best = _nanmax([r.column(c) for r in runs for c in ("acc_full", "acc_avg")]) / (100.0 / scale)
-    _legend(ax, runs, colors, styles, target_lines(ax, shown_targets(targets, best)))
+    best = nanmax([r.column(c) for r in runs for c in ("acc_full", "acc_avg")]) / (100.0 / scale)
+    run_legend(ax, runs, colors, styles, target_lines(ax, shown_targets(targets, best)))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy (%)")
     ax.set_xlim(left=0)
-    _title(ax, title, runs)
+    run_title(ax, title, runs)
     return fig
 
 
@@ -347,21 +253,21 @@ def fig_bytes_per_round(runs: Sequence[Run], colors: list) -> Figure | None:
     cols = [r.column(c) for r in runs for c in ("bytes_down", "bytes_up")]
     if all(c is None for c in cols):
         return None
-    unit, div = _bytes_unit(_nanmax(cols))
-    fig, ax = _new_figure()
+    unit, div = bytes_unit(nanmax(cols))
+    fig, ax = new_figure()
     for run, color in zip(runs, colors, strict=True):
         rnd = _round_axis(run)
         for col, ls in (("bytes_down", "-"), ("bytes_up", "--")):
-            x, y = _finite_xy(rnd, run.column(col))
+            x, y = finite_xy(rnd, run.column(col))
             if x.size:
                 ax.plot(x, y / div, color=color, ls=ls, lw=1.6)
-    _legend(ax, runs, colors, [("-", "downloaded (server → devices)"), ("--", "uploaded (devices → server)")])
+    run_legend(ax, runs, colors, [("-", "downloaded (server → devices)"), ("--", "uploaded (devices → server)")])
     ax.set_xlabel("round")
     ax.set_ylabel(f"cumulative traffic ({unit})")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    _title(ax, "Bytes on the wire", runs)
+    run_title(ax, "Bytes on the wire", runs)
     return fig
 
 
@@ -384,23 +290,23 @@ def fig_devices_alive(runs: Sequence[Run], colors: list) -> Figure | None:
     """Devices not yet depleted against simulated time; only when some device of some run died."""
     if not any(r.column("sim_time_s") is not None and some_device_died(r) for r in runs):
         return None
-    unit, div = _time_unit(_nanmax([r.column("sim_time_s") for r in runs]))
-    fig, ax = _new_figure()
+    unit, div = time_unit(nanmax([r.column("sim_time_s") for r in runs]))
+    fig, ax = new_figure()
     for run, color in zip(runs, colors, strict=True):
-        x, y = _finite_xy(run.column("sim_time_s"), run.column("alive"))
+        x, y = finite_xy(run.column("sim_time_s"), run.column("alive"))
         if not x.size:
             continue
         # rows are round ends; start the curve at t=0 with the whole fleet
         start = max(float(fleet_size(run)), float(y[0]))
         x, y = np.concatenate([[0.0], x]), np.concatenate([[start], y])
         ax.step(x / div, y, where="post", color=color, lw=1.8)
-    _legend(ax, runs, colors)
+    run_legend(ax, runs, colors)
     ax.set_xlabel(f"simulated time ({unit})")
     ax.set_ylabel("devices alive")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    _title(ax, "Devices alive (not depleted)", runs)
+    run_title(ax, "Devices alive (not depleted)", runs)
     return fig
 
 
@@ -476,8 +382,8 @@ def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
         for p in ("compute", "radio", "idle", "other", "total")
         if any(pr and p in next(iter(pr.values())) for pr in per_run)
     ]
-    unit, div = _energy_unit(max((sum(v.values()) for pr in per_run if pr for v in pr.values()), default=0.0))
-    fig, ax = _new_figure()
+    unit, div = energy_unit(max((sum(v.values()) for pr in per_run if pr for v in pr.values()), default=0.0))
+    fig, ax = new_figure()
     n = len(runs)
     width = 0.8 / n
     x = np.arange(len(classes), dtype=float)
@@ -513,7 +419,7 @@ def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
     ax.set_axisbelow(True)
     handles: list[Any] = []
     if n > 1:
-        handles += [Patch(facecolor=c, label=literal(r.label)) for r, c in zip(runs, colors, strict=True)]
+        handles += [Patch(facecolor=c, label=t) for t, c in zip(legend_labels(runs), colors, strict=True)]
     if parts != ["total"]:
         base = "0.35" if n > 1 else colors[0]
         handles += [
@@ -524,7 +430,7 @@ def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
             if p != "total"
         ]
     place_legend(ax, handles)
-    _title(ax, "Energy by device class", runs)
+    run_title(ax, "Energy by device class", runs)
     return fig
 
 
@@ -575,30 +481,35 @@ def failure_cause(ev: dict[str, Any]) -> str:
 def _tasks_of(
     events: list[dict[str, Any]],
 ) -> tuple[dict[str, list[tuple[float, float]]], list[tuple[float, str]], list[float]]:
-    """Phase segments (start, width), failures (time, cause) and late times of one device's events."""
+    """Phase segments (start, width), failures (time, cause) and late times of one device's events.
+
+    A task's events share their ``round`` (in asynchronous runs the task's dispatch wave, so tasks of
+    overlapping waves stay apart); events that name no round belong to the device's latest task."""
     phases: dict[str, list[tuple[float, float]]] = {"download": [], "train": [], "upload": []}
     fails: list[tuple[float, str]] = []
     lates: list[float] = []
     tasks: list[dict[str, float]] = []
-    cur: dict[str, float] | None = None
+    open_task: dict[int | None, dict[str, float]] = {}  # by round: the task its next events belong to
     for ev in sorted(events, key=lambda e: e.get("t", 0.0) if isinstance(e.get("t"), int | float) else 0.0):
         t, kind = ev.get("t"), ev.get("event")
         if not isinstance(t, int | float):
             continue
         t = float(t)
+        key = ev.get("round") if type(ev.get("round")) is int else None
+        cur = open_task.get(key)
         if kind == "dispatch":
-            cur = {"dispatch": t}
-            tasks.append(cur)
+            open_task[key] = {"dispatch": t}
+            tasks.append(open_task[key])
         elif kind in ("arrive", "train_start", "train_end", "upload"):
             if cur is None or kind in cur:
-                cur = {}
+                cur = open_task[key] = {}
                 tasks.append(cur)
             cur[kind] = t
         elif kind in FAILURE_EVENTS:
             fails.append((t, failure_cause(ev)))
             if cur is not None and "fail" not in cur:
                 cur["fail"] = t
-            cur = None
+            open_task.pop(key, None)
         elif kind == "late":
             lates.append(t)
     for task in tasks:
@@ -634,6 +545,20 @@ def _server_spans(
     return spans, [], []
 
 
+def _hierarchy_spans(events: list[dict[str, Any]], kind: str) -> dict[str, list[tuple[float, float]]]:
+    """(start, duration) spans of one kind of the hierarchy's events (each is logged at its start), by phase:
+    ``backhaul down`` / ``backhaul up`` for transfers, else ``gateway aggregate`` / ``cloud aggregate``.
+    An instant one (duration 0) is kept: the lane still shows when it happened."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        t, d = e.get("t"), e.get("duration")
+        if e.get("event") != kind or not isinstance(t, int | float) or not isinstance(d, int | float) or d < 0:
+            continue
+        phase = f"backhaul {'up' if e.get('up') is True else 'down'}" if kind == "backhaul" else kind.replace("_", " ")
+        spans.setdefault(phase, []).append((float(t), float(d)))
+    return spans
+
+
 _PHASE_ORDER = {**{f"server: {k}": 0 for k in SERVER_KIND_COLORS}, "download": 1, "train": 2, "upload": 3}
 
 
@@ -659,7 +584,10 @@ def widen_spans(
 
 
 def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
-    """Gantt chart of up to 20 devices of the first run: download / train / upload bars, failures as red x."""
+    """Gantt chart of up to 20 devices of the first run: download / train / upload bars, each failure marked
+    by its cause, and in asynchronous runs a star where a device's update is applied to the model; above the
+    devices, lanes for the server's work and, in hierarchical runs, the cloud's and the gateways'
+    aggregations and the backhaul transfers (parallel gateways overlap on their lane)."""
     run = runs[0]
     if not run.events_path.is_file():
         return None
@@ -669,33 +597,48 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     rows = [d for d in sampled if d in ev.by_device]
     rows += [d for d in ev.first_seen if d not in rows and d != SERVER][: max(0, k - len(rows))]
     rows = sorted(rows)
-    if SERVER in ev.by_device:
-        rows.insert(0, SERVER)
+    data: dict[int | str, tuple[dict[str, list[tuple[float, float]]], list[tuple[float, str]], list[float]]]
+    data = {d: _tasks_of(ev.by_device[d]) for d in rows}
+    lanes: list[int | str] = []  # the server's and the hierarchy's rows, above the devices
+    central = ev.by_device.get(SERVER, [])
+    if any(e.get("event") == "server_work" for e in central):
+        lanes.append(SERVER)
+        data[SERVER] = _server_spans(central)
+    for lane, kind in HIERARCHY_LANES:
+        spans = _hierarchy_spans(central, kind)
+        if spans:
+            lanes.append(lane)
+            data[lane] = (spans, [], [])
+    rows = [*lanes, *rows]
     if not rows:
         return None
-    data = {d: _server_spans(ev.by_device[d]) if d == SERVER else _tasks_of(ev.by_device[d]) for d in rows}
+    applied = {d: [float(e["t"]) for e in ev.by_device[d] if e.get("event") == "apply"
+                   and isinstance(e.get("t"), int | float)] for d in rows if isinstance(d, int) and d != SERVER}  # fmt: skip
     t_max = ev.t_last
     if not ev.truncated:
-        t_max = max(t_max, _nanmax([run.column("sim_time_s")]))
+        t_max = max(t_max, nanmax([run.column("sim_time_s")]))
     for phases, _, _ in data.values():  # a span that starts at the last event still ends inside the axes
         t_max = max([t_max, *(s + w for spans in phases.values() for s, w in spans if np.isfinite(s + w))])
-    unit, div = _time_unit(t_max)
+    unit, div = time_unit(t_max)
 
-    fig, ax = _new_figure(height=max(3.6, 2.2 + 0.28 * len(rows)))
+    fig, ax = new_figure(height=max(3.6, 2.2 + 0.28 * len(rows)))
     ax.grid(True, axis="x", alpha=0.3, linewidth=0.6)
     ax.grid(False, axis="y")
     height = 0.62
     fails_at: dict[str, tuple[list[float], list[int]]] = {}
     late_x: list[float] = []
     late_y: list[int] = []
+    apply_x: list[float] = []
+    apply_y: list[int] = []
     drawn: set[str] = set()
     # a widened bar may end past the last event: the axes grow to hold it, and bars are widened to the
     # grown axis (a few passes: the growth is a few bar widths at most)
     x_end = t_max / div
     for _ in range(4):
         span = x_end
-        shown_rows = {d: widen_spans({p: [(s / div, w / div) for s, w in spans] for p, spans in data[d][0].items()},
-                                     MIN_BAR_FRACTION * span) for d in rows}  # fmt: skip
+        min_w = MIN_BAR_FRACTION * span
+        shown_rows = {d: (widen_spans if not isinstance(d, str) else widen_in_place)(
+            {p: [(s / div, w / div) for s, w in spans] for p, spans in data[d][0].items()}, min_w) for d in rows}  # fmt: skip
         x_end = max([span, *(s + w for shown in shown_rows.values() for segs in shown.values() for s, w in segs)])
         if x_end <= span * (1 + 1e-9):
             break
@@ -711,6 +654,10 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
             ys.append(y)
         late_x += [t / div for t in lates]
         late_y += [y] * len(lates)
+        apply_x += [t / div for t in applied.get(d, [])]
+        apply_y += [y] * len(applied.get(d, []))
+    if apply_x:
+        ax.scatter(apply_x, apply_y, marker=APPLY_STYLE[0], s=42, color=APPLY_STYLE[1], linewidths=0, zorder=3)
     if late_x:
         ax.scatter(late_x, late_y, marker="|", s=90, color=LATE_COLOR, linewidths=1.5, zorder=3)
     for cause, (xs, ys) in fails_at.items():
@@ -727,10 +674,11 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
             for t in ends:
                 ax.axvline(t / div, color="0.6", lw=0.6, ls=":", zorder=0)
 
-    classes = _classes_of(run.devices, rows)
+    classes = _classes_of(run.devices, [d for d in rows if isinstance(d, int)])
     ax.set_yticks(
         range(len(rows)),
-        ["server" if d == SERVER else f"{d}" + (f" · {classes[d]}" if d in classes else "") for d in rows],
+        [_lane_label(d) if d == SERVER or isinstance(d, str) else f"{d}" + (f" · {classes[d]}" if d in classes else "")
+         for d in rows],
     )
     ax.tick_params(axis="y", labelsize=8 if len(rows) <= 12 else 7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -746,20 +694,25 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
                                   mew=1.6, label=text))  # fmt: skip
     if late_x:
         handles.append(Line2D([], [], ls="", marker="|", color=LATE_COLOR, mew=1.5, ms=9, label="late"))
+    if apply_x:
+        handles.append(Line2D([], [], ls="", marker=APPLY_STYLE[0], color=APPLY_STYLE[1], ms=8, label=APPLY_STYLE[2]))
     if ends is not None and 0 < ends.size <= 60:
-        handles.append(Line2D([], [], color="0.6", lw=0.8, ls=":", label="round end"))
+        # an asynchronous run's rows are the server's model updates, not rounds
+        ends_text = "round end" if run.server_mode in (None, "sync") else "server model update"
+        handles.append(Line2D([], [], color="0.6", lw=0.8, ls=":", label=ends_text))
     if handles:
         fig.legend(  # at most 3 a row: the server's kinds of work and the causes would push a row off the figure
             handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize="small", frameon=False
         )
     present = sorted(set(classes.values()))
     n_fleet = next((len(v) for v in run.devices.values()), 0)
-    n_rows = len([d for d in rows if d != SERVER])
+    n_rows = len([d for d in rows if isinstance(d, int) and d != SERVER])
     what = f"{n_rows} of {n_fleet:,} devices" if n_fleet else f"{n_rows} devices"
-    title = f"Device timeline ({what}" + (" and the server)" if SERVER in rows else ")")
+    others = ["the server"] * (SERVER in rows) + ["the gateways"] * any(isinstance(d, str) for d in rows)
+    title = f"Device timeline ({what}" + (f" and {' and '.join(others)})" if others else ")")
     if ev.truncated:
         title += f", first {t_max / div:.3g} {unit} (event log truncated)"
-    _title(ax, title, [run])
+    run_title(ax, title, [run])
     if present:  # under the run's name: what the class after each device id stands for
         ax.set_ylabel("device · class")
         ax.set_title(literal(run.label) + "\nclasses: " + "; ".join(
@@ -768,12 +721,43 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     return fig
 
 
+def _lane_label(row: int | str) -> str:
+    return "server" if row == SERVER else str(row)
+
+
+def widen_in_place(
+    phases: dict[str, list[tuple[float, float]]], min_w: float
+) -> dict[str, list[tuple[float, float]]]:
+    """(start, width) spans each at least ``min_w`` wide where they stand: a lane of parallel work (gateways)
+    whose overlapping bars show when any of them was busy."""
+    return {p: [(s, max(w, min_w)) for s, w in spans if np.isfinite(s)] for p, spans in phases.items()}
+
+
 def _classes_of(devices: dict[str, np.ndarray], ids: list[int]) -> dict[int, str]:
     ids_col, classes = devices.get("device"), devices.get("device_class")
     if ids_col is None or classes is None or ids_col.dtype.kind != "f" or ids_col.size != classes.size:
         return {}
     mask = np.isin(ids_col, np.array(ids, dtype=float))
     return {int(d): str(c) for d, c in zip(ids_col[mask], classes[mask], strict=True)}
+
+
+def _builders(targets: Sequence[float]) -> list[tuple[str, Callable[[Sequence[Run], list], Figure | None]]]:
+    """(file name, builder) of every run figure, in the order they are written; a builder returns None when
+    the runs have no data for its figure."""
+    return [
+        ("accuracy_vs_time.png", partial(fig_accuracy_vs_time, targets=targets)),
+        ("accuracy_vs_energy.png", partial(fig_accuracy_vs_energy, targets=targets)),
+        ("bytes_per_round.png", fig_bytes_per_round),
+        ("backhaul_bytes.png", fig_backhaul_bytes),
+        ("updates_per_hour.png", fig_updates_per_hour),
+        ("staleness.png", fig_staleness),
+        ("devices_alive.png", fig_devices_alive),
+        ("energy_by_class.png", fig_energy_by_class),
+        ("timeline.png", fig_timeline),
+    ]
+
+
+FIGURE_NAMES = tuple(name for name, _ in _builders(()))
 
 
 # ---------------------------------------------------------------------------------------------------------

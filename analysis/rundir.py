@@ -10,8 +10,9 @@ import csv
 import itertools
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ __all__ = [
     "load_runs",
     "read_device_events",
     "DeviceEvents",
+    "read_events_of_kind",
+    "KindEvents",
     "declared_targets",
     "read_resolved",
 ]
@@ -71,6 +74,16 @@ class Run:
     def events_path(self) -> Path:
         """Where this run's event log would be (it may not exist)."""
         return self.path / "events.jsonl"
+
+    @cached_property
+    def server_mode(self) -> str | None:
+        """How the server folds in updates (``sync``, ``async``, ``semi_async``): summary.json's ``server_mode``,
+        else scenario.resolved.yaml's ``server.mode``; None when neither says (runs from before the modes)."""
+        mode = self.summary.get("server_mode")
+        if not isinstance(mode, str) or not mode:
+            server = read_resolved(self.path).get("server")
+            mode = server.get("mode") if isinstance(server, dict) else None
+        return mode if isinstance(mode, str) and mode else None
 
     def column(self, name: str) -> np.ndarray | None:
         """A rounds.csv column, or None when absent or entirely empty."""
@@ -408,6 +421,53 @@ def number_repeated_labels(items: Sequence[Any]) -> None:
             r.label = f"{r.label} #{n + 1}"
 
 
+def _lines_matching(block: bytes, pattern: re.Pattern[bytes]) -> Iterator[tuple[re.Match[bytes], bytes]]:
+    """(match, the whole line holding it) for each match of ``pattern`` in a block of lines."""
+    for m in pattern.finditer(block):
+        start = block.rfind(b"\n", 0, m.start()) + 1
+        end = block.find(b"\n", m.end())
+        yield m, block[start : end if end >= 0 else len(block)]
+
+
+class _LineBlocks:
+    """events.jsonl in blocks of whole lines (up to 4 MiB), then its last line when it has no newline (probably
+    half-written): iterating yields (block, whole). Stops at the first block boundary past ``max_lines`` lines
+    or ``max_bytes`` bytes, and then says ``truncated``; ``last_line`` is the last whole line read.
+    Raises PlotInputError if the file cannot be read."""
+
+    def __init__(self, path: Path, max_lines: int, max_bytes: int) -> None:
+        self.path, self.max_lines, self.max_bytes = path, max_lines, max_bytes
+        self.truncated = False
+        self.last_line = b""
+
+    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
+        n_lines = n_bytes = 0
+        rest = b""
+        block_size = max(4096, min(_EVENT_BLOCK, self.max_bytes // 4))
+        try:
+            with open(self.path, "rb") as f:
+                while True:
+                    block = f.read(block_size)
+                    if not block:
+                        if rest.strip():
+                            yield rest, False
+                        return
+                    if n_lines >= self.max_lines or n_bytes >= self.max_bytes:
+                        self.truncated = True
+                        return
+                    block = rest + block
+                    cut = block.rfind(b"\n") + 1
+                    rest, block = block[cut:], block[:cut]
+                    if not block:
+                        continue
+                    n_lines += block.count(b"\n")
+                    n_bytes += len(block)
+                    self.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1 :]
+                    yield block, True
+        except OSError as e:
+            raise PlotInputError(f"{self.path}: cannot read ({e.strerror})") from e
+
+
 @dataclass
 class DeviceEvents:
     """Events of a few devices read from events.jsonl: ``by_device[d]`` is a time-ordered list of dicts."""
@@ -467,54 +527,69 @@ def read_device_events(
             keep(d, line)
 
     def by_pattern(block: bytes, pattern: re.Pattern[bytes]) -> None:
-        for m in pattern.finditer(block):
-            start = block.rfind(b"\n", 0, m.start()) + 1
-            end = block.find(b"\n", m.end())
-            keep(int(m.group(1)), block[start : end if end >= 0 else len(block)])
+        for m, line in _lines_matching(block, pattern):
+            keep(int(m.group(1)), line)
 
     pattern: re.Pattern[bytes] | None = None
-    n_lines = n_bytes = 0
-    truncated = False
-    last_line = b""
-    rest = b""
-    block_size = max(4096, min(_EVENT_BLOCK, max_bytes // 4))
-    try:
-        with open(path, "rb") as f:
-            while True:
-                block = f.read(block_size)
-                if not block:
-                    if rest.strip():
-                        line_by_line(rest)  # a last line without newline: probably half-written
-                    break
-                if n_lines >= max_lines or n_bytes >= max_bytes:
-                    truncated = True
-                    break
-                block = rest + block
-                cut = block.rfind(b"\n") + 1
-                rest, block = block[cut:], block[:cut]
-                if not block:
-                    continue
-                n_lines += block.count(b"\n")
-                n_bytes += len(block)
-                last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1 :]
-                if len(extra) < fill:
-                    line_by_line(block)
-                    continue
-                if pattern is None:
-                    ids = sorted(wanted | extra)
-                    if not ids:
-                        break
-                    alternatives = b"|".join(str(d).encode() for d in ids)
-                    pattern = re.compile(rb'"device"\s*:\s*(' + alternatives + rb")(?![0-9.eE])")
-                by_pattern(block, pattern)
-    except OSError as e:
-        raise PlotInputError(f"{path}: cannot read ({e.strerror})") from e
+    blocks = _LineBlocks(path, max_lines, max_bytes)
+    for block, whole in blocks:
+        if not whole or len(extra) < fill:
+            line_by_line(block)
+            continue
+        if pattern is None:
+            ids = sorted(wanted | extra)
+            if not ids:
+                break
+            alternatives = b"|".join(str(d).encode() for d in ids)
+            pattern = re.compile(rb'"device"\s*:\s*(' + alternatives + rb")(?![0-9.eE])")
+        by_pattern(block, pattern)
+    truncated = blocks.truncated
     if truncated:
         # the read horizon is the time of the last line read, whichever device it was about
-        m = _T_RE_B.search(last_line)
+        m = _T_RE_B.search(blocks.last_line)
         if m:
             try:
                 t_last = max(t_last, float(m.group(1)))
             except ValueError:
                 pass
     return DeviceEvents(by_device=by_device, first_seen=first_seen, truncated=truncated, t_last=t_last)
+
+
+@dataclass
+class KindEvents:
+    """Every event of some kinds read from events.jsonl, in file (time) order."""
+
+    events: list[dict[str, Any]]
+    truncated: bool
+
+
+def read_events_of_kind(
+    path: str | Path, kinds: Iterable[str], max_lines: int = 3_000_000, max_bytes: int = 256 * 2**20
+) -> KindEvents:
+    """Stream events.jsonl keeping the events whose ``event`` is one of ``kinds`` (all devices).
+
+    The same limits as ``read_device_events``: stops at the first block boundary past ``max_lines`` lines or
+    ``max_bytes`` bytes (``truncated`` is then True); lines that are not valid JSON are skipped; a missing file
+    has no events. Raises PlotInputError if the file exists but cannot be read.
+    """
+    path = Path(path)
+    kinds_set = set(kinds)
+    names = b"|".join(re.escape(k.encode()) for k in sorted(kinds_set))
+    pattern = re.compile(rb'"event"\s*:\s*"(?:' + names + rb')"')
+    out: list[dict[str, Any]] = []
+
+    def keep(line: bytes) -> None:
+        try:
+            ev = safe_json.loads(line)
+        except ValueError:
+            return
+        if isinstance(ev, dict) and ev.get("event") in kinds_set:
+            out.append(ev)
+
+    if not path.is_file():
+        return KindEvents(out, False)
+    blocks = _LineBlocks(path, max_lines, max_bytes)
+    for block, _ in blocks:
+        for _, line in _lines_matching(block, pattern):
+            keep(line)
+    return KindEvents(out, blocks.truncated)

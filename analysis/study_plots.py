@@ -22,25 +22,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.compare import crossing, run_metrics, selection_targets
-from analysis.plots import (
-    _bytes_unit,
-    _energy_unit,
-    _time_unit,
-    energy_by_class,
+from analysis.figure_kit import (
+    FIGSIZE,
+    bytes_unit,
+    energy_unit,
     literal,
-    load_plot_runs,
     place_legend,
-    plot_loaded,
-    shown_targets,
-    some_device_died,
+    run_colors,
     target_lines,
+    time_unit,
 )
+from analysis.plots import energy_by_class, load_plot_runs, plot_loaded, shown_targets, some_device_died
 from analysis.rundir import Run
 from analysis.study import Method, Selection, is_study_dir, require_runs, select
 from analysis.targets import Targets, resolve_targets, target_label
@@ -48,7 +45,6 @@ from analysis.targets import Targets, resolve_targets, target_label
 __all__ = ["method_colors", "study_figures", "write_study_plots", "STUDY_FIGURES", "figure_svg", "figure_png"]
 
 GRID_POINTS = 200
-FIGSIZE = (7.5, 4.6)
 DPI = 150
 BAND = "band: ± 1 std over seeds"
 
@@ -67,9 +63,7 @@ STUDY_FIGURES = (
 
 def method_colors(methods: Sequence[Method]) -> dict[str, tuple[float, float, float]]:
     """One colour per method label, in method order (tab10, tab20 beyond 10 methods)."""
-    cmap = colormaps["tab10"] if len(methods) <= 10 else colormaps["tab20"]
-    cols = list(cmap.colors)  # type: ignore[attr-defined]
-    return {m.label: tuple(cols[i % len(cols)]) for i, m in enumerate(methods)}  # type: ignore[misc]
+    return dict(zip((m.label for m in methods), run_colors(len(methods)), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -199,13 +193,13 @@ def _curve_figure(
 
 
 def _time_units(v: float) -> tuple[str, float]:
-    return _time_unit(v)
+    return time_unit(v)
 
 
 def _bytes_units(v: float) -> tuple[str, float]:
     """GB / MB as the run plots, kB and B for small (synthetic, system-only) runs."""
     if v >= 1e6:
-        return _bytes_unit(v)
+        return bytes_unit(v)
     return ("kB", 1e3) if v >= 1e3 else ("B", 1.0)
 
 
@@ -217,7 +211,7 @@ def fig_accuracy_vs(methods: Sequence[Method], colors: dict, what: str, targets:
         return _curve_figure(methods, colors, "sim_time_s", "acc_full", _time_units, "simulated time", ylabel,
                              "Accuracy vs simulated time", s, targets=targets)  # fmt: skip
     if what == "energy":
-        return _curve_figure(methods, colors, "energy_j", "acc_full", _energy_unit, "cumulative fleet energy",
+        return _curve_figure(methods, colors, "energy_j", "acc_full", energy_unit, "cumulative fleet energy",
                              ylabel, "Accuracy vs fleet energy", s, targets=targets)  # fmt: skip
     return _curve_figure(methods, colors, ("bytes_down", "bytes_up"), "acc_full", _bytes_units,
                          "cumulative bytes, down + up", ylabel, "Accuracy vs bytes on the wire", s,
@@ -328,7 +322,7 @@ def fig_to_accuracy(
     vals = [v for vs in cells.values() for g in vs for v in g if math.isfinite(v)]
     if not any(r.column("acc_full") is not None for m in methods for r in m.runs):
         return None
-    unit, div = (_time_unit if what == "time" else _energy_unit)(max(vals, default=0.0))
+    unit, div = (time_unit if what == "time" else energy_unit)(max(vals, default=0.0))
     fig, ax = _new()
     missed = [t for i, t in enumerate(targets) if not any(math.isfinite(v) for vs in cells.values() for v in vs[i])]
     best = _best_accuracy(methods)
@@ -420,7 +414,7 @@ def fig_energy_by_class(methods: Sequence[Method], colors: dict) -> Figure | Non
         for lab, ps in per.items()
     }
     vmax = max((v for vs in cells.values() for g in vs for v in g if math.isfinite(v)), default=0.0)
-    unit, div = _energy_unit(vmax)
+    unit, div = energy_unit(vmax)
     fig, ax = _new()
     _bars(ax, classes, methods, colors, cells, div)
     handles = [Patch(facecolor=colors[m.label], label=literal(f"{m.label} (n={len(m.runs)})")) for m in methods]

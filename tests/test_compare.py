@@ -282,7 +282,7 @@ def test_legends_sit_outside_the_axes_below_or_beside() -> None:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from analysis.plots import LEGEND_BESIDE_MIN, place_legend
+    from analysis.figure_kit import LEGEND_BESIDE_MIN, place_legend
     from analysis.study_plots import FIGSIZE
 
     for n, below in ((LEGEND_BESIDE_MIN - 1, True), (LEGEND_BESIDE_MIN, False)):
