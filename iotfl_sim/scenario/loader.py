@@ -17,7 +17,14 @@ from pydantic import BaseModel, Tag, ValidationError
 from iotfl_sim import methods
 from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.availability import AVAILABILITY_KINDS
-from iotfl_sim.scenario.model import DEFAULT_SERVER_PROFILE, Group, Scenario
+from iotfl_sim.scenario.model import (
+    DEFAULT_GATEWAY_PROFILE,
+    DEFAULT_SERVER_PROFILE,
+    Group,
+    Hierarchy,
+    Scenario,
+    Server,
+)
 from iotfl_sim.scenario.profile import DeviceProfile
 
 
@@ -81,19 +88,35 @@ def _read_profile(path: Path) -> DeviceProfile:
 
 def resolve_server(sc: Scenario, base_dir: Path | None = None, source: str = "scenario") -> DeviceProfile | None:
     """The server's profile, inlined into ``sc.server.profile`` so the resolved scenario reproduces the run; None
-    where the scenario asks for the old FLOP rule (``server.compute``)."""
-    srv = sc.server
+    where the scenario asks for the old FLOP rule (``server.compute``). The gateways' profile under ``hierarchy``
+    too (``hierarchy.profile``)."""
+    if sc.hierarchy is not None:
+        _resolve_priced(sc.hierarchy, "hierarchy", DEFAULT_GATEWAY_PROFILE, base_dir, source)
+    return _resolve_priced(sc.server, "server", DEFAULT_SERVER_PROFILE, base_dir, source)
+
+
+def resolved_compute(sc: Scenario) -> bool:
+    """Whether ``resolve_server`` has inlined every profile it resolves (or there is none to resolve)."""
+    holders = [sc.server] if sc.hierarchy is None else [sc.server, sc.hierarchy]
+    return all(h.compute is not None or isinstance(h.profile, dict) for h in holders)
+
+
+def _resolve_priced(
+    holder: Server | Hierarchy, key: str, default: str, base_dir: Path | None, source: str
+) -> DeviceProfile | None:
+    """``holder.profile`` (the server's or the gateways') loaded, checked and inlined; None under ``compute``."""
+    srv = holder
     if srv.compute is not None:
         return None
-    where = f"{source}: server.profile"
-    given = DEFAULT_SERVER_PROFILE if srv.profile is None else srv.profile
+    where = f"{source}: {key}.profile"
+    given = default if srv.profile is None else srv.profile
     if isinstance(given, str):
         prof = load_profile(given, base_dir, where=where)
     else:
         try:
             prof = DeviceProfile.model_validate(given)
         except ValidationError as e:
-            raise ScenarioError(_format_errors(e, DeviceProfile, given, source, None, prefix=("server", "profile"))) from None
+            raise ScenarioError(_format_errors(e, DeviceProfile, given, source, None, prefix=(key, "profile"))) from None
     if prof.server_work is None:
         raise ScenarioError(
             f"{where}: profile {prof.name} has no server_work section (aggregation and QSGD rates); measure one with "
@@ -104,7 +127,7 @@ def resolve_server(sc: Scenario, base_dir: Path | None = None, source: str = "sc
             prof.mode(srv.power_mode)
         except KeyError:
             modes = ", ".join(prof.compute.power_modes or {}) or "none"
-            raise ScenarioError(f"{source}: server.power_mode: {srv.power_mode!r} is not a power mode of {prof.name} (has: {modes})") from None
+            raise ScenarioError(f"{source}: {key}.power_mode: {srv.power_mode!r} is not a power mode of {prof.name} (has: {modes})") from None
     srv.profile = prof.model_dump(mode="json")
     return prof
 

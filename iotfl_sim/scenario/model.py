@@ -254,6 +254,15 @@ class ServerCompute(Strict):
 DEFAULT_SERVER_PROFILE = "gpu_server_titan_xp"
 
 
+def one_compute_model(holder: Any, key: str) -> Any:
+    """``holder`` (the server, or the gateways under ``hierarchy``) priced by a profile or by the FLOP rule, not both."""
+    if holder.profile is not None and holder.compute is not None:
+        raise ValueError(f"give {key}.profile or {key}.compute, not both (compute is the old FLOP rule)")
+    if holder.power_mode is not None and holder.compute is not None:
+        raise ValueError(f"{key}.power_mode picks a mode of {key}.profile; the FLOP rule ({key}.compute) has none")
+    return holder
+
+
 class Server(Strict):
     mode: Literal["sync", "async", "semi_async"] = Field(
         "sync",
@@ -316,11 +325,55 @@ class Server(Strict):
 
     @model_validator(mode="after")
     def _one_server_model(self) -> Server:
-        if self.profile is not None and self.compute is not None:
-            raise ValueError("give server.profile or server.compute, not both (compute is the old FLOP rule)")
-        if self.power_mode is not None and self.compute is not None:
-            raise ValueError("server.power_mode picks a mode of server.profile; the FLOP rule (server.compute) has none")
-        return self
+        return one_compute_model(self, "server")
+
+
+DEFAULT_GATEWAY_PROFILE = "cloud_cpu_2vcpu"
+
+
+class Backhaul(Strict):
+    """A gateway's own link to the cloud (not shared with other gateways). Defaults: 4G LTE, the median 13 Mb/s
+    down / 6 Mb/s up and 44-66 ms RTT of Huang et al. (MobiSys 2012), with the radio power of their linear model
+    (438.39 mW/Mbps up, 51.97 mW/Mbps down, plus 1288.04 mW) at those rates."""
+
+    up_mbps: float = Field(6.0, gt=0, description="gateway -> cloud bandwidth, Mb/s (default: LTE median uplink)")
+    down_mbps: float = Field(13.0, gt=0, description="cloud -> gateway bandwidth, Mb/s (default: LTE median downlink)")
+    rtt_s: float = Field(0.055, ge=0, description="round-trip time added to every transfer, s (default: LTE, 44-66 ms)")
+    tx_w: float = Field(3.92, ge=0, description="radio power while uploading, W (default: Huang's LTE model at 6 Mb/s)")
+    rx_w: float = Field(1.96, ge=0, description="radio power while downloading, W (default: Huang's LTE model at 13 Mb/s)")
+
+
+class Hierarchy(Strict):
+    """Device -> gateway -> cloud aggregation (HierFAVG; ``sim/hierarchy.py``). Every fleet group names a
+    ``network.gateway``; each copy of that gateway (``devices_per_gateway`` blocks) aggregates its own devices."""
+
+    device_rounds: int = Field(
+        1, ge=1, le=MAX_EPOCHS,
+        description="k1: local rounds (local.epochs epochs each) a device trains between two aggregations at its "
+        "gateway, in one task (HierFAVG's kappa_1)",
+    )  # fmt: skip
+    gateway_rounds: int = Field(
+        1, ge=1, le=MAX_ROUNDS,
+        description="k2: gateway aggregations per cloud aggregation (HierFAVG's kappa_2); `rounds` counts cloud rounds",
+    )  # fmt: skip
+    profile: str | dict[str, Any] | None = Field(
+        None,
+        description="the gateways' compute, a profile with a server_work section (by name or path, or inline) "
+        f"pricing their aggregation like the server's; null: {DEFAULT_GATEWAY_PROFILE} (a 2-vCPU edge server) "
+        "unless compute is given",
+    )
+    power_mode: str | None = Field(None, description="a power mode of the gateway profile (null: its default)")
+    compute: ServerCompute | None = Field(
+        None, description="the old FLOP rule instead of a profile: {flops, power_w} (as server.compute)"
+    )
+    idle_w: float | None = Field(
+        None, ge=0, description="each gateway's power while it neither computes nor transmits, W (null: not counted)"
+    )
+    backhaul: Backhaul = Field(default_factory=Backhaul, description="each gateway's link to the cloud")
+
+    @model_validator(mode="after")
+    def _one_compute_model(self) -> Hierarchy:
+        return one_compute_model(self, "hierarchy")
 
 
 class Checkpoint(Strict):
@@ -428,6 +481,9 @@ class Scenario(Strict):
     server: Server = Server()
     output: Output = Output()
     executor: Executor = Executor()
+    hierarchy: Hierarchy | None = Field(
+        None, description="device -> gateway -> cloud aggregation (null: every device reports to the server)"
+    )
 
     @field_validator("name")
     @classmethod
@@ -465,6 +521,8 @@ class Scenario(Strict):
                 f"server.mode: {mode}: algorithm {alg.name} runs only in {', '.join(alg.server_modes)}; set server.mode "
                 f"to {' or '.join(alg.server_modes)}, or use a method made for {mode} ({', '.join(fits) or 'none registered'})"
             )
+        if mode != "sync" and self.hierarchy is not None:
+            return f"hierarchy runs synchronous rounds at every tier: set server.mode: sync (not {mode}), or drop hierarchy"
         if mode == "semi_async" and srv.deadline_s is None:
             return "server.mode: semi_async closes each round at its deadline: set server.deadline_s"
         if mode == "async" and srv.over_selection != 1.0:
@@ -472,6 +530,29 @@ class Scenario(Strict):
         if mode != "async" and (srv.concurrency is not None or srv.dispatch != "continuous"):
             return f"server.concurrency and server.dispatch apply to server.mode: async (this is {mode}): remove them"
         return None
+
+    @model_validator(mode="after")
+    def _hierarchy_fits(self) -> Scenario:
+        if self.hierarchy is None:
+            return self
+        for i, g in enumerate(self.fleet.groups):
+            if g.network.gateway is None:
+                label = f" ({g.name})" if g.name else ""
+                raise ValueError(
+                    f"hierarchy: fleet.groups[{i}]{label} has no network.gateway, so its devices report to no "
+                    "gateway; give it network.gateway naming a fleet.gateways entry, or drop hierarchy"
+                )
+        if not type(self.algorithm).hierarchical:
+            able = ", ".join(m.name for m in methods.registered() if m.config.hierarchical)
+            raise ValueError(
+                f"hierarchy: method {self.algorithm.name} cannot run hierarchically (its server does more than average "
+                f"one global model); use one of {able}, or drop hierarchy"
+            )
+        return self
+
+    def task_epochs(self) -> int:
+        """Epochs a device trains per task: ``local.epochs``, times ``hierarchy.device_rounds`` under a hierarchy."""
+        return self.local.epochs * (self.hierarchy.device_rounds if self.hierarchy is not None else 1)
 
     def num_devices(self) -> int:
         return sum(self.fleet.counts())

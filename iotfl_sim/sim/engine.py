@@ -41,7 +41,7 @@ from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.network import SharedMedium
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder
-from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server
+from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server, resolved_compute
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream
@@ -49,6 +49,7 @@ from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
+from iotfl_sim.sim.hierarchy import GatewayTier
 from iotfl_sim.sim.learning import Learning
 from iotfl_sim.sim.memory import InfeasibleFleetError, MemoryNeed
 from iotfl_sim.sim.round import Round, RoundStart
@@ -109,10 +110,10 @@ class Simulation:
         loc = sc.local
         self.step_options = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
         self.training_time = TrainingTime(
-            self.fleet, self.numerics.samples_per_device, loc.epochs, loc.batch_size, self.step_options,
+            self.fleet, self.numerics.samples_per_device, sc.task_epochs(), loc.batch_size, self.step_options,
             roofline=sc.fleet.cost_model == "roofline",
         )
-        if sc.server.compute is None and not isinstance(sc.server.profile, dict):
+        if not resolved_compute(sc):
             resolve_server(sc, base_dir / "device_profiles" if base_dir is not None else None)
         self.server_cost = ServerCost.of(sc.server)
         self.server_work = ServerWork()
@@ -135,6 +136,7 @@ class Simulation:
         self.stalled: int | None = None  # the round the run stalled at: too few devices left to go on
         self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
         self.interrupted = False
+        self.hierarchy = GatewayTier(self) if sc.hierarchy is not None else None  # device -> gateway -> cloud
 
     def _set_up_strategy(self) -> None:
         """The method's ``setup``, then the set-up checks of what it will assign (models analysed, memory)."""
@@ -221,6 +223,9 @@ class Simulation:
         """The server's process: the rounds, top to bottom. Rounds before ``resume_round`` are replayed from the
         tape (the system part only: no training, aggregation or evaluation)."""
         sc = self.sc
+        if self.hierarchy is not None:
+            yield from self.hierarchy.rounds()
+            return
         for rnd in range(sc.rounds):
             replay = rnd < self.checkpointing.resume_round
             self._announce(rnd, replay)
@@ -240,15 +245,21 @@ class Simulation:
             updates = self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes)
             yield from self._serve(rd)  # aggregation-side work
             row = self._row(rd, outcomes, updates)
-            if replay:
-                self._replayed(rnd)
-                continue
-            self._record(rnd, row)
-            if rnd + 1 < sc.rounds and (self.stop_requested or checkpointing.due(self, rnd + 1)):
-                self.checkpoint(rnd + 1)
-                if self.stop_requested:
-                    self.interrupted = True
-                    return
+            if self._end_round(rnd, row, replay):
+                return
+
+    def _end_round(self, rnd: int, row: dict[str, Any], replay: bool) -> bool:
+        """A replayed round's bookkeeping, or the row recorded and a checkpoint when due; True: stop here (Ctrl-C)."""
+        if replay:
+            self._replayed(rnd)
+            return False
+        self._record(rnd, row)
+        if rnd + 1 < self.sc.rounds and (self.stop_requested or checkpointing.due(self, rnd + 1)):
+            self.checkpoint(rnd + 1)
+            if self.stop_requested:
+                self.interrupted = True
+                return True
+        return False
 
     # ------------------------------------------------------------ steps of a round
 
@@ -264,20 +275,24 @@ class Simulation:
         energy = float(sum(v.sum() for v in self.fleet.class_energy(now).values()))
         return RoundStart(now, energy, self.traffic.down, self.traffic.up)
 
-    def _wait_for_participants(self, rnd: int):
-        """Wait (retry_s at a time) until min_participants devices are selectable; False if never."""
+    def _wait_for_participants(self, rnd: int, view: Any = None):
+        """Wait (retry_s at a time) until min_participants devices are selectable (in ``view``, default the
+        server's); False if never."""
         need = self.sc.server.min_participants
+        view = self.view if view is None else view
         for _ in range(100_000):
             self.view.now, self.view.rnd = self.env.now, rnd
-            if self.view.has_selectable(need):
+            if view.has_selectable(need):
                 return True
-            if self.view.known_gone.all():
+            if view.known_gone.all():
                 return False
             yield self.env.timeout(self.sc.server.retry_s)
         return False
 
-    def _select(self, rnd: int) -> list[Assignment]:
-        assignments = self.strategy.select(rnd, self.view, stream(self.sc.seed, "select", rnd))
+    def _select(self, rnd: int, view: Any = None, *key: int) -> list[Assignment]:
+        """The strategy's selection from ``view`` (default: the server's), with the stream of (rnd, *key)."""
+        view = self.view if view is None else view
+        assignments = self.strategy.select(rnd, view, stream(self.sc.seed, "select", rnd, *key))
         if self.strategy.wire is not None:  # e.g. quantize each device's download (server work, charged after selection)
             self.strategy.wire.dispatch(rnd, assignments, self.strategy)
         return assignments
@@ -464,7 +479,8 @@ class Simulation:
         """Figures of the fleet and the engine that a faithful replay reproduces exactly (a resume checks them)."""
         t = self.traffic
         engine = [self.env.now, t.down, t.up, self.server_time, t.params_sent, t.params_back]
-        return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum())]
+        tiers = self.hierarchy.digest() if self.hierarchy is not None else []
+        return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *tiers]
 
     def checkpoint(self, done: int) -> None:
         """Write a checkpoint after ``done`` rounds (``sim.checkpointing``)."""

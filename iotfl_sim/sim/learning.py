@@ -65,7 +65,7 @@ class Learning:
                     spec=b.spec,
                     weights={k: v.clone() for k, v in weights.items()},
                     indices=self.numerics.parts[d],
-                    epochs=loc.epochs,
+                    epochs=self.sc.task_epochs(),
                     batch_size=loc.batch_size,
                     lr=loc.lr_schedule.lr_at(loc.lr, rnd),
                     momentum=loc.momentum,

@@ -24,6 +24,7 @@ from iotfl_sim.output.run_dir import (
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.sim import hierarchy
 from iotfl_sim.sim.engine import ExecutorFactory, Simulation
 from iotfl_sim.sim.round import MODE_COLUMNS
 
@@ -227,5 +228,6 @@ def _labels(sim: Simulation) -> list[str]:
 
 
 def _extra_columns(sim: Simulation) -> list[str]:
-    """rounds.csv's columns beyond the fixed ones: energy per device class, then the server mode's own."""
-    return [f"energy_{c}_j" for c in sim.fleet.class_names] + list(MODE_COLUMNS[sim.sc.server.mode])
+    """rounds.csv's columns beyond the fixed ones: energy per device class, the server mode's, the hierarchy's."""
+    tiers = list(hierarchy.COLUMNS) if sim.hierarchy is not None else []
+    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *MODE_COLUMNS[sim.sc.server.mode], *tiers]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from iotfl_sim.algorithms.base import AggregateWork, InferWork, QsgdWork, TrainWork, Work, work_kind
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.quantize import QSGD_FLOPS_PER_VALUE
-from iotfl_sim.scenario.model import Server
+from iotfl_sim.scenario.model import Hierarchy, Server
 from iotfl_sim.scenario.profile import DeviceProfile, Rates
 
 FLOAT_BYTES = 4
@@ -80,12 +80,13 @@ class ServerCost:
             self.flops, self.power_w = self.rates.flops, self.rates.train_w
 
     @classmethod
-    def of(cls, server: Server) -> ServerCost:
-        """The cost model of a resolved scenario's server (``loader.resolve_server`` has inlined its profile)."""
+    def of(cls, server: Server | Hierarchy) -> ServerCost:
+        """The cost model of a resolved scenario's server, or of its gateways (``loader.resolve_server`` has inlined
+        the profile)."""
         if server.compute is not None:
             return cls(None, flops=server.compute.flops, power_w=server.compute.power_w)
         if not isinstance(server.profile, dict):
-            raise ValueError("server.profile is not resolved: call scenario.loader.resolve_server first")
+            raise ValueError("the profile is not resolved: call scenario.loader.resolve_server first")
         return cls(DeviceProfile.model_validate(server.profile), server.power_mode)
 
     def price(self, work: Work) -> Priced:

@@ -43,6 +43,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
     host_aggregate = sim.host["aggregate"]
     other = max(host_total - host_train - host_eval - host_aggregate - host_setup, 0.0)
     failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
+    tiers = {} if sim.hierarchy is None else {"hierarchy": sim.hierarchy.summary()}
     return {
         "name": sc.name,
         "algorithm": sc.algorithm.name,
@@ -80,6 +81,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             "total": host_total,
         },
         "host_other_fraction": other / host_total if host_total > 0 else 0.0,
+        **tiers,
     }
 
 

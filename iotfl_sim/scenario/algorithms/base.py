@@ -27,6 +27,9 @@ class MethodConfig(Strict):
     # the server modes the method runs in (``server.mode``): sync rounds; semi_async adds late updates to a later
     # round's aggregation with a staleness weight (only methods that aggregate a weighted average of the updates)
     server_modes: ClassVar[tuple[str, ...]] = ("sync",)
+    # whether the method runs under ``hierarchy:`` (``sim/hierarchy.py``): its whole changing state is one averaged
+    # global model in ``state`` (besides a per-device wire), and the server does nothing but aggregate
+    hierarchical: ClassVar[bool] = False
 
     def held_out_fraction(self) -> float:
         """Share of the train set held out for the server (a proxy set) before the clients' split; 0: none."""

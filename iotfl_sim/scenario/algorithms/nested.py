@@ -14,6 +14,7 @@ from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, LevelString, Proto
 class FedAvgConfig(_Wire):
     name: Literal["fedavg"]
     server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
+    hierarchical = True
     flavour: Literal["all_large", "smallest"] = Field(
         "all_large",
         description="all_large: everyone trains the full model and devices that cannot fit it are excluded; "
@@ -44,6 +45,7 @@ class DecoupledConfig(_Levels):
 
 @builtin("iotfl_sim.algorithms.heterofl:HeteroFL")
 class HeteroFLConfig(_Levels, _Wire):
+    hierarchical = True
     name: Literal["heterofl"]
     server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
     mode: Literal["fix", "dynamic"] = Field(
@@ -67,6 +69,7 @@ class HeteroFLIoTConfig(HeteroFLConfig):
     configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
 
     name: Literal["heterofl_iot"]  # type: ignore[assignment]
+    hierarchical = False  # its energy budgets and carried selection are fleet-wide state (``carry``, ``dispatched``)
     selection: Literal["proportional", "paced", "random"] = Field(
         "proportional",
         description="proportional: each round takes max(share x clients_per_round, 1) nodes of every level among "

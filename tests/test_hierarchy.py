@@ -1,0 +1,187 @@
+"""Device -> gateway -> cloud aggregation (``sim/hierarchy.py``): one gateway with k1 = k2 = 1 is flat FedAvg,
+backhaul bytes are a hand count, the cloud averages every k2 gateway rounds, HeteroFL runs, bad scenarios are
+refused in one line, and a stopped run resumes to the same files."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import base_scenario
+
+from iotfl_sim.cli import main
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.sim import engine, hierarchy
+from iotfl_sim.sim.engine import Simulation
+
+HEADER = 1024  # server.header_bytes' default
+
+
+def gatewayed(data: dict, per_gateway: int | None = None, **tier) -> dict:
+    """``data`` with one gateway every group names (``per_gateway``: its devices_per_gateway) and a hierarchy."""
+    data = copy.deepcopy(data)
+    gw = {"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0}
+    if per_gateway is not None:
+        gw["devices_per_gateway"] = per_gateway
+    data["fleet"]["gateways"] = [gw]
+    for g in data["fleet"]["groups"]:
+        g.setdefault("network", {})["gateway"] = "gw"
+    data["hierarchy"] = tier
+    return data
+
+
+def simulate(data: dict) -> Simulation:
+    sc = load_scenario(text=yaml.safe_dump(data))
+    sim = Simulation(sc, resolve_groups(sc))
+    sim.run()
+    return sim
+
+
+def rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "rounds.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def only_run(parent: Path) -> Path:
+    (run,) = [p for p in parent.iterdir() if p.is_dir()]
+    return run
+
+
+def test_one_gateway_with_k1_k2_one_is_flat_fedavg_bit_for_bit():
+    flat_data = base_scenario(rounds=3, clients_per_round=3)
+    flat_data["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0}]
+    for g in flat_data["fleet"]["groups"]:
+        g["network"] = {"gateway": "gw"}  # the same shared links as the hierarchical run's devices
+    flat = simulate(flat_data)
+    tiered = simulate(gatewayed(flat_data))
+    assert len(tiered.hierarchy.nodes) == 1
+    assert flat.strategy.state.keys() == tiered.strategy.state.keys()
+    for k, v in flat.strategy.state.items():
+        assert torch.equal(v, tiered.strategy.state[k]), k
+    for a, b in zip(flat.rows, tiered.rows, strict=True):
+        for col in ("train_loss", "acc_full", "completed", "bytes_down", "bytes_up"):
+            assert a[col] == b[col], col
+        assert b["sim_time_s"] > a["sim_time_s"]  # the gateway's aggregation and the backhaul take time
+
+
+def test_backhaul_bytes_are_the_model_in_float32_plus_a_header_per_gateway_each_way_each_cloud_round(tmp_path, write_scenario):
+    data = gatewayed(base_scenario(rounds=2, numerics="none", clients_per_round=2), per_gateway=3)
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    run = only_run(tmp_path)
+    sc = load_scenario(text=yaml.safe_dump(data))
+    recipe = Simulation(sc, resolve_groups(sc)).recipe  # the scenario's model: cnn_small on 8 x 8 digits
+    weights = recipe.build(SubmodelSpec(1.0)).state_dict().values()
+    n_params = sum(t.numel() for t in weights if t.is_floating_point())  # float32 values on the wire
+    gateways = 3  # 8 devices in blocks of 3
+    per_round = gateways * (n_params * 4 + HEADER)
+    got = rows(run)
+    assert [float(r["bytes_backhaul_up"]) for r in got] == [per_round, 2 * per_round]
+    assert [float(r["bytes_backhaul_down"]) for r in got] == [per_round, 2 * per_round]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["hierarchy"] == {"gateways": 3, "device_rounds": 1, "gateway_rounds": 1}
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    ups = [e for e in events if e["event"] == "backhaul" and e["up"]]
+    assert sorted({e["gateway"] for e in ups}) == ["gw[0]", "gw[1]", "gw[2]"]
+    assert sum(e["event"] == "cloud_aggregate" for e in events) == 2
+
+
+def weighted_average(states: list[dict], weights: list[float]) -> dict:
+    """By hand: every float tensor the float64 weighted mean of the gateways', back in float32."""
+    out = {}
+    for k, v in states[0].items():
+        if not v.is_floating_point():
+            continue
+        total = sum(w * s[k].to(torch.float64) for s, w in zip(states, weights, strict=True))
+        out[k] = (total / sum(weights)).to(v.dtype)
+    return out
+
+
+def record_backhaul(monkeypatch) -> list[tuple]:
+    """(up, gateway, its model, the cloud's model, its weight) at each backhaul transfer's start."""
+    seen = []
+    backhaul = hierarchy.GatewayTier._backhaul
+
+    def spy(self, node, rnd, up):
+        seen.append((up, node.label, dict(node.state), dict(self.sim.strategy.state), node.samples))
+        return backhaul(self, node, rnd, up)
+
+    monkeypatch.setattr(hierarchy.GatewayTier, "_backhaul", spy)
+    return seen
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "heterofl", "proportions": "a1-b1"}])
+def test_the_cloud_averages_the_gateways_models_every_k2_gateway_rounds(monkeypatch, tmp_path, write_scenario, algorithm):
+    data = gatewayed(base_scenario(rounds=2, clients_per_round=2, algorithm=algorithm), per_gateway=4, gateway_rounds=2)
+    data["server"] = {"bn_calibration_samples": 64}
+    seen = record_backhaul(monkeypatch)
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    run = only_run(tmp_path)
+    ups = [s for s in seen if s[0]]
+    downs = [s for s in seen if not s[0]]
+    assert len(ups) == len(downs) == 4  # 2 gateways x 2 cloud rounds, each way
+    for r in range(2):
+        (_, _, a, _, wa), (_, _, b, _, wb) = ups[2 * r : 2 * r + 2]
+        assert wa > 0 and wb > 0
+        assert any(not torch.equal(a[k], b[k]) for k in a)  # each gateway trained its own devices: they differ
+        merged = downs[2 * r][3]  # what the cloud sends down: both gateways' models, weighted by samples
+        for k, v in weighted_average([a, b], [wa, wb]).items():
+            assert torch.equal(merged[k], v), k
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    kinds = [(e["event"], e.get("gateway")) for e in events if e["event"] in ("gateway_aggregate", "cloud_aggregate")]
+    per_cloud = [("gateway_aggregate", "gw[0]"), ("gateway_aggregate", "gw[1]")] * 2 + [("cloud_aggregate", None)]
+    assert sorted(kinds[:5], key=str) == sorted(per_cloud, key=str) and kinds[4] == ("cloud_aggregate", None)
+    assert len(kinds) == 10 and kinds[9] == ("cloud_aggregate", None)
+    got = rows(run)
+    assert len(got) == 2 and all(r["acc_full"] for r in got)
+    assert {e["round"] for e in events if e["event"] == "train_start"} == {0, 1, 2, 3}  # gateway rounds' keys
+
+
+def test_k1_trains_k1_local_rounds_per_task():
+    data = gatewayed(base_scenario(rounds=1, numerics="none", clients_per_round=2), device_rounds=3)
+    one = simulate(gatewayed(base_scenario(rounds=1, numerics="none", clients_per_round=2)))
+    three = simulate(data)
+    assert three.training_time.epochs == 3 * one.training_time.epochs == 3
+    assert three.rows[0]["energy_compute_j"] > 2.5 * one.rows[0]["energy_compute_j"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d["fleet"]["groups"][1]["network"].pop("gateway"), "fleet.groups[1] (big) has no network.gateway"),
+        (lambda d: d.update(algorithm={"name": "fedopt"}), "method fedopt cannot run hierarchically"),
+    ],
+)
+def test_a_scenario_the_hierarchy_cannot_run_is_refused_in_one_line(tmp_path, write_scenario, capsys, change, words):
+    data = gatewayed(base_scenario(numerics="none"))
+    change(data)
+    assert main(["validate", str(write_scenario(data))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "hierarchy" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_stopped_hierarchical_run_resumes_to_the_same_files(tmp_path, write_scenario, monkeypatch):
+    data = gatewayed(base_scenario(rounds=2, clients_per_round=2), per_gateway=4, gateway_rounds=2)
+    data["server"] = {"bn_calibration_samples": 64}
+    data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
+    path = write_scenario(data)
+    assert main(["run", str(path), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+    checkpoint = engine.Simulation.checkpoint  # stop at the first (after round 1), as a first Ctrl-C would
+    monkeypatch.setattr(engine.Simulation, "checkpoint", lambda sim, done: (checkpoint(sim, done), setattr(sim, "stop_requested", True)))
+    assert main(["run", str(path), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
+    monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
+    cut = only_run(tmp_path / "cut")
+    assert len(rows(cut)) == 1
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 0
+    whole = only_run(tmp_path / "whole")
+    strip = {"host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s"}
+    assert [{k: v for k, v in r.items() if k not in strip} for r in rows(whole)] == [
+        {k: v for k, v in r.items() if k not in strip} for r in rows(cut)
+    ]
+    assert (whole / "events.jsonl").read_text() == (cut / "events.jsonl").read_text()
+    assert (whole / "devices.csv").read_text() == (cut / "devices.csv").read_text()
