@@ -32,7 +32,6 @@ import simpy
 from iotfl_sim.algorithms.base import Asynchronous, Outcome, State, Update
 from iotfl_sim.output import codec
 from iotfl_sim.seeding import stream
-from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.learning import TrainTask
 from iotfl_sim.sim.round import Round, Task, settle, start_task
 
@@ -114,7 +113,7 @@ class AsyncServer:
                 updated = yield from self._settle(task, status)
                 if updated:
                     may_fill = True
-                    if self.version >= sc.rounds or self._stop_after_row():
+                    if self.version >= sc.rounds or sim.interrupted:
                         return
 
     def _fill(self, free: int):
@@ -224,10 +223,7 @@ class AsyncServer:
             in_flight=len(self.in_flight),
         )
         self.row = Round(sim.env, self.version, 0, sim._round_start())
-        if replay:
-            sim._replayed(self.version - 1)
-            return
-        sim._record(self.version - 1, row)
+        sim._end_round(self.version - 1, row, replay)  # recorded, checkpointed when due (Ctrl-C: interrupted)
 
     def _train(self, buffered: list[Buffered], replay: bool) -> list[Update]:
         sim = self.sim
@@ -248,18 +244,6 @@ class AsyncServer:
 
     def _replaying(self) -> bool:
         return self.version < self.sim.checkpointing.resume_round
-
-    def _stop_after_row(self) -> bool:
-        """Write a checkpoint when due (or asked to stop); True when the run stops here."""
-        sim, done = self.sim, self.version
-        if self._replaying() or done >= sim.sc.rounds:
-            return False
-        if sim.stop_requested or checkpointing.due(sim, done):
-            sim.checkpoint(done)
-            if sim.stop_requested:
-                sim.interrupted = True
-                return True
-        return False
 
     # ------------------------------------------------------------ checkpoints
 
