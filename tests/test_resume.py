@@ -43,6 +43,8 @@ METHODS = {
     # asynchronous: the resumed versions apply updates of devices in flight at the checkpoint (their weights saved)
     "fedasync": {"algorithm": {"name": "fedasync"}, "server": {"mode": "async", "concurrency": 3}},
     "fedbuff": {"algorithm": {"name": "fedbuff", "buffer_size": 2, "server_momentum": 0.9}, "server": {"mode": "async"}},
+    # semi_async: round 1's late updates are still out at the checkpoint and join round 2 after the resume
+    "fedavg_semi_async": {"algorithm": {"name": "fedavg"}, "server": {"mode": "semi_async", "deadline_s": 10.0}},
     # variants whose numerics differ from their method's default
     "heterofl_iot_paced": {"algorithm": {"name": "heterofl_iot", "proportions": "a2-b8", "selection": "paced"}},
     "adaptivefl_code": {"algorithm": {"name": "adaptivefl", "reference": "code"}, "fleet": relative_fleet((3, 3, 3))},

@@ -29,11 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from iotfl_sim.algorithms.base import Asynchronous, Outcome, State, Update
-from iotfl_sim.output import codec
+from iotfl_sim.algorithms.base import Asynchronous, Outcome, Update
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim.learning import TrainTask
-from iotfl_sim.sim.round import Round, Task, settle, start_task
+from iotfl_sim.sim.round import Round, Task, capture_weights, restore_weights, settle, start_task
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
@@ -248,27 +247,11 @@ class AsyncServer:
     # ------------------------------------------------------------ checkpoints
 
     def captured(self) -> dict[str, Any]:
-        """The downloaded weights of every task in flight, ending now or buffered (a replay rebuilds the tasks, not the
-        weights), each distinct state once: {"tasks": [[wave, device, index]], "states": [...]}."""
-        tasks = self._holding_weights()
-        index: dict[int, int] = {}
-        states: list[State] = []
-        keys = []
-        for t in tasks:
-            if t.base is None:
-                continue
-            i = index.setdefault(id(t.base), len(states))
-            if i == len(states):
-                states.append(t.base)
-            keys.append([t.rnd, t.assignment.device, i])
-        return {"tasks": keys, "states": codec.encode(states)}
+        """The downloaded weights of every task in flight, ending now or buffered (``sim.round.capture_weights``)."""
+        return capture_weights(self._holding_weights())
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        restore_weights(self._holding_weights(), saved)
 
     def _holding_weights(self) -> list[Task]:
         return [*self.in_flight, *(t for t, _ in self.settling), *(b.task for b in self.buffer)]
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        """Give the replayed tasks their downloaded weights back (``captured``)."""
-        states = codec.decode(saved["states"])
-        by_key = {(t.rnd, t.assignment.device): t for t in self._holding_weights()}
-        for wave, device, i in saved["tasks"]:
-            by_key[(wave, device)].base = states[i]

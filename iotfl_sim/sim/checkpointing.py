@@ -67,6 +67,8 @@ def write(sim: Simulation, done: int) -> None:
     }
     if sim.async_server is not None:  # the weights the devices in flight downloaded
         state["in_flight"] = sim.async_server.captured()
+    if sim.late is not None:  # semi_async: those of the tasks that missed their round
+        state["late"] = sim.late.captured()
     host_total = time.perf_counter() - sim.t_created
     meta = {
         "rows": sim.rows,
@@ -116,6 +118,8 @@ def end_replay(sim: Simulation) -> None:
     codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
     if sim.async_server is not None:
         sim.async_server.restore(state["in_flight"])
+    if sim.late is not None:
+        sim.late.restore(state["late"])
     sim.server_work.drain()  # set-up work was charged in round 1 already
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])

@@ -50,9 +50,10 @@ from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
 from iotfl_sim.sim.hierarchy import GatewayTier
-from iotfl_sim.sim.learning import Learning
+from iotfl_sim.sim.learning import Learning, TrainTask
 from iotfl_sim.sim.memory import InfeasibleFleetError, MemoryNeed
 from iotfl_sim.sim.round import Round, RoundStart
+from iotfl_sim.sim.semi_async import LateUpdates
 from iotfl_sim.sim.server_cost import ServerCost
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
@@ -133,6 +134,7 @@ class Simulation:
         self.checkpointing = checkpointing.CheckpointState()
         self.rows: list[dict[str, Any]] = []
         self.async_server = AsyncServer(self) if sc.server.mode == "async" else None
+        self.late = LateUpdates(sc.server.staleness) if sc.server.mode == "semi_async" else None
         self.stalled: int | None = None  # the round the run stalled at: too few devices left to go on
         self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
         self.interrupted = False
@@ -237,14 +239,21 @@ class Simulation:
             assignments = self.tape.answer("select", lambda r=rnd: self._select(r))
             yield from self._serve(rd)  # set-up work (first round) and selection work
             rd.dispatch(assignments, self.fleet, self.tasks.run)
+            if self.late is not None and sc.numerics == "torch" and not replay:
+                for t in rd.tasks:  # a late update trains from what its device downloaded in this round
+                    t.base = self.learning.download(t.assignment)
             yield rd.closing(sc.server.deadline_s)
             outcomes = rd.close(self.fleet, self.log)
             for o in outcomes:
                 if o.status == "depleted":
                     self.view.known_gone[o.assignment.device] = True
-            updates = self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes)
+            late = self.late.arrived(rnd) if self.late is not None else []
+            updates = self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes, late)
             yield from self._serve(rd)  # aggregation-side work
             row = self._row(rd, outcomes, updates)
+            if self.late is not None:
+                row.update(self._applied_late(rnd, outcomes, late))
+                self.late.missed(rd.tasks)
             if self._end_round(rnd, row, replay):
                 return
 
@@ -317,26 +326,38 @@ class Simulation:
             out.append((what, p.kind, p.seconds, p.flops))
         return out
 
-    def _learn(self, rnd: int, outcomes: list[Outcome]) -> list[Update]:
-        """The accepted updates trained for real, received, charged and aggregated; the method observes every
-        outcome."""
-        accepted = [o for o in outcomes if o.status == "completed"]
+    def _learn(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask] = ()) -> list[Update]:
+        """The accepted updates (and, semi_async, the ``late`` ones of earlier rounds) trained for real, received,
+        charged and aggregated; the method observes every outcome of the round."""
+        tasks = [TrainTask(o, rnd) for o in outcomes if o.status == "completed"] + list(late)
         updates: list[Update] = []
-        if self.sc.numerics == "none" or not accepted:
+        if self.sc.numerics == "none" or not tasks:
             self.tape.answer("receive", list)
         else:
             t0 = time.perf_counter()
-            updates = self.learning.train(rnd, accepted)
+            updates = self.learning.train_tasks(tasks)
             receipts = self._receive_uploads(rnd, updates)
             self.tape.answer("receive", lambda: receipts)
             self.host["train"] += time.perf_counter() - t0
-        self._charge_aggregation(outcomes)  # on the clock before what the method does with the average
+        self._charge_aggregation([*outcomes, *(t.outcome for t in late)])  # on the clock before the method's own work
         if len(updates) >= self.sc.server.min_participants:
             t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
             self.strategy.aggregate(rnd, updates)
             self.host["aggregate"] += time.perf_counter() - t0
         self.strategy.observe(rnd, outcomes)
         return updates
+
+    def _applied_late(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask]) -> dict[str, Any]:
+        """semi_async: log each update the round folded in with its staleness; the round's staleness columns."""
+        assert self.late is not None
+        fresh = [o for o in outcomes if o.status == "completed"]
+        aggregated = len(fresh) + len(late) >= self.sc.server.min_participants
+        if aggregated:
+            for o in fresh:
+                self.log(rnd, o.assignment.device, "apply", staleness=0, version=rnd + 1)
+            for t in late:
+                self.log(t.rnd, t.outcome.assignment.device, "apply", staleness=t.staleness, version=rnd + 1)
+        return self.late.columns(len(fresh), late, aggregated)
 
     def _receive_uploads(self, rnd: int, updates: list[Update]) -> list[tuple[int, float, float]]:
         """Hand each update to the method's wire: a quantized upload's real encoded size replaces the size priced

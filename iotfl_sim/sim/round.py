@@ -13,6 +13,7 @@ import simpy
 
 from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, State, Update
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, Fleet
+from iotfl_sim.output import codec
 from iotfl_sim.sim.traffic import Traffic
 
 # rounds.csv columns of each server mode beyond a synchronous round's: client updates folded in so far, the
@@ -188,3 +189,28 @@ class Round:
             "bytes_down_round": traffic.down - s.bytes_down,
             "bytes_up_round": traffic.up - s.bytes_up,
         }
+
+
+def capture_weights(tasks: list[Task]) -> dict[str, Any]:
+    """The downloaded weights of ``tasks`` for a checkpoint (a replay rebuilds the tasks, not the weights), each
+    distinct state once: {"tasks": [[rnd, device, index]], "states": [...]}."""
+    index: dict[int, int] = {}
+    states: list[State] = []
+    keys = []
+    for t in tasks:
+        if t.base is None:
+            continue
+        i = index.setdefault(id(t.base), len(states))
+        if i == len(states):
+            states.append(t.base)
+        keys.append([t.rnd, t.assignment.device, i])
+    return {"tasks": keys, "states": codec.encode(states)}
+
+
+def restore_weights(tasks: list[Task], saved: dict[str, Any]) -> None:
+    """Give replayed ``tasks`` their downloaded weights back (``capture_weights``)."""
+    states = codec.decode(saved["states"])
+    by_key = {(t.rnd, t.assignment.device): t for t in tasks}
+    for rnd, device, i in saved["tasks"]:
+        by_key[(rnd, device)].base = states[i]
+
