@@ -256,3 +256,37 @@ def test_a_mode_the_method_or_server_block_cannot_run_is_one_line_and_status_2(
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # worker processes start
+def test_the_pool_executor_gives_the_inline_numbers_in_async_mode():
+    """FedBuff trains a buffer of updates from several model versions at once: worker processes must give the
+    same bits as training inline (each job carries its own downloaded weights and seed)."""
+    def final(executor):
+        sim = simulation(
+            base_scenario(
+                rounds=4, clients_per_round=4, fleet=even_fleet(6), executor=executor,
+                algorithm={"name": "fedbuff", "buffer_size": 2}, server={"mode": "async"},
+            )  # fmt: skip
+        )
+        sim.run()
+        return sim.strategy.state, [{k: v for k, v in r.items() if not k.startswith("host_")} for r in sim.rows]
+
+    inline_state, inline_rows = final({"kind": "inline"})
+    pool_state, pool_rows = final({"kind": "pool", "workers": 2})
+    assert inline_rows == pool_rows and max(r["staleness_max"] for r in inline_rows) > 0
+    assert all(torch.equal(inline_state[k], pool_state[k]) for k in inline_state)
+
+
+def test_a_sweep_compares_the_server_modes_in_one_study(tmp_path):
+    import iotfl_sim
+
+    base = base_scenario(rounds=3, numerics="none", server={"deadline_s": 10.0})
+    study = iotfl_sim.sweep(
+        {"name": "modes", "base": base, "workers": 1,
+         "zip": {"algorithm.name": ["fedavg", "fedbuff", "fedavg"], "server.mode": ["sync", "async", "semi_async"]}},
+        out=tmp_path,
+    )  # fmt: skip
+    assert [r["status"] for r in study.records] == ["done"] * 3
+    modes = {r["id"]: study.runs[r["id"]].summary["server_mode"] for r in study.records}
+    assert sorted(modes.values()) == ["async", "semi_async", "sync"]
