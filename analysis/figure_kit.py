@@ -75,12 +75,14 @@ LEGEND_BESIDE_MIN = 7  # a legend of this many entries or more goes beside the a
 
 def place_legend(ax: Any, handles: Sequence[Any]) -> None:
     """The figure's legend outside the axes, where it covers no curve, bar or marker: below them (up to 3
-    entries a row) when short, beside them when long (the figure widens by 2.6 in, the axes keep their width)."""
+    entries a row, fewer when they are long) when short, beside them when long (the figure widens by 2.6 in, the axes keep their width)."""
     if not handles:
         return
     fig = ax.get_figure()
     if len(handles) < LEGEND_BESIDE_MIN:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize="small",
+        longest = max(len(str(h.get_label())) for h in handles)  # long entries take fewer to a row, or they clip
+        per_row = 3 if longest <= 30 else 2 if longest <= 48 else 1
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), per_row), fontsize="small",
                    frameon=False)  # fmt: skip
         return
     w, h = fig.get_size_inches()

@@ -141,6 +141,16 @@ def updates_rate(t: np.ndarray, applied: np.ndarray, window_s: float) -> tuple[n
     return edges, np.diff(cumulative) / np.diff(edges) * 3600.0
 
 
+def updates_applied(run: Run) -> np.ndarray | None:
+    """Cumulative client updates folded into the model by each row: rounds.csv's ``updates_applied``, or for a
+    synchronous run (which has none) its accepted updates, ``completed``, summed over the rounds."""
+    applied = run.column("updates_applied")
+    if applied is not None:
+        return applied
+    completed = run.column("completed")
+    return None if completed is None else np.cumsum(np.nan_to_num(completed))
+
+
 def fig_updates_per_hour(runs: Sequence[Run], colors: list) -> Figure | None:
     """Client updates applied per simulated hour against simulated time, counted in fixed windows (the same
     for every run, a round number of seconds, minutes or hours giving at most 30 windows), drawn as steps.
@@ -148,23 +158,26 @@ def fig_updates_per_hour(runs: Sequence[Run], colors: list) -> Figure | None:
     A rate rather than the cumulative count: asynchronous and semi-asynchronous runs overlaid as cumulative
     curves differ only in slope, which the eye compares poorly, whereas the rate reads off the axis as
     throughput and shows when it changes (devices depleted or offline, slow devices holding a buffer back);
-    the cumulative count is rounds.csv's ``updates_applied`` itself.
+    the cumulative count is rounds.csv's ``updates_applied`` itself. A synchronous run overlaid on them is
+    drawn from its accepted updates per round (``updates_applied``); the figure exists only beside a run that
+    has the column.
     """
-    have = [r.column("updates_applied") is not None and r.column("sim_time_s") is not None for r in runs]
-    if not any(have):
+    if not any(r.column("updates_applied") is not None for r in runs):
         return None
+    applied = [updates_applied(r) for r in runs]
+    have = [a is not None and r.column("sim_time_s") is not None for r, a in zip(runs, applied, strict=True)]
     span = nanmax([r.column("sim_time_s") for r, h in zip(runs, have, strict=True) if h])
     window = rate_window(span)
     unit, div = time_unit(span)
     fig, ax = new_figure()
     handles = []
-    for run, color, h, text in zip(runs, colors, have, legend_labels(runs), strict=True):
+    for run, color, h, a, text in zip(runs, colors, have, applied, legend_labels(runs), strict=True):
         if h:
-            edges, rate = updates_rate(run.column("sim_time_s"), run.column("updates_applied"), window)
+            edges, rate = updates_rate(run.column("sim_time_s"), a, window)
             if rate.size:
                 ax.stairs(rate, edges / div, color=color, lw=1.8)
                 handles.append(Line2D([], [], color=color, lw=2, label=text))
-    if len(runs) > 1:  # an entry per run drawn: a synchronous run overlaid has no rate to show
+    if len(runs) > 1:
         place_legend(ax, handles)
     finish_axes(ax, runs, "Update throughput", f"simulated time ({unit})",
                 f"client updates applied per hour\n(counted per {_duration_text(window)})")

@@ -87,7 +87,7 @@ FAILURE_STYLE = {
     "oom": ("x", "#D62728", "failed: out of memory"),
     "offline": ("o", "#525252", "failed: device went offline"),
     "depleted": ("v", "#E6550D", "failed: battery ran dry"),
-    "deadline": ("s", "#08519C", "dropped: round deadline passed"),
+    "deadline": ("s", "#08519C", "dropped: deadline passed"),
     "surplus": ("+", "#31A354", "dropped: round already full (surplus)"),
     "refused": ("d", "#8C6D31", "refused by the device"),
 }

@@ -124,6 +124,13 @@ def test_updates_per_hour_counts_each_window_by_hand(tmp_path: Path) -> None:
     sync = write_run(tmp_path / "s", sync_rows(), summary={"name": "s"})
     fig = build_figures(load_runs([a, sync]))["updates_per_hour.png"]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a · async"]  # no entry for a run with no rate
+    # a synchronous run beside an async one: its accepted updates per round (completed) are its applied updates
+    rounds = [{**r, "completed": c} for r, c in zip(sync_rows(), [4, 2, 3], strict=True)]  # rows at 10, 20, 30 s
+    counted = write_run(tmp_path / "c", rounds, summary={"name": "c"})
+    fig = build_figures(load_runs([a, counted]))["updates_per_hour.png"]
+    (_, sc) = [p for p in fig.axes[0].patches if isinstance(p, StepPatch)]
+    rate_c, edges_c = sc.get_data()[:2]
+    assert rate_c[0] == pytest.approx(9 * 3600 / (edges_c[1] - edges_c[0]))  # all 9 in the first window
 
 
 def test_backhaul_bytes_against_device_links(tmp_path: Path) -> None:
