@@ -294,3 +294,15 @@ def test_a_sweep_compares_the_server_modes_in_one_study(tmp_path):
     assert [r["status"] for r in study.records] == ["done"] * 3
     modes = {r["id"]: study.runs[r["id"]].summary["server_mode"] for r in study.records}
     assert sorted(modes.values()) == ["async", "semi_async", "sync"]
+
+
+def test_the_summary_weights_each_rows_staleness_by_its_updates():
+    from iotfl_sim.sim.summary import updates_summary
+
+    rows = [
+        {"updates_applied": 2, "staleness_mean": 0.0, "staleness_max": 0},
+        {"updates_applied": 2, "staleness_mean": None, "staleness_max": None},  # a round that aggregated nothing
+        {"updates_applied": 5, "staleness_mean": 2.0, "staleness_max": 3},
+    ]
+    assert updates_summary(rows, "semi_async") == {"updates_applied": 5, "staleness_mean": 6 / 5, "staleness_max": 3}
+    assert updates_summary(rows, "sync") == {}

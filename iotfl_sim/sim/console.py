@@ -61,6 +61,7 @@ def _targets_line(summary: dict[str, Any]) -> str | None:
     if not isinstance(reach, dict) or not reach:
         return None
     best = summary.get("best_acc_full")
+    unit = "model version" if summary.get("server_mode") == "async" else "round"  # async rows are versions
     parts = []
     for key in sorted(reach, key=float):
         r = reach[key]
@@ -68,7 +69,7 @@ def _targets_line(summary: dict[str, Any]) -> str | None:
         if not isinstance(r, dict) or r.get("round") is None:
             parts.append(f"{label} not reached")
             continue
-        parts.append(f"{label} at round {r['round']} ({_seconds(r['sim_time_s'])} simulated, {_joules(r['energy_j'])})")
+        parts.append(f"{label} at {unit} {r['round']} ({_seconds(r['sim_time_s'])} simulated, {_joules(r['energy_j'])})")
     tail = f"; best {100 * best:.1f}%" if isinstance(best, int | float) else ""
     return "targets (full model): " + ", ".join(parts) + tail
 
@@ -95,6 +96,11 @@ def end_summary(path: Path | None, summary: dict[str, Any]) -> str:
     tasks = f"tasks {summary.get('tasks', 0)}: {summary.get('completed', 0)} completed"
     if fails:
         tasks += "; failed: " + ", ".join(f"{v} {FAILURE_WORDS.get(k, k)}" for k, v in fails.items())
+    if summary.get("updates_applied") is not None:  # async, semi_async
+        stale = summary.get("staleness_mean")
+        tasks += f"; {summary['updates_applied']} updates applied" + (
+            f", staleness mean {stale:.2f}, max {summary.get('staleness_max')}" if isinstance(stale, int | float) else ""
+        )
     parts.append(tasks)
     waste, wasted = summary.get("comm_waste"), summary.get("bytes_wasted")
     if isinstance(waste, int | float):

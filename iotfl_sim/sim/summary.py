@@ -70,6 +70,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "failures": failures,
         "devices_alive": last.get("alive", sim.fleet.n),
         "stalled_at_round": None if sim.stalled is None else sim.stalled + 1,
+        **updates_summary(rows, sc.server.mode),
         "oracle_knowledge": sorted(sim.view.oracle_users),
         "data_notes": sim.numerics.dataset.notes if sim.numerics.dataset is not None else "",
         "host_time_s": {
@@ -113,3 +114,22 @@ def device_columns(sim: Simulation) -> dict[str, Any]:
         "depleted_at_s": np.where(f.depleted_at <= t, f.depleted_at, np.nan),
     }
     return cols
+
+
+def updates_summary(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
+    """async and semi_async: the client updates folded in and their mean and largest staleness (nothing in sync)."""
+    if mode == "sync":
+        return {}
+    applied = [(r["updates_applied"], r["staleness_mean"], r["staleness_max"]) for r in rows]
+    total, weighted, before = 0, 0.0, 0
+    for n, mean, _ in applied:
+        if mean is not None:
+            weighted += (n - before) * mean
+            total += n - before
+        before = n
+    return {
+        "updates_applied": before,
+        "staleness_mean": weighted / total if total else None,
+        "staleness_max": max((m for _, _, m in applied if m is not None), default=None),
+    }
+
