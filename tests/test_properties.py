@@ -210,8 +210,8 @@ def test_method_weightings_count_ignores_sizes_data_is_scale_free(case, k, restr
 
     glob, cs, fc = case
     keys = [fc] if restrict else ()
-    updates = [SimpleNamespace(state=c.state, num_samples=int(c.weight), label_set=c.label_rows) for c in cs]
-    scaled = [SimpleNamespace(state=u.state, num_samples=u.num_samples * k, label_set=u.label_set) for u in updates]
+    updates = [SimpleNamespace(state=c.state, num_samples=int(c.weight), label_set=c.label_rows, weight=1.0) for c in cs]
+    scaled = [SimpleNamespace(state=u.state, num_samples=u.num_samples * k, label_set=u.label_set, weight=1.0) for u in updates]
 
     def agg(us, weighting):
         return aggregate_nested(glob, method_contributions(us, weighting, restrict_labels=restrict), classifier_keys=keys)

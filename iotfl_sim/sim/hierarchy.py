@@ -17,10 +17,10 @@ Each copy of a fleet gateway (``fleet.gateways`` entry, one per ``devices_per_ga
    priced by the server profile), and sends the result down every backhaul (``rx_w`` at the gateway).
 
 ``device_rounds`` (k1) is HierFAVG's kappa_1, the local work between two gateway aggregations: a task trains
-``k1 x local.epochs`` epochs in one go (one download, one upload; one optimizer, as kappa_1 local SGD steps). The
-brief that asked for this read k1 as device rounds each ending in a gateway aggregation and k2 as gateway rounds
-per cloud round; then a gateway round would mark no event and only k1 x k2 would matter, so k1 is read as HierFAVG's
-local work and k2 as HierFAVG's edge aggregations per cloud aggregation. With k1 = k2 = 1 and one gateway the
+``k1 x local.epochs`` epochs in one go (one download, one upload; one optimizer, as kappa_1 local SGD steps). Read
+literally as "k1 device rounds per gateway round", each device round ending in a gateway aggregation, a gateway
+round would mark no event and only k1 x k2 would matter; so k1 is read as HierFAVG's local work and k2 as its edge
+aggregations per cloud aggregation. With k1 = k2 = 1 and one gateway the
 numbers are flat FedAvg's bit for bit (gateway 0 draws its selection from the flat stream; a one-gateway cloud
 average of a float32 model weighted by an integer sample count returns it exactly).
 
