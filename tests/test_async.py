@@ -65,11 +65,11 @@ def test_fedbuff_with_k_equal_to_concurrency_and_dispatch_after_each_update_is_s
     """Every slot refilled only after a server step, K = concurrency = clients per round, no staleness scaling,
     server_lr 1, no momentum: each step averages the K models trained from the same version, which is FedAvg's
     plain mean; the tasks draw what a round's draw (keyed by wave = round)."""
-    fedavg = simulation(base_scenario(rounds=3, algorithm={"name": "fedavg", "weighting": "count"}))
+    fedavg = simulation(base_scenario(rounds=2, algorithm={"name": "fedavg", "weighting": "count"}))
     fedavg.run()
     fedbuff = simulation(
         base_scenario(
-            rounds=3,
+            rounds=2,
             algorithm={"name": "fedbuff", "buffer_size": 4, "staleness": {"kind": "constant"}},
             server={"mode": "async", "dispatch": "after_update"},
         )
@@ -194,7 +194,7 @@ def test_each_update_trains_from_the_model_its_device_downloaded():
 
 
 def test_a_run_stopped_earlier_is_the_prefix_of_a_longer_one():
-    """No task's fate depends on anything after it: the first rows of a 6-version run equal a 3-version run's."""
+    """No task's fate depends on anything after it: the first rows of a 5-version run equal a 2-version run's."""
     def table(n):
         sim = simulation(
             base_scenario(rounds=n, clients_per_round=3, fleet=even_fleet(6), algorithm={"name": "fedasync"}, server={"mode": "async"})
@@ -202,7 +202,7 @@ def test_a_run_stopped_earlier_is_the_prefix_of_a_longer_one():
         sim.run()
         return [{k: v for k, v in r.items() if not k.startswith("host_")} for r in sim.rows]
 
-    assert table(6)[:3] == table(3)
+    assert table(5)[:2] == table(2)
 
 
 def test_a_task_past_its_deadline_is_dropped_then_and_its_late_update_never_applied(tmp_path):

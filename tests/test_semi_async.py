@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from conftest import base_scenario
 from test_async import events, rows, run_dir, simulation
@@ -16,7 +15,7 @@ def semi(rounds: int = 5, deadline: float = 10.0, **algorithm) -> dict:
 
 
 def test_a_late_update_joins_the_first_round_to_close_after_it_with_its_rounds_of_staleness(tmp_path):
-    run = run_dir(semi(rounds=6), tmp_path)
+    run = run_dir({**semi(rounds=6), "numerics": "none"}, tmp_path)  # the bookkeeping is the system's
     evs = events(run)
     closes = {}  # round index -> the instant its row was made (its last server event)
     for e in evs:
@@ -63,9 +62,9 @@ def test_a_late_update_is_weighted_by_the_staleness_function_and_trains_from_its
 
 
 def test_with_a_deadline_no_task_misses_semi_async_is_the_synchronous_run():
-    sync = simulation(base_scenario(rounds=3, server={"deadline_s": 1e5}))
+    sync = simulation(base_scenario(rounds=2, server={"deadline_s": 1e5}))
     sync.run()
-    semi_run = simulation(base_scenario(rounds=3, server={"mode": "semi_async", "deadline_s": 1e5}))
+    semi_run = simulation(base_scenario(rounds=2, server={"mode": "semi_async", "deadline_s": 1e5}))
     semi_run.run()
     for a, b in zip(sync.rows, semi_run.rows, strict=True):
         assert {k: v for k, v in a.items() if not k.startswith("host_")} == {
@@ -74,11 +73,11 @@ def test_with_a_deadline_no_task_misses_semi_async_is_the_synchronous_run():
         assert b["staleness_max"] == 0
 
 
-@pytest.mark.parametrize("kind", ["constant", "hinge"])
-def test_the_staleness_option_changes_only_the_late_updates_weight(kind):
-    base = simulation(semi(rounds=4))
+def test_the_staleness_option_changes_only_the_late_updates_weight():
+    base = simulation(semi(rounds=3))
     base.run()
-    other = simulation({**semi(rounds=4), "server": {"mode": "semi_async", "deadline_s": 10.0, "staleness": {"kind": kind, "a": 10, "b": 0}}})
+    hinge = {"mode": "semi_async", "deadline_s": 10.0, "staleness": {"kind": "hinge", "a": 10, "b": 0}}
+    other = simulation({**semi(rounds=3), "server": hinge})
     other.run()
     assert base.rows[0]["acc_full"] == other.rows[0]["acc_full"]  # round 1 has no late update yet
     assert any(a["acc_full"] != b["acc_full"] for a, b in zip(base.rows, other.rows, strict=True))
