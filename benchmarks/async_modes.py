@@ -40,13 +40,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = ROOT / "scenarios" / "async_iot_fleet_smoke.yaml"
 FIELD = ROOT / "scenarios" / "hierarchical_field_smoke.yaml"
-READING = "## Reading"
+READING = "**How it was run.**"  # the hand-written part starts here; a rerun keeps it
 
 DATA = ["data.dataset=mnist", "data.test_samples=500", "server.bn_calibration_samples=300"]
 FLEET_DATA = [*DATA, "data.train_samples=3000"]  # 100 samples a device over 30
 FIELD_DATA = [*DATA, "data.train_samples=2000"]  # 100 samples a device over 20
 HORIZON_S = 90.0  # (a): every mode is scored on its first HORIZON_S simulated seconds
-DEADLINE_S = 15.0  # (a): semi_async rounds close here (the synchronous rounds' median is about 10-15 s)
+# (a): semi_async rounds close at DEADLINE_S; the synchronous rounds here take 8-22 s (median about 10), so 15 s
+# binds only in the slowest rounds; TIGHT_DEADLINE_S, a second row, binds in many more
+DEADLINE_S, TIGHT_DEADLINE_S = 15.0, 8.0
 TARGETS = (0.3, 0.5)  # acc_full targets of the time- and energy-to-accuracy columns
 SYNC = ["server.mode=sync", "algorithm={name: fedavg}", "server.concurrency=null"]
 # label, --set overrides, rounds (from a seed-0 pilot: enough to pass HORIZON_S with a margin; checked), eval_every
@@ -55,6 +57,9 @@ MODES: list[tuple[str, list[str], int, int]] = [
     ("sync FedAvg", SYNC, 8, 1),
     ("semi-async FedAvg", ["server.mode=semi_async", "algorithm={name: fedavg}", "server.concurrency=null",
                            f"server.deadline_s={DEADLINE_S:g}"], 10, 1),
+    (f"semi-async FedAvg ({TIGHT_DEADLINE_S:g} s deadline)", ["server.mode=semi_async", "algorithm={name: fedavg}",
+                                                            "server.concurrency=null",
+                                                            f"server.deadline_s={TIGHT_DEADLINE_S:g}"], 14, 1),
     ("FedAsync", ["algorithm={name: fedasync}"], 195, 25),
     ("FedBuff", [], 40, 5),
 ]
@@ -247,7 +252,7 @@ def main() -> None:
         "",
         f"`scenarios/async_iot_fleet_smoke.yaml` on MNIST ({' '.join('--set ' + s for s in FLEET_DATA)}): 30 devices, "
         "10 training at once (sync and semi-async: 10 clients a round), FedBuff K = 5, FedAsync alpha = 0.6; "
-        f"semi-async rounds close at {DEADLINE_S:g} s. **Budget equalised in simulated time**: every run went past "
+        f"semi-async rounds close at {DEADLINE_S:g} s (and, a second row, {TIGHT_DEADLINE_S:g} s). **Budget equalised in simulated time**: every run went past "
         f"{HORIZON_S:g} s (rounds / versions set per mode: " + ", ".join(f"{lab} {r}" for lab, _, r, _ in MODES)
         + (f"; raised where a seed fell short: {'; '.join(extended)}" if extended else "")
         + f") and only its rows ending by {HORIZON_S:g} s count; evaluations about every 12-15 simulated s "
@@ -278,7 +283,7 @@ def main() -> None:
         "",
     ]
     old = args.md.read_text() if args.md.exists() else ""
-    reading = old[old.index(READING):] if READING in old else f"{READING} (written by hand after the run)\n"
+    reading = old[old.index(READING):] if READING in old else "## Reading (written by hand after the run)\n"
     args.md.write_text("\n".join(lines) + "\n" + reading)
     print("\n".join(lines))
 
