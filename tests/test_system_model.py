@@ -387,3 +387,12 @@ def test_deadline_counts_from_dispatch_after_waiting_for_devices(tmp_path):
     # dispatched at 300 s; the fast devices finish within 3 s, the slow ones (over 6 s of upload) are cut
     assert row["sim_time_s"] == pytest.approx(303.0 + row["server_aggregate_s"])  # the round closes after the server's aggregation (priced on its own in test_server_cost)
     assert row["completed"] == 4 and row["failed_deadline"] == 4
+
+
+def test_a_system_only_run_sizes_its_clients_from_the_train_samples_a_real_run_keeps():
+    """data.train_samples cuts the train set of a real run; a system-only pilot of the same scenario must price
+    the same local work (each device's share of 600 samples, not of MNIST's 60,000)."""
+    data = base_scenario(numerics="none", data={"dataset": "mnist", "train_samples": 600})
+    sc = load_scenario(text=yaml.safe_dump(data))
+    sizes = Simulation(sc, resolve_groups(sc)).numerics.samples_per_device
+    assert sizes.sum() == 600 and sizes.max() - sizes.min() <= 1

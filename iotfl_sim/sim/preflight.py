@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iotfl_sim.fl.data.datasets import NATURAL_GROUPS, DatasetError, check_files
-from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.output.loggers import check_available
 from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.sim.setup import load_data, split_clients
+from iotfl_sim.sim.setup import load_data, nominal_train_samples, split_clients
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
@@ -75,10 +74,7 @@ def _split_may_fail(sc: Scenario, num_devices: int) -> bool:
     p = sc.data.partition
     if p.method in ("natural", "shards") or sc.algorithm.held_out_classes():
         return True
-    nominal = DATASET_SHAPES[sc.data.dataset][4]
-    if sc.data.train_samples is not None:
-        nominal = min(nominal, sc.data.train_samples)
-    for_clients = nominal * (1.0 - sc.algorithm.held_out_fraction())
+    for_clients = nominal_train_samples(sc) * (1.0 - sc.algorithm.held_out_fraction())
     return for_clients < THIN_DATA * num_devices
 
 

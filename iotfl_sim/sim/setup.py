@@ -134,10 +134,19 @@ def split_clients(
     return labels, proxy, parts
 
 
+def nominal_train_samples(sc: Scenario) -> int:
+    """The train samples a scenario splits over its clients, without reading the files: the dataset's nominal
+    train set, or ``data.train_samples`` of it."""
+    nominal = DATASET_SHAPES[sc.data.dataset][4]
+    return nominal if sc.data.train_samples is None else min(nominal, sc.data.train_samples)
+
+
 def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
-    channels, height, width, classes, nominal = DATASET_SHAPES[sc.data.dataset]
+    channels, height, width, classes, _ = DATASET_SHAPES[sc.data.dataset]
     if sc.numerics == "none":
-        # Costs only: clients are sized as an IID split of the nominal train set, no file is read.
+        # Costs only: clients are sized as an IID split of the nominal train set (data.train_samples of it when
+        # given, as a real run keeps), no file is read.
+        nominal = nominal_train_samples(sc)
         sizes = np.full(num_devices, nominal // num_devices, dtype=np.int64)
         sizes[: nominal % num_devices] += 1
         sizes = np.maximum(sizes, 1)
