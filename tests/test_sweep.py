@@ -248,12 +248,12 @@ def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path, ray_cluster):
     p = write_study(tmp_path, study, base)
     with pytest.raises(ScenarioError, match="data.dataset"):  # an unknown dataset is caught before anything runs
         read_study(p)
-    study["grid"]["data.dataset"] = ["digits"]
+    study["grid"] = {"seed": [1]}  # two runs each way (the seeds' rounds go through the same code)
     study["zip"] = {"local.lr": [0.05, 0.1]}
     p = write_study(tmp_path, {**study, "dispatch": {"kind": "ray"}})
     by_ray = sweep(read_study(p), tmp_path / "ray", progress=False)
     by_proc = sweep(read_study(p), tmp_path / "proc", progress=False, dispatch="processes")
-    assert [r["status"] for r in by_ray.records] == ["done"] * 4, [r["error"] for r in by_ray.records]
+    assert [r["status"] for r in by_ray.records] == ["done"] * 2, [r["error"] for r in by_ray.records]
     assert [r["id"] for r in by_ray.records] == [r["id"] for r in by_proc.records]
     for r in by_ray.records:
         a, b = by_ray.folder / r["run_dir"], by_proc.folder / r["run_dir"]
@@ -264,7 +264,7 @@ def test_ray_dispatch_runs_the_same_runs_as_processes(tmp_path, ray_cluster):
     (broken / "summary.json").unlink()
     (broken / "scenario.resolved.yaml").write_text("{not: [valid")
     again = sweep(read_study(p), tmp_path / "ray", progress=False)
-    assert [r["status"] for r in again.records] == ["failed", "done", "done", "done"]
+    assert [r["status"] for r in again.records] == ["failed", "done"]
     assert again.records[0]["error"]
 
 
