@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from iotfl_sim.algorithms.base import (
     AggregateWork,
     Assignment,
+    Asynchronous,
     DeviceState,
     EvalTarget,
     FleetView,
@@ -42,7 +43,7 @@ from iotfl_sim.methods import register_method
 from iotfl_sim.scenario.algorithms import MethodConfig
 
 __all__ = [
-    "AggregateWork", "Assignment", "DeviceState", "EvalTarget", "FleetView", "GlobalModel", "InferWork", "LocalObjective",
+    "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "EvalTarget", "FleetView", "GlobalModel", "InferWork", "LocalObjective",
     "MethodConfig", "ModelRecipe", "Outcome", "QsgdWire", "QsgdWork", "State", "Strategy", "StrategyContext",
     "SubmodelSpec", "TrainWork", "Update", "Wire", "average", "register_method", "select_uniform",
 ]  # fmt: skip

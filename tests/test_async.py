@@ -306,3 +306,25 @@ def test_the_summary_weights_each_rows_staleness_by_its_updates():
     ]
     assert updates_summary(rows, "semi_async") == {"updates_applied": 5, "staleness_mean": 6 / 5, "staleness_max": 3}
     assert updates_summary(rows, "sync") == {}
+
+
+def test_a_method_whose_options_say_async_but_that_is_not_asynchronous_is_refused_in_one_line(tmp_path):
+    from typing import ClassVar, Literal
+
+    import iotfl_sim
+    from iotfl_sim.algorithms.fedavg import FedAvg
+    from iotfl_sim.scenario.algorithms import FedAvgConfig
+    from iotfl_sim.scenario.loader import ScenarioError
+
+    class NotAsyncConfig(FedAvgConfig):
+        name: Literal["not_async"] = "not_async"  # type: ignore[assignment]
+        server_modes: ClassVar[tuple[str, ...]] = ("async",)
+
+    class NotAsync(FedAvg):
+        Config = NotAsyncConfig
+        name = "not_async"
+
+    sc = base_scenario(numerics="none", algorithm={"name": "not_async"}, server={"mode": "async"})
+    with pytest.raises(ScenarioError, match=r"server.mode async needs an asynchronous method.*iotfl_sim.strategy.Asynchronous"):
+        iotfl_sim.run(sc, out=tmp_path, methods=[NotAsync])
+    assert not any(tmp_path.iterdir())  # refused before a run folder was made

@@ -219,9 +219,15 @@ def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
 
     page = (ROOT / "docs" / "write_a_method.md").read_text()
     blocks = re.findall(r"```(python|yaml)\n# (\S+)\n(.*?)```", page, flags=re.S)
-    assert {name for _, name, _ in blocks} == {"fedavgm.py", "study.yaml"}, blocks
+    assert {name for _, name, _ in blocks} == {"fedavgm.py", "study.yaml", "async_mean.py"}, blocks
     for _, name, body in blocks:
         (tmp_path / name).write_text(body)
+    # the asynchronous example: named by its import path beside the scenario, run with server.mode async
+    sc = base_scenario(rounds=3, clients_per_round=2, algorithm={"name": "async_mean:AsyncMean"}, server={"mode": "async"})
+    (tmp_path / "async.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
+    assert main(["run", str(tmp_path / "async.yaml"), "--out", str(tmp_path / "async_runs"), "--quiet"]) == 0, capsys.readouterr().err
+    (run,) = (tmp_path / "async_runs").iterdir()
+    assert [r["updates_applied"] for r in _rounds(run)] == ["1", "2", "3"]
     commands = re.findall(r"^iotfl-sim (validate|run) (\S+)", page, flags=re.M)
     assert commands == [("validate", "study.yaml"), ("run", "study.yaml")]
     assert main(["validate", str(tmp_path / "study.yaml")]) == 0, capsys.readouterr().err

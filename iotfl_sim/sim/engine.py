@@ -169,10 +169,13 @@ class Simulation:
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
         self.strategy.setup(ctx)
         if (sc.server.mode == "async") != isinstance(self.strategy, Asynchronous):
+            kind = type(self.strategy).__name__
             raise ScenarioError(
-                f"algorithm {sc.algorithm.name}: server.mode {sc.server.mode} needs "
-                f"{'an' if sc.server.mode == 'async' else 'a synchronous'} method, but {type(self.strategy).__name__} "
-                f"{'does not' if sc.server.mode == 'async' else 'does'} subclass iotfl_sim.strategy.Asynchronous"
+                f"algorithm {sc.algorithm.name}: server.mode async needs an asynchronous method, but {kind} does not "
+                "subclass iotfl_sim.strategy.Asynchronous; use fedasync or fedbuff, or another server.mode"
+                if sc.server.mode == "async"
+                else f"algorithm {sc.algorithm.name}: {kind} subclasses iotfl_sim.strategy.Asynchronous, which runs only "
+                f"with server.mode: async (this is {sc.server.mode})"
             )
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
