@@ -328,3 +328,41 @@ def test_a_method_whose_options_say_async_but_that_is_not_asynchronous_is_refuse
     with pytest.raises(ScenarioError, match=r"server.mode async needs an asynchronous method.*iotfl_sim.strategy.Asynchronous"):
         iotfl_sim.run(sc, out=tmp_path, methods=[NotAsync])
     assert not any(tmp_path.iterdir())  # refused before a run folder was made
+
+
+def stale_update(state: dict, staleness: int, base: dict | None = None):
+    from iotfl_sim.algorithms.base import Assignment, Update
+    from iotfl_sim.fl.submodel import SubmodelSpec
+
+    return Update(Assignment(0, SubmodelSpec(1.0)), state, 10, np.arange(2), 0.0, staleness=staleness, base=base)
+
+
+def test_fedasync_mixes_by_alpha_times_the_staleness_weight_by_hand():
+    from iotfl_sim.algorithms.fedasync import FedAsync
+    from iotfl_sim.scenario.algorithms import FedAsyncConfig
+
+    m = FedAsync(FedAsyncConfig(name="fedasync", alpha=0.6))  # polynomial a = 0.5: s(3) = 4^-1/2 = 1/2
+    m.state = {"w": torch.tensor([0.0, 10.0]), "n": torch.tensor(7)}
+    m.apply(1, [stale_update({"w": torch.tensor([1.0, 20.0]), "n": torch.tensor(99)}, staleness=3)])
+    # alpha_t = 0.6 * 0.5 = 0.3: (1 - 0.3) * x + 0.3 * x_new; integer counters keep the server's
+    assert torch.allclose(m.state["w"], torch.tensor([0.3, 13.0])) and int(m.state["n"]) == 7
+
+
+def test_fedbuff_steps_by_the_staleness_weighted_mean_delta_with_heavy_ball_momentum_by_hand():
+    from iotfl_sim.algorithms.fedbuff import FedBuff
+    from iotfl_sim.scenario.algorithms import FedBuffConfig
+
+    cfg = FedBuffConfig(name="fedbuff", buffer_size=2, server_lr=0.5, server_momentum=0.9)
+    m = FedBuff(cfg)
+    x0 = torch.tensor([4.0])
+    m.state = {"w": x0}
+    base_a, base_b = {"w": torch.tensor([4.0])}, {"w": torch.tensor([2.0])}
+    # deltas: base - trained = 4 - 1 = 3 (staleness 0, weight 1) and 2 - 0 = 2 (staleness 3, weight 1/2)
+    m.apply(1, [stale_update({"w": torch.tensor([1.0])}, 0, base_a), stale_update({"w": torch.tensor([0.0])}, 3, base_b)])
+    step1 = (1 * 3 + 0.5 * 2) / 2  # = 2, divided by K (not by the weights' sum)
+    assert torch.allclose(m.state["w"], x0 - 0.5 * step1)  # 3.0
+    assert m.state["w"] is not x0 and torch.equal(x0, torch.tensor([4.0]))  # rebound, never changed in place
+    m.apply(2, [stale_update({"w": torch.tensor([3.0])}, 0, {"w": torch.tensor([3.0])}),
+                stale_update({"w": torch.tensor([1.0])}, 0, {"w": torch.tensor([3.0])})])  # fmt: skip
+    step2 = (0 + 2) / 2  # = 1
+    assert torch.allclose(m.state["w"], torch.tensor([3.0 - 0.5 * (0.9 * step1 + step2)]))  # momentum: 0.9 * 2 + 1
