@@ -41,11 +41,6 @@ class Learning:
         self.strategy = strategy
         self.executor = executor
 
-    def train(self, rnd: int, accepted: list[Outcome]) -> list[Update]:
-        """Each accepted task of round ``rnd``'s local training, from the weights its device receives now, as
-        ``Update``s in order."""
-        return self.train_tasks([TrainTask(o, rnd) for o in accepted])
-
     def train_tasks(self, tasks: list[TrainTask]) -> list[Update]:
         """Each task's local training, from the weights its device received (``TrainTask.base``, else what it
         would receive now), as ``Update``s in order; their ``staleness`` and ``base`` as the tasks give them."""
