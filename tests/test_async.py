@@ -308,6 +308,7 @@ def test_the_summary_weights_each_rows_staleness_by_its_updates():
     assert updates_summary(rows, "sync") == {}
 
 
+@pytest.mark.usefixtures("isolated_methods")  # the method registered here leaves the registry with the test
 def test_a_method_whose_options_say_async_but_that_is_not_asynchronous_is_refused_in_one_line(tmp_path):
     from typing import ClassVar, Literal
 
