@@ -24,11 +24,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash")]
 ROUNDS = 5
 
 
-def scenario(tmp: Path, executor: dict | None = None, rounds_: int = ROUNDS, epochs: int = 1) -> Path:
-    data = base_scenario(rounds=rounds_, algorithm={"name": "heterofl", "proportions": "a1-b1"})
+def scenario(
+    tmp: Path, executor: dict | None = None, rounds_: int = ROUNDS, epochs: int = 1, mode: dict | None = None
+) -> Path:
+    """The run these tests kill; ``mode``: the algorithm and server mode of an asynchronous variant."""
+    mode = mode or {}
+    data = base_scenario(rounds=rounds_, algorithm=mode.get("algorithm", {"name": "heterofl", "proportions": "a1-b1"}))
     data["local"]["epochs"] = epochs
     data["fleet"]["cost_model"] = "flops"
-    data["server"] = {"bn_calibration_samples": 64}
+    data["server"] = {"bn_calibration_samples": 64, **mode.get("server", {})}
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
     if executor:
         data["executor"] = executor
@@ -58,9 +62,9 @@ def whole(tmp_path_factory) -> Path:
     return only_run(tmp / "runs")
 
 
-def killed_then_resumed(tmp: Path, faults: list[str], executor: dict | None = None) -> Path:
+def killed_then_resumed(tmp: Path, faults: list[str], executor: dict | None = None, mode: dict | None = None) -> Path:
     """Run, killed by the first fault; resume, killed by the next; ...; then resume to the end."""
-    first = iotfl("run", str(scenario(tmp, executor)), "--out", str(tmp / "runs"), fault=faults[0])
+    first = iotfl("run", str(scenario(tmp, executor, mode=mode)), "--out", str(tmp / "runs"), fault=faults[0])
     assert first.returncode == -signal.SIGKILL, (first.returncode, first.stderr)
     run = only_run(tmp / "runs")
     for fault in faults[1:]:
@@ -116,6 +120,26 @@ def _start(tmp: Path, rounds_: int, epochs: int = 1) -> tuple[subprocess.Popen, 
         time.sleep(0.05)
     proc.kill()
     pytest.fail("the run wrote no round within 120 s")
+
+
+ASYNC_MODES = {
+    # devices in flight at every checkpoint, their downloaded weights saved with it
+    "fedbuff": {"algorithm": {"name": "fedbuff", "buffer_size": 2, "server_momentum": 0.9}, "server": {"mode": "async"}},
+    # round 1's late updates still out at its checkpoint, joining a later round after the resume
+    "semi_async": {"algorithm": {"name": "fedavg"}, "server": {"mode": "semi_async", "deadline_s": 10.0}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ASYNC_MODES))
+def test_sigkill_then_resume_in_the_asynchronous_modes_gives_the_uninterrupted_results(tmp_path, name):
+    mode = ASYNC_MODES[name]
+    env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
+    path = scenario(tmp_path, mode=mode)
+    done = subprocess.run([sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(tmp_path / "whole"),
+                           "--quiet"], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = killed_then_resumed(tmp_path, ["round_train:3"], mode=mode)  # during the third training: an update's, or a round's
+    assert_same_run(only_run(tmp_path / "whole"), run)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
