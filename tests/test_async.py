@@ -367,3 +367,21 @@ def test_fedbuff_steps_by_the_staleness_weighted_mean_delta_with_heavy_ball_mome
                 stale_update({"w": torch.tensor([1.0])}, 0, {"w": torch.tensor([3.0])})])  # fmt: skip
     step2 = (0 + 2) / 2  # = 1
     assert torch.allclose(m.state["w"], torch.tensor([3.0 - 0.5 * (0.9 * step1 + step2)]))  # momentum: 0.9 * 2 + 1
+
+
+def test_the_weights_of_tasks_in_flight_round_trip_a_checkpoint_and_a_mismatch_is_one_line():
+    from types import SimpleNamespace
+
+    from iotfl_sim.output.codec import CheckpointError
+    from iotfl_sim.sim.round import capture_weights, restore_weights
+
+    shared = {"w": torch.tensor([1.0, 2.0])}
+    tasks = [SimpleNamespace(rnd=r, assignment=SimpleNamespace(device=d), base=shared) for r, d in ((0, 3), (1, 5))]
+    saved = capture_weights(tasks)
+    assert len(saved["tasks"]) == 2 and saved["tasks"][0][2] == saved["tasks"][1][2]  # one state, stored once
+    replayed = [SimpleNamespace(rnd=t.rnd, assignment=t.assignment, base=None) for t in tasks]
+    restore_weights(replayed, saved)
+    assert all(torch.equal(t.base["w"], shared["w"]) for t in replayed) and replayed[0].base is replayed[1].base
+    for bad in (None, {"tasks": [[9, 9, 0]], "states": saved["states"]}, {"tasks": [[0, 3, 4]], "states": saved["states"]}):
+        with pytest.raises(CheckpointError, match="weights of the devices in flight do not match"):
+            restore_weights(replayed, bad)

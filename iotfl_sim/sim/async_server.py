@@ -250,7 +250,7 @@ class AsyncServer:
         """The downloaded weights of every task in flight, ending now or buffered (``sim.round.capture_weights``)."""
         return capture_weights(self._holding_weights())
 
-    def restore(self, saved: dict[str, Any]) -> None:
+    def restore(self, saved: Any) -> None:
         restore_weights(self._holding_weights(), saved)
 
     def _holding_weights(self) -> list[Task]:

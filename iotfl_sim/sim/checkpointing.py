@@ -117,9 +117,9 @@ def end_replay(sim: Simulation) -> None:
         )
     codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
     if sim.async_server is not None:
-        sim.async_server.restore(state["in_flight"])
+        sim.async_server.restore(state.get("in_flight"))
     if sim.late is not None:
-        sim.late.restore(state["late"])
+        sim.late.restore(state.get("late"))
     sim.server_work.drain()  # set-up work was charged in round 1 already
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])

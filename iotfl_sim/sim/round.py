@@ -14,6 +14,7 @@ import simpy
 from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, State, Update
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, Fleet
 from iotfl_sim.output import codec
+from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.sim.traffic import Traffic
 
 # rounds.csv columns of each server mode beyond a synchronous round's: client updates folded in so far, the
@@ -207,10 +208,16 @@ def capture_weights(tasks: list[Task]) -> dict[str, Any]:
     return {"tasks": keys, "states": codec.encode(states)}
 
 
-def restore_weights(tasks: list[Task], saved: dict[str, Any]) -> None:
-    """Give replayed ``tasks`` their downloaded weights back (``capture_weights``)."""
-    states = codec.decode(saved["states"])
-    by_key = {(t.rnd, t.assignment.device): t for t in tasks}
-    for rnd, device, i in saved["tasks"]:
-        by_key[(rnd, device)].base = states[i]
+def restore_weights(tasks: list[Task], saved: Any) -> None:
+    """Give replayed ``tasks`` their downloaded weights back (``capture_weights``); a checkpoint whose record does
+    not match the replayed tasks is refused in one line (``CheckpointError``) before anything is written."""
+    try:
+        states = codec.decode(saved["states"])
+        by_key = {(t.rnd, t.assignment.device): t for t in tasks}
+        for rnd, device, i in saved["tasks"]:
+            by_key[(rnd, device)].base = states[i]
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise CheckpointError(
+            "checkpoint: the weights of the devices in flight do not match the replayed run; start a new run"
+        ) from None
 

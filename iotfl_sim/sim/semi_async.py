@@ -57,5 +57,5 @@ class LateUpdates:
     def captured(self) -> dict[str, Any]:
         return capture_weights(self.pending)
 
-    def restore(self, saved: dict[str, Any]) -> None:
+    def restore(self, saved: Any) -> None:
         restore_weights(self.pending, saved)
