@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say(Path(args.resume).name, "loading PyTorch to resume the run", False if args.quiet else None)
         from iotfl_sim.sim.runner import resume_run
 
-        path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None)
+        path, summary = resume_run(Path(args.resume), progress=False if args.quiet else None, quiet=args.quiet)
     else:
         if args.scenario is None:
             raise ScenarioError("run: give a scenario file (iotfl-sim run SCENARIO.yaml), or --resume RUN_DIR")
@@ -71,7 +71,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         out = args.out if args.out is not None else sc.output.dir
         progress = False if args.quiet else sc.output.progress
         base = Path(args.scenario).resolve().parent
-        path, summary = run_scenario(sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base)
+        path, summary = run_scenario(
+            sc, groups, out, resolved_dict(sc, groups), progress=progress, base_dir=base, quiet=args.quiet
+        )
     if summary.get("status") == "interrupted":
         print(f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}")
         return EXIT_INTERRUPTED

@@ -12,6 +12,7 @@ preload the same modules.
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 from typing import Any
 
 # the simulator with PyTorch and the pool executor's worker. Not torch._dynamo (2.6 s of CPU): local training no
@@ -26,3 +27,23 @@ def worker_context() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(PRELOAD))
     return ctx
+
+
+class NoMainReimport:
+    """Started workers re-run the parent's ``__main__`` (a script by its file, ``python -m`` by its module
+    name) unless told not to: a script calling a run or a sweep at top level, without an ``if __name__ ==
+    "__main__":`` guard, would then start it again in every worker, which fails or hangs. The workers need
+    nothing from ``__main__`` (their functions and jobs live in ``iotfl_sim``), so hide it while they start."""
+
+    def __enter__(self) -> None:
+        self.main = sys.modules.get("__main__")
+        self.saved = {k: self.main.__dict__[k] for k in ("__file__", "__spec__") if k in vars(self.main)} if self.main else {}
+        for k in self.saved:
+            if k == "__spec__":
+                self.main.__spec__ = None  # type: ignore[union-attr]
+            else:
+                delattr(self.main, k)
+
+    def __exit__(self, *exc: Any) -> None:
+        for k, v in self.saved.items():
+            setattr(self.main, k, v)

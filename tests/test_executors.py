@@ -208,18 +208,9 @@ def test_evaluation_layout_does_not_change_the_scores():
     assert acc == float((want == y).float().mean())
 
 
-def test_auto_executor_is_fused_on_cuda_and_inline_elsewhere(monkeypatch, write_scenario):
-    from iotfl_sim.exec.fused import FusedExecutor
-    from iotfl_sim.exec.inline import InlineExecutor
-    from iotfl_sim.scenario.loader import load_scenario
+def test_executor_config_refuses_workers_without_a_worker_kind():
     from iotfl_sim.scenario.model import Executor as ExecutorConfig
-    from iotfl_sim.sim.setup import prepare_numerics
 
-    cfg = ExecutorConfig()
-    assert cfg.kind == "auto" and cfg.resolved_kind(cuda=True) == "fused" and cfg.resolved_kind(cuda=False) == "inline"
-    assert ExecutorConfig(kind="pool").resolved_kind(cuda=True) == "pool"
+    assert ExecutorConfig().kind == "auto"
     with pytest.raises(ValueError, match="workers is for kind: pool or ray"):
         ExecutorConfig(workers=2)
-    sc = load_scenario(write_scenario(base_scenario()))
-    num = prepare_numerics(sc, sc.num_devices())
-    assert isinstance(num.make_executor(cfg), FusedExecutor if torch.cuda.is_available() else InlineExecutor)

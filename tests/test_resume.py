@@ -80,7 +80,8 @@ def rounds(run: Path) -> list[dict[str, str]]:
 
 def summary(run: Path) -> dict:
     s = json.loads((run / "summary.json").read_text())
-    for k in ("host_time_s", "host_other_fraction", "server_mode"):  # server_mode: a label, added after the digests
+    # server_mode, executor: labels added after the digests (the executor never changes a result)
+    for k in ("host_time_s", "host_other_fraction", "server_mode", "executor"):
         s.pop(k)
     return s
 

@@ -11,13 +11,12 @@ with ``threads`` torch threads, the same work the inline executor does, so resul
 
 from __future__ import annotations
 
-import os
-
 import torch.multiprocessing  # noqa: F401 - its reductions share the run's tensors with the workers
 
 from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, parallel_evaluate
+from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.fl.train import TrainJob, TrainResult
-from iotfl_sim.forkserver import worker_context
+from iotfl_sim.forkserver import NoMainReimport, worker_context
 
 _WORKER: Worker | None = None
 
@@ -50,10 +49,8 @@ def _score(task: tuple[list[EvalJob], list[State], int, int]) -> list[list[tuple
 
 
 def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """One worker per core this process may keep busy (affinity and cgroup quota: ``exec.cores``)."""
+    return available_cores().usable
 
 
 class PoolExecutor:
@@ -61,7 +58,8 @@ class PoolExecutor:
         self.workers = workers or default_workers()
         self.n_test = len(data.y_test)
         ctx = worker_context()
-        self.pool = ctx.Pool(self.workers, initializer=_init, initargs=(data.share_memory(), threads))
+        with NoMainReimport():  # a script without a __main__ guard may make a run: its workers must not re-run it
+            self.pool = ctx.Pool(self.workers, initializer=_init, initargs=(data.share_memory(), threads))
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
         return self.pool.map(_train, jobs, chunksize=1)

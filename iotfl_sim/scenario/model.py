@@ -417,7 +417,9 @@ class Executor(Strict):
 
     kind: Literal["auto", "inline", "pool", "ray", "fused"] = Field(
         "auto",
-        description="auto: fused when a CUDA GPU is present, else inline; inline: one job after another in this process; pool: parallel worker processes on this "
+        description="auto: fused when a CUDA GPU is present; else a pool of single-thread workers, one per usable core "
+        "(CPU affinity and cgroup limit), when the run's estimated work makes workers pay, and inline otherwise "
+        "(the choice and why are printed at the start and kept in summary.json); inline: one job after another in this process; pool: parallel worker processes on this "
         "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
         "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; equal "
         "to inline within float tolerance, not bitwise)",
@@ -433,12 +435,6 @@ class Executor(Strict):
         description="torch threads per training or evaluation job, in every executor (results depend on it in the "
         "last bits, so it is pinned: the same seed then gives the same bits whichever executor runs)",
     )
-
-    def resolved_kind(self, cuda: bool) -> str:
-        """The executor that runs: ``auto`` is the fused trainer on a CUDA machine and inline elsewhere."""
-        if self.kind != "auto":
-            return self.kind
-        return "fused" if cuda else "inline"
 
     @model_validator(mode="after")
     def _workers_for_pool(self) -> Executor:

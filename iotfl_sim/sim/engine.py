@@ -32,7 +32,9 @@ from iotfl_sim.algorithms.base import (
     StrategyContext,
     Update,
 )
+from iotfl_sim.exec.auto import Choice, HostWork, choose
 from iotfl_sim.exec.base import NumericData
+from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -100,12 +102,6 @@ class Simulation:
         self._threads_before = torch.get_num_threads()
         if sc.numerics == "torch":
             torch.set_num_threads(sc.executor.threads)
-        if executor is None and sc.numerics != "none":
-            if executor_factory is not None:
-                executor = executor_factory(self.numerics.numeric_data(), sc.executor)
-            else:
-                executor = self.numerics.make_executor(sc.executor)
-        self.executor = executor
         self.memory_need = MemoryNeed(sc)
         self.memory_scale = self.memory_need.scale
         loc = sc.local
@@ -120,6 +116,17 @@ class Simulation:
         self.server_work = ServerWork()
         self.strategy = make_strategy(sc.algorithm)
         self._set_up_strategy()
+        self.executor_choice = Choice("custom" if executor is not None or executor_factory is not None else "none", None, "")
+        if executor is None and sc.numerics != "none":
+            if executor_factory is not None:
+                executor = executor_factory(self.numerics.numeric_data(), sc.executor)
+            else:
+                self.executor_choice = choose(
+                    sc.executor.kind, sc.executor.workers, sc.executor.threads, torch.cuda.is_available(),
+                    available_cores(), self._host_work(),
+                )  # fmt: skip
+                executor = self.numerics.make_executor(sc.executor, self.executor_choice)
+        self.executor = executor
         self.learning = Learning(sc, self.numerics, self.strategy, self.executor)
         self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
@@ -187,6 +194,19 @@ class Simulation:
                 opcost.affine_trace(recipe, spec, self.step_options)
         if not self.memory_ignored:
             self.memory_need.check_feasible(self.fleet, specs, sc.algorithm.name)
+
+    def _host_work(self) -> HostWork:
+        """What the run will compute on the host, roughly (``exec.auto``: whether a worker pool pays)."""
+        sc = self.sc
+        specs = self.strategy.candidate_specs()
+        forward = float(np.mean([recipe.cost(spec).flops_forward_per_sample for recipe, spec in specs]))
+        samples = float(np.mean(self.numerics.samples_per_device)) * sc.task_epochs()
+        tasks = sc.rounds * sc.selection_size()
+        steps_per_task = math.ceil(float(np.mean(self.numerics.samples_per_device)) / sc.local.batch_size) * sc.task_epochs()
+        ds = self.numerics.dataset
+        tested = 0 if ds is None else len(ds.y_test if self.numerics.test_subset is None else self.numerics.test_subset)
+        evaluations = math.ceil(sc.rounds / sc.server.eval_every) * len(specs)
+        return HostWork(3.0 * forward * samples * tasks, steps_per_task * tasks, forward * tested * evaluations)
 
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":

@@ -89,10 +89,12 @@ def run_scenario(
     base_dir: Path | None = None,
     run_dir: Path | None = None,
     executor_factory: ExecutorFactory | None = None,
+    quiet: bool = False,
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
     ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``; it appears whole,
-    its scenario in it, or not at all). ``executor_factory``: see ``Simulation``."""
+    its scenario in it, or not at all). ``executor_factory``: see ``Simulation``. ``quiet``: no note on stderr
+    (which executor ``kind: auto`` chose)."""
     from tqdm import tqdm
 
     bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
@@ -103,6 +105,7 @@ def run_scenario(
     try:
         # fails on bad input before any folder is made
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir, executor_factory=executor_factory)
+        _announce_executor(sim, quiet)
         if run_dir is not None:
             path = new_run_dir_whole(Path(run_dir), resolved, base_dir)
         elif out_parent is not None:
@@ -148,7 +151,7 @@ def _finish(recorder: RunRecorder | None, lock: RunLock | None, ok: bool, path: 
             lock.release(wrote=wrote)
 
 
-def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str, Any]]:
+def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
     """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none).
 
     Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s,
@@ -181,6 +184,7 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
             check_offsets(path, meta.get("offsets"), sc.output.events)
         bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
+        _announce_executor(sim, quiet)
         labels, energy = _labels(sim), _extra_columns(sim)
         sim.checkpointing.store = store if _store(sc, path) is not None else None
         if loaded is None:  # killed before its first checkpoint: start again in the same folder
@@ -200,6 +204,16 @@ def resume_run(path: Path, progress: bool | None = None) -> tuple[Path, dict[str
         if bar is not None:
             bar.close()
         _finish(recorder, lock, ok, path)
+
+
+def _announce_executor(sim: Simulation, quiet: bool) -> None:
+    """Say once, on stderr, which executor ``kind: auto`` chose and why."""
+    import sys
+
+    from tqdm import tqdm
+
+    if sim.executor_choice.why and not quiet:
+        tqdm.write(f"note: executor: {sim.executor_choice.why}", file=sys.stderr)
 
 
 def _run_interruptible(sim: Simulation, path: Path | None) -> dict[str, Any]:

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from iotfl_sim.exec.auto import Choice, choose
 from iotfl_sim.exec.base import NumericData
+from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
 from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
@@ -41,23 +43,26 @@ class NumericsSetup:
             x_test, y_test = x_test[self.test_subset], y_test[self.test_subset]
         return NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
 
-    def make_executor(self, cfg: ExecutorConfig | None = None) -> Any:
+    def make_executor(self, cfg: ExecutorConfig | None = None, choice: Choice | None = None) -> Any:
+        """The executor ``choice`` names (``exec.auto.choose``; None: ``cfg``'s kind, ``auto`` with no work
+        estimate), with the scenario's thread count and address."""
         cfg = cfg or ExecutorConfig()
+        if choice is None:
+            choice = choose(cfg.kind, cfg.workers, cfg.threads, torch.cuda.is_available(), available_cores(), None)
         data = self.numeric_data()
-        kind = cfg.resolved_kind(torch.cuda.is_available())
-        if kind == "pool":
+        if choice.kind == "pool":
             from iotfl_sim.exec.pool import PoolExecutor
 
-            return PoolExecutor(data, cfg.workers, cfg.threads)
-        if kind == "fused":
+            return PoolExecutor(data, choice.workers, cfg.threads)
+        if choice.kind == "fused":
             from iotfl_sim.exec.fused import FusedExecutor
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
             return FusedExecutor(data.x_train, data.y_train, device=device, data=data)
-        if kind == "ray":
+        if choice.kind == "ray":
             from iotfl_sim.exec.ray_exec import RayExecutor
 
-            return RayExecutor(data, cfg.workers, cfg.threads, cfg.address)
+            return RayExecutor(data, choice.workers, cfg.threads, cfg.address)
         return InlineExecutor(data, cfg.threads)
 
 

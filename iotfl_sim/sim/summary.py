@@ -82,6 +82,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             "total": host_total,
         },
         "host_other_fraction": other / host_total if host_total > 0 else 0.0,
+        "executor": {"kind": sim.executor_choice.kind, "workers": sim.executor_choice.workers, "why": sim.executor_choice.why},
         **tiers,
     }
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iotfl_sim.forkserver import worker_context
+from iotfl_sim.exec.cores import available_cores
+from iotfl_sim.forkserver import NoMainReimport, worker_context
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.study.folder import lock_study, prepare, study_folder, summary_host_s, write_index
@@ -51,13 +52,13 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
     summary = None
     try:
         if task["resume"]:
-            _, summary = resume_run(run_dir, progress=False)
+            _, summary = resume_run(run_dir, progress=False, quiet=True)
         else:
             with contextlib.redirect_stderr(io.StringIO()):  # the sweep printed load notes once already
                 sc, groups = load_point(task["base"], task["sets"])
             _, summary = run_scenario(
                 sc, groups, None, resolved_dict(sc, groups), progress=False,
-                base_dir=Path(task["base"]["base_dir"]), run_dir=run_dir,
+                base_dir=Path(task["base"]["base_dir"]), run_dir=run_dir, quiet=True,
             )  # fmt: skip
         status = "done" if summary.get("status") == "complete" else "interrupted"
         error = None
@@ -74,23 +75,6 @@ def _run_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- sweep
-
-
-class _NoMainReimport:
-    """Spawned workers re-run the parent's ``__main__`` script unless told not to; a notebook-style script
-    calling the sweep at top level would then start the sweep again in every worker. The workers need
-    nothing from ``__main__`` (the task is ``iotfl_sim.study.dispatch._run_task``), so hide its file meanwhile."""
-
-    def __enter__(self) -> None:
-        self.main = sys.modules.get("__main__")
-        self.file = None
-        if self.main is not None and getattr(self.main, "__spec__", None) is None and hasattr(self.main, "__file__"):
-            self.file = self.main.__file__
-            del self.main.__file__
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.file is not None:
-            self.main.__file__ = self.file  # type: ignore[union-attr]
 
 
 @dataclass
@@ -139,7 +123,7 @@ def _sweep_locked(
     for r in todo:  # the index says what is left before anything starts
         r["status"] = "pending"
     write_index(folder, study.spec.name, records)
-    n = workers or study.spec.workers or os.cpu_count() or 1
+    n = workers or study.spec.workers or available_cores().usable
     n = max(1, min(n, len(todo)))
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=study.spec.name, unit="run",
                disable=None if progress is None else not progress)  # fmt: skip
@@ -227,7 +211,7 @@ class _Sweep:
         events, stop_event = ctx.Queue(), ctx.Event()
         self.on_stop.append(stop_event.set)
         try:
-            with _NoMainReimport(), cf.ProcessPoolExecutor(
+            with NoMainReimport(), cf.ProcessPoolExecutor(
                 max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(events, stop_event),
                 max_tasks_per_child=self.study.spec.runs_per_worker,
             ) as pool:  # fmt: skip

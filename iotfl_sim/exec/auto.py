@@ -1,0 +1,67 @@
+"""``executor: {kind: auto}`` (the default): which executor a run gets, and why, decided once at its start.
+
+On a CUDA machine: the fused trainer. On a CPU: a pool of single-thread workers, one per usable core
+(``exec.cores``: affinity and cgroup quota), when the run's estimated host work makes workers pay, else the
+inline executor. The pool computes exactly what inline does (same kernels, one thread each), so the choice
+never changes a result; it only decides whether the workers' start-up (about 2 s, measured in
+``benchmarks/executors.md``) is worth paying.
+
+The estimate is deliberately coarse: training FLOPs (3x forward) over ``HOST_FLOPS_PER_S`` plus a fixed
+cost per optimizer step (Python and kernel dispatch, what dominates tiny models), plus the evaluations'
+forward passes. It only has to tell a seconds-long run from a minutes-long one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iotfl_sim.exec.cores import Cores
+
+HOST_FLOPS_PER_S = 40e9  # one thread, small convolutions and linear layers (this VM: 60-74 peak, 45 in training)
+HOST_STEP_S = 2e-3  # per optimizer step of a small model beyond its FLOPs (the quickstart measures 3-5 ms)
+POOL_PAYS_AFTER_S = 10.0  # estimated one-core work above which a pool is started (about 5x its start-up)
+
+
+@dataclass(frozen=True)
+class HostWork:
+    """What a run will compute on the host, summed over its rounds."""
+
+    train_flops: float
+    train_steps: float
+    eval_flops: float
+
+    def seconds(self) -> float:
+        return (self.train_flops + self.eval_flops) / HOST_FLOPS_PER_S + self.train_steps * HOST_STEP_S
+
+
+@dataclass(frozen=True)
+class Choice:
+    kind: str  # inline, pool, ray or fused
+    workers: int | None
+    why: str  # one line, for the run's start and its summary ("" when the scenario named the kind)
+
+    def label(self) -> str:
+        return self.kind if self.workers is None else f"{self.kind}, {self.workers} workers"
+
+
+def choose(kind: str, workers: int | None, threads: int, cuda: bool, cores: Cores, work: HostWork | None) -> Choice:
+    """The executor for a run whose scenario says ``kind`` (``work``: the estimate; None: unknown, e.g. system-only)."""
+    if kind != "auto":
+        return Choice(kind, workers, "")
+    if cuda:
+        return Choice("fused", None, "auto: fused trainer (a CUDA GPU is present)")
+    n = cores.usable // threads
+    if n < 2:
+        return Choice("inline", None, f"auto: inline ({cores.why()}, {threads} thread(s) per job: no room for a pool)")
+    seconds = work.seconds() if work is not None else 0.0
+    if seconds < POOL_PAYS_AFTER_S:
+        return Choice(
+            "inline", None,
+            f"auto: inline (estimated host work {seconds:.1f} s on one core, under the {POOL_PAYS_AFTER_S:g} s a pool "
+            "needs to pay for starting its workers)",
+        )  # fmt: skip
+    return Choice(
+        "pool", n,
+        f"auto: pool of {n} workers x {threads} thread(s) ({cores.why()}; estimated host work {seconds:.0f} s on "
+        "one core); results equal inline's bit for bit. Set executor: {kind: inline} to keep one process",
+    )  # fmt: skip

@@ -1,0 +1,131 @@
+"""``executor: auto``: usable cores (affinity, cgroup quota), the choice and its why, and a default run that
+takes a pool computes inline's bits; pool workers never re-run an unguarded ``__main__`` script."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import base_scenario
+
+from iotfl_sim.cli import main
+from iotfl_sim.exec import auto
+from iotfl_sim.exec.auto import HostWork, choose
+from iotfl_sim.exec.cores import Cores, available_cores, cgroup_quota
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:
+    root = tmp_path / "cgroup"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (tmp_path / "proc_cgroup").write_text(proc)
+    return root, tmp_path / "proc_cgroup"
+
+
+def test_cgroup_v2_quota_is_the_tightest_level_on_the_process_path(tmp_path):
+    root, proc = _tree(tmp_path, "0::/kubepods/pod1/c1\n", {
+        "cpu.max": "max 100000",
+        "kubepods/cpu.max": "400000 100000",  # 4 CPUs for the pods
+        "kubepods/pod1/cpu.max": "150000 100000",  # 1.5 for this pod
+        "kubepods/pod1/c1/cpu.max": "max 100000",
+    })  # fmt: skip
+    assert cgroup_quota(root, proc) == 1.5
+    cores = available_cores(root, proc)
+    assert cores.quota == 1.5 and cores.usable == 1  # 1.5 CPUs keep one single-thread worker busy, not two
+
+
+def test_cgroup_v1_cpu_controller_and_no_limit(tmp_path):
+    root, proc = _tree(tmp_path, "4:memory:/x\n3:cpu,cpuacct:/docker/abc\n", {
+        "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "200000",
+        "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000",
+        "cpu,cpuacct/cpu.cfs_quota_us": "-1",  # the root: no limit
+        "cpu,cpuacct/cpu.cfs_period_us": "100000",
+    })  # fmt: skip
+    assert cgroup_quota(root, proc) == 2.0
+    root2, proc2 = _tree(tmp_path / "b", "0::/\n", {"cpu.max": "max 100000"})
+    assert cgroup_quota(root2, proc2) is None
+    assert cgroup_quota(tmp_path / "nowhere", tmp_path / "no_proc_file") is None  # not Linux, or no cgroup fs
+    cores = available_cores(root2, proc2)
+    assert cores.quota is None and cores.usable == cores.affinity >= 1
+
+
+def test_host_work_seconds_by_hand():
+    w = HostWork(train_flops=4e10, train_steps=1000, eval_flops=2e10)
+    assert w.seconds() == pytest.approx(6e10 / auto.HOST_FLOPS_PER_S + 1000 * auto.HOST_STEP_S)
+
+
+def test_choice_by_cores_work_and_gpu():
+    big = HostWork(auto.HOST_FLOPS_PER_S * 2 * auto.POOL_PAYS_AFTER_S, 0, 0)  # twice the threshold
+    small = HostWork(auto.HOST_FLOPS_PER_S * 0.5 * auto.POOL_PAYS_AFTER_S, 0, 0)
+    four, one = Cores(4, 8, 4.0), Cores(1, 1, None)
+    c = choose("auto", None, 1, False, four, big)
+    assert (c.kind, c.workers) == ("pool", 4) and "4 usable cores" in c.why and "cgroup CPU limit 4" in c.why
+    assert (choose("auto", None, 2, False, four, big).workers) == 2  # 2 threads per job: 2 workers fill 4 cores
+    assert choose("auto", None, 1, False, four, small).kind == "inline"
+    assert choose("auto", None, 1, False, one, big).kind == "inline"  # no room for a second process
+    assert choose("auto", None, 1, False, four, None).kind == "inline"  # nothing known: no pool
+    assert choose("auto", None, 1, True, four, big).kind == "fused"
+    named = choose("pool", 3, 1, True, one, small)  # a kind the scenario names is kept as it is, with no why
+    assert (named.kind, named.workers, named.why) == ("pool", 3, "")
+
+
+def _run(tmp_path, write_scenario, name: str, executor: dict | None, quiet: bool = True) -> tuple[list[dict], dict]:
+    extra = {} if executor is None else {"executor": executor}
+    data = base_scenario(
+        seed=5, rounds=2, clients_per_round=4, model={"family": "cnn_small"},
+        algorithm={"name": "heterofl", "mode": "fix", "proportions": "a1-b1"},
+        server={"eval_every": 1, "bn_calibration_samples": 200}, local={"epochs": 1, "batch_size": 16, "lr": 0.05},
+        **extra,
+    )  # fmt: skip
+    out = tmp_path / name
+    args = ["run", str(write_scenario(data, f"{name}.yaml")), "--out", str(out)]
+    assert main([*args, "--quiet"] if quiet else args) == 0
+    (path,) = list(out.iterdir())
+    rows = [{k: v for k, v in r.items() if not k.startswith("host_")} for r in csv.DictReader((path / "rounds.csv").open())]
+    return rows, json.loads((path / "summary.json").read_text())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a CUDA GPU, auto is the fused trainer")
+def test_a_run_without_executor_block_says_why_inline(tmp_path, write_scenario, capsys):
+    rows, summary = _run(tmp_path, write_scenario, "small", None, quiet=False)
+    assert summary["executor"]["kind"] == "inline" and "estimated host work" in summary["executor"]["why"]
+    assert capsys.readouterr().err.count("note: executor: auto: inline") == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a CUDA GPU, auto is the fused trainer")
+@pytest.mark.skipif(available_cores().usable < 2, reason="auto takes a pool only with 2 or more usable cores")
+def test_a_default_run_that_takes_a_pool_gives_inline_bits(tmp_path, write_scenario, monkeypatch):
+    monkeypatch.setattr(auto, "POOL_PAYS_AFTER_S", 0.0)  # this tiny run would pay: auto starts the pool
+    pooled, summary = _run(tmp_path, write_scenario, "auto", None)
+    assert summary["executor"]["kind"] == "pool" and summary["executor"]["workers"] == available_cores().usable
+    inline, _ = _run(tmp_path, write_scenario, "inline", {"kind": "inline"})
+    assert pooled == inline and len(inline) == 2
+
+
+def test_pool_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
+    """A script that makes a pool at top level (no ``if __name__ == "__main__":``): each worker would re-run it
+    and start a pool of its own while bootstrapping (RuntimeError in every worker, the pool refilling forever)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import torch
+        from iotfl_sim.exec.base import NumericData
+        from iotfl_sim.exec.pool import PoolExecutor
+        x, y = torch.zeros(8, 1, 8, 8), torch.zeros(8, dtype=torch.long)
+        pool = PoolExecutor(NumericData(x, y, x, x, y), 2, 1)
+        print("squares", pool.pool.map(abs, [-1, -2, -3]))
+        pool.close()
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("squares [1, 2, 3]") == 1 and "RuntimeError" not in done.stderr
