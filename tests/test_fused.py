@@ -96,7 +96,7 @@ def _assert_bitwise(fused: list[TrainResult], inline: list[TrainResult]) -> None
 def _both(data, jobs: list[TrainJob], fused: bool = True) -> tuple[list[TrainResult], list[TrainResult]]:
     """Both executors' results; ``fused`` says whether the jobs (one group) must take the fused path."""
     x, y = data
-    ex = FusedExecutor(x, y)
+    ex = FusedExecutor(x, y, cpu_max_step_flops=None)
     if len({group_key(j) for j in jobs}) == 1:
         assert ex.can_fuse(jobs) is fused
     return ex.run(jobs), InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()).run(jobs)
@@ -156,7 +156,7 @@ def test_fused_masked_ce_equals_inline(data, family: str) -> None:
     _assert_close(fused, inline, jobs)
     # the label masks differ per client: the same clients under plain CE end elsewhere
     plain = _jobs(recipe, SubmodelSpec(0.25), RAGGED, clip=1.0)
-    other = FusedExecutor(*data).run(plain)
+    other = FusedExecutor(*data, cpu_max_step_flops=None).run(plain)
     assert not torch.allclose(other[0].state["classifier.weight"], fused[0].state["classifier.weight"])
 
 
@@ -175,8 +175,8 @@ def test_fused_without_momentum_or_weight_decay(data) -> None:
 def test_clipping_binds_in_the_clipped_cases(data) -> None:
     """clip=0.5 must change training, else the clipping cases above test nothing."""
     recipe = ModelRecipe("cnn_small", CLASSES, 1, (8, 8))
-    clipped = FusedExecutor(*data).run(_jobs(recipe, SubmodelSpec(0.25), [16, 16], clip=0.5))
-    free = FusedExecutor(*data).run(_jobs(recipe, SubmodelSpec(0.25), [16, 16]))
+    clipped = FusedExecutor(*data, cpu_max_step_flops=None).run(_jobs(recipe, SubmodelSpec(0.25), [16, 16], clip=0.5))
+    free = FusedExecutor(*data, cpu_max_step_flops=None).run(_jobs(recipe, SubmodelSpec(0.25), [16, 16]))
     assert not torch.allclose(clipped[0].state["classifier.weight"], free[0].state["classifier.weight"])
 
 
@@ -268,7 +268,7 @@ def test_global_rng_left_as_inline_leaves_it(data) -> None:
     InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()).run(jobs)
     after_inline = torch.random.get_rng_state()
     torch.manual_seed(12345)
-    FusedExecutor(x, y).run(jobs)
+    FusedExecutor(x, y, cpu_max_step_flops=None).run(jobs)
     assert torch.equal(torch.random.get_rng_state(), after_inline)
 
 
@@ -276,7 +276,50 @@ def test_fused_is_deterministic(data) -> None:
     recipe = ModelRecipe("cnn_small", CLASSES, 1, (8, 8))
     jobs = _jobs(recipe, SubmodelSpec(0.25), RAGGED, clip=0.5)
     x, y = data
-    ex = FusedExecutor(x, y)
-    _assert_bitwise(ex.run(jobs), FusedExecutor(x, y).run(jobs))
+    ex = FusedExecutor(x, y, cpu_max_step_flops=None)
+    _assert_bitwise(ex.run(jobs), FusedExecutor(x, y, cpu_max_step_flops=None).run(jobs))
     _assert_bitwise(ex.run(jobs), ex.run(jobs))  # cached skeletons change nothing
     ex.close()
+
+
+def test_on_a_cpu_only_tiny_steps_are_fused(data) -> None:
+    """A step above the CPU limit trains one by one (inline's bits); at or below it, fused."""
+    from iotfl_sim.exec import fused
+
+    x, y = data
+    recipe = ModelRecipe("cnn_small", CLASSES, 1, (8, 8))
+    jobs = _jobs(recipe, SubmodelSpec(1.0), [16, 16])
+    step = recipe.cost(SubmodelSpec(1.0)).flops_forward_per_sample * jobs[0].batch_size
+    assert FusedExecutor(x, y, cpu_max_step_flops=step).can_fuse(jobs)
+    big = FusedExecutor(x, y, cpu_max_step_flops=step * 0.99)
+    assert not big.can_fuse(jobs)
+    _assert_bitwise(big.run(jobs), InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()).run(jobs))
+    assert FusedExecutor(x, y).cpu_max_step_flops == fused.CPU_FUSE_MAX_STEP_FLOPS
+
+
+def test_fused_shares_cut_every_group_evenly_in_job_order() -> None:
+    from iotfl_sim.exec.pool import fused_shares
+
+    a, b = ModelRecipe("cnn_small", CLASSES, 1, (8, 8)), SubmodelSpec(0.5)
+    jobs = _jobs(a, SubmodelSpec(1.0), [4] * 5) + _jobs(a, b, [4] * 2, first_key=5)
+    # interleave the two groups: positions 0..6 hold full, half, full, half, full, full, full
+    order = [0, 5, 1, 6, 2, 3, 4]
+    jobs = [jobs[i] for i in order]
+    # group full = positions [0, 2, 4, 5, 6] -> 3 + 2; group half = [1, 3] -> 1 + 1
+    assert fused_shares(jobs, 2) == [[0, 1, 2, 4], [3, 5, 6]]
+    assert fused_shares(jobs[:1], 3) == [[0]]  # empty shares are left out
+
+
+def test_fused_pool_trains_close_to_inline_in_job_order(data) -> None:
+    from iotfl_sim.exec.pool import PoolExecutor
+
+    x, y = data
+    recipe = ModelRecipe("cnn_small", CLASSES, 1, (8, 8))
+    jobs = _jobs(recipe, SubmodelSpec(1.0), RAGGED) + _jobs(recipe, SubmodelSpec(0.5), [16, 9], first_key=5)
+    nd = NumericData(x, y, x, x, y)
+    pool = PoolExecutor(nd, 2, 1, fuse=True)
+    try:
+        pooled = pool.run(jobs)
+    finally:
+        pool.close()
+    _assert_close(pooled, InlineExecutor(nd, 1).run(jobs), jobs)

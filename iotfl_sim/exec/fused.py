@@ -46,6 +46,13 @@ executor leaves it for models without module randomness: seeded with the last jo
 
 Fused results equal inline ones within float tolerance, not bitwise: batched (grouped) kernels sum
 in a different order. Results come back on the CPU whatever ``device`` trains.
+
+On a CPU, fusing pays only for tiny steps: it saves per-step Python and kernel dispatch, but a convolution
+under vmap becomes a grouped convolution, which the CPU kernels run 1.4-1.6x slower per FLOP than N plain
+ones (``benchmarks/fused_trainer.md``: conv on MNIST at width 0.5 and 1). So on a CPU a group is fused only
+when one step's forward FLOPs (per sample x batch size) are at most ``CPU_FUSE_MAX_STEP_FLOPS``; larger ones
+train one by one (inline's bits). On CUDA every fusable group is fused. ``kind: fused`` on a CPU runs in a
+pool (``exec.pool``), each worker fusing its share of every group, so it uses every core as the pool does.
 """
 
 from __future__ import annotations
@@ -66,6 +73,10 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
 
 FUSED_OBJECTIVES = ("ce", "masked_ce", "exit_kd")
+# the measured break-even on one CPU thread (benchmarks/fused_trainer.md, 10 clients): conv on MNIST at width
+# 0.125 (13 MFLOP per step) fused in 0.65x the time, cnn_small on digits (48) 0.72x, conv at width 0.25 (52)
+# 1.09x, width 0.5 (202) 1.43x, width 1 (800) 1.58x
+CPU_FUSE_MAX_STEP_FLOPS = 50e6
 _RANDOM_MODULES = (
     nn.Dropout,
     nn.Dropout1d,
@@ -131,7 +142,11 @@ class FusedExecutor:
         y_train: torch.Tensor,
         device: str | torch.device = "cpu",
         data: NumericData | None = None,
+        cpu_max_step_flops: float | None = CPU_FUSE_MAX_STEP_FLOPS,
     ) -> None:
+        """``cpu_max_step_flops``: on a CPU, fuse only groups whose step is at most this many forward FLOPs
+        (None: fuse every fusable group, as on CUDA)."""
+        self.cpu_max_step_flops = cpu_max_step_flops
         self.x = x_train
         self.y = y_train
         self._eval = Worker(data, torch.get_num_threads()) if data is not None else None
@@ -174,6 +189,10 @@ class FusedExecutor:
             return False
         if first.objective.kind == "masked_ce" and any(j.label_mask is None for j in group):
             return False  # train_local raises its own error for these
+        if self.device.type == "cpu" and self.cpu_max_step_flops is not None:
+            step_flops = first.recipe.cost(first.spec).flops_forward_per_sample * first.batch_size
+            if step_flops > self.cpu_max_step_flops:
+                return False
         return fusable_model(self._skeleton(first.recipe, first.spec))
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:

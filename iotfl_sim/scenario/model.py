@@ -421,11 +421,11 @@ class Executor(Strict):
         "(CPU affinity and cgroup limit), when the run's estimated work makes workers pay, and inline otherwise "
         "(the choice and why are printed at the start and kept in summary.json); inline: one job after another in this process; pool: parallel worker processes on this "
         "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
-        "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; equal "
-        "to inline within float tolerance, not bitwise)",
+        "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; on a CPU "
+        "a pool whose workers each fuse their share, tiny steps only; equal to inline within float tolerance, not bitwise)",
     )
     workers: int | None = Field(
-        None, ge=1, le=MAX_WORKERS, description="pool, ray: worker processes / actors (null: one per available core or cluster CPU)"
+        None, ge=1, le=MAX_WORKERS, description="pool, ray, fused on a CPU: worker processes / actors (null: one per usable core or cluster CPU)"
     )
     address: str | None = Field(None, description="ray: address of an existing cluster (null: start a local Ray)")
     threads: int = Field(

@@ -54,11 +54,14 @@ class NumericsSetup:
             from iotfl_sim.exec.pool import PoolExecutor
 
             return PoolExecutor(data, choice.workers, cfg.threads)
-        if choice.kind == "fused":
+        if choice.kind == "fused" and torch.cuda.is_available():
             from iotfl_sim.exec.fused import FusedExecutor
 
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-            return FusedExecutor(data.x_train, data.y_train, device=device, data=data)
+            return FusedExecutor(data.x_train, data.y_train, device="cuda", data=data)
+        if choice.kind == "fused":  # on a CPU: a pool whose workers fuse their shares, using every core
+            from iotfl_sim.exec.pool import PoolExecutor
+
+            return PoolExecutor(data, choice.workers, cfg.threads, fuse=True)
         if choice.kind == "ray":
             from iotfl_sim.exec.ray_exec import RayExecutor
 
