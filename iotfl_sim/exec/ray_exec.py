@@ -9,28 +9,76 @@ Install with ``pip install 'iotfl-sim[ray]'``.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, parallel_evaluate
 from iotfl_sim.fl.train import TrainJob, TrainResult
 
 
-def start_ray(address: str | None, num_cpus: int) -> bool:
+def start_ray(address: str | None, num_cpus: int, setting: str = "executor.address") -> bool:
     """Connect to the cluster at ``address``, or start a local Ray of ``num_cpus``; False when this process
-    was connected already (the caller then must not shut it down)."""
+    was connected already (the caller then must not shut it down). An address where no cluster answers, or
+    whose cluster refuses this process, is a ScenarioError naming ``setting``."""
     import ray
 
     if ray.is_initialized():
         return False
     opts: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if address:
-        ray.init(address=address, **opts)
+        _check_reachable(address, setting)
+        try:
+            ray.init(address=address, **opts)
+        except (ConnectionError, ValueError) as e:  # auto with no cluster; ray:// without ray[client]; a token
+            raise _join_error(e, address, setting) from None
     else:
         # Ray starts its workers at nice 15: on a busy machine they then crawl (15x slower measured here
-        # while other runs used the cores), so the local Ray's workers get the caller's priority
+        # while other runs used the cores), so the local Ray's workers get the caller's priority (a cluster
+        # joined by address keeps the niceness its nodes were started with)
         os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(num_cpus=num_cpus, **opts)
     return True
+
+
+def _join_error(e: BaseException, address: str, setting: str) -> Exception:
+    from iotfl_sim.scenario.loader import ScenarioError
+
+    chain: list[BaseException] = []
+    cause: BaseException | None = e
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(type(x).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(x) for x in chain):
+        # Ray 2.60: a head started where ~/.ray/auth_token exists (a local Ray writes it) wants that token,
+        # and a driver given an address sends it only when told to (a refused one retries for ~20 s first)
+        return ScenarioError(
+            f"{setting}: the Ray cluster at {address} wants an authentication token: run with RAY_AUTH_MODE=token "
+            "and the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN"
+        )
+    first = str(chain[0]).splitlines()[0] if str(chain[0]) else type(chain[0]).__name__
+    return ScenarioError(f"{setting}: cannot join the Ray cluster at {address}: {first}")
+
+
+def _check_reachable(address: str, setting: str) -> None:
+    """Refuse at once a host:port (or ray://host:port) where nothing listens: Ray itself keeps retrying (still
+    waiting after 2 minutes, measured with Ray 2.60). ``auto`` is left to Ray."""
+    from iotfl_sim.scenario.loader import ScenarioError
+
+    hostport = address.removeprefix("ray://")
+    if hostport in ("auto", "local"):
+        return
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ScenarioError(
+            f"{setting}: {address!r} is not a Ray address; give auto, host:port (e.g. 10.0.0.5:6379) or ray://host:10001"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise ScenarioError(
+            f"{setting}: no Ray cluster answers at {address} ({e.strerror or e}); start one "
+            "(ray start --head) or fix the address"
+        ) from None
 
 
 class _Actor:
