@@ -379,7 +379,7 @@ def _sweep_parser(sub: Subparsers) -> None:
     p = sub.add_parser("sweep", help="run every point of a study (a base scenario and a grid of overrides) in parallel")
     p.add_argument("study", help="study YAML file (name:, base:, grid:, zip:)")
     p.add_argument("--out", default="studies", help="parent of the study folder <out>/<name>/ (default: studies)")
-    p.add_argument("--workers", type=int, help="runs at a time (default: the study's workers, else one per core)")
+    p.add_argument("--workers", type=int, help="runs at a time (default: the study's workers, else one per core; through Ray, one per CPU of the cluster)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--dispatch", choices=["processes", "ray"],
                    help="where runs execute (default: the study's dispatch.kind, else processes)")  # fmt: skip

@@ -97,7 +97,7 @@ def sweep(
     dispatch: str | None = None,
 ) -> SweepResult:
     """Run every point of ``study`` not complete yet, ``workers`` at a time (default: the study's, else
-    one per core), in worker processes (``worker_context``) or as Ray tasks (``dispatch``: overrides the study's
+    one per core, or through Ray one per CPU of the cluster), in worker processes (``worker_context``) or as Ray tasks (``dispatch``: overrides the study's
     ``dispatch.kind``). Ctrl-C (or SIGTERM to this process) stops launching runs; running ones finish their
     round, checkpoint and are marked ``interrupted``; run the sweep again to go on.
     """
@@ -123,8 +123,8 @@ def _sweep_locked(
     for r in todo:  # the index says what is left before anything starts
         r["status"] = "pending"
     write_index(folder, study.spec.name, records)
-    n = workers or study.spec.workers or available_cores().usable
-    n = max(1, min(n, len(todo)))
+    wanted = workers or study.spec.workers  # None: one per usable core here, or per CPU of the Ray cluster
+    n = max(1, min(wanted or available_cores().usable, len(todo)))
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=study.spec.name, unit="run",
                disable=None if progress is None else not progress)  # fmt: skip
     run = _Sweep(study, folder, records, bar)
@@ -135,7 +135,7 @@ def _sweep_locked(
             previous[sig] = signal.signal(sig, run.on_signal)
     try:
         if todo and kind == "ray":
-            run.on_ray(todo, n, study.spec.dispatch.address)
+            run.on_ray(todo, wanted, n, study.spec.dispatch.address)
         elif todo:
             run.on_processes(todo, n)
     finally:
@@ -247,9 +247,10 @@ class _Sweep:
         finally:
             events.close()
 
-    def on_ray(self, todo: list[dict[str, Any]], n: int, address: str | None) -> None:
-        """One Ray task per run, at most ``n`` in flight (so a task in flight is a run running). A stop
-        cancels the running tasks, which Ray delivers as Ctrl-C: the run checkpoints as under processes."""
+    def on_ray(self, todo: list[dict[str, Any]], wanted: int | None, local: int, address: str | None) -> None:
+        """One Ray task per run, at most ``wanted`` in flight (None: one per CPU of the cluster), so a task in
+        flight is a run running; a Ray this starts itself has ``local`` CPUs. A stop cancels the running
+        tasks, which Ray delivers as Ctrl-C: the run checkpoints as under processes."""
         try:
             import ray
         except ImportError:
@@ -258,7 +259,9 @@ class _Sweep:
 
         from iotfl_sim.exec.ray_exec import start_ray
 
-        owns = start_ray(address, n)
+        owns = start_ray(address, local, "dispatch.address")
+        # a joined cluster's CPUs, not this machine's cores: its other nodes run runs too
+        n = max(1, min(wanted or int(ray.cluster_resources().get("CPU", 1)), len(todo)))
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_task)
         queue_ = list(todo)
         inflight: dict[Any, str] = {}

@@ -29,11 +29,12 @@ ID_MAX = 80  # longer run ids are cut and get a hash suffix
 
 class Dispatch(Strict):
     """Where a sweep's runs execute. ``processes``: worker processes on this machine (``worker_context``).
-    ``ray``: one Ray task per run, on a local Ray or the cluster at ``address``; every node then needs iotfl-sim, the data
-    under the same path (``IOTFL_DATA``) and the study folder on a shared filesystem."""
+    ``ray``: one Ray task per run, on a local Ray or the cluster at ``address``; every node then needs the same
+    iotfl-sim and PyTorch, the data where a run on it looks (a run keeps its node's environment: its ``IOTFL_DATA``)
+    and the study folder on a shared filesystem at the same path (docs/ray_cluster.md)."""
 
     kind: Literal["processes", "ray"] = "processes"
-    address: str | None = Field(None, description="ray: a running cluster (e.g. ray://head:10001 or auto); null: a local Ray")
+    address: str | None = Field(None, description="ray: a running cluster (auto, host:6379 or ray://host:10001); null: a local Ray")
 
 
 class StudyFile(Strict):
@@ -48,7 +49,7 @@ class StudyFile(Strict):
     zip_: dict[str, list[Any]] = Field(
         default_factory=dict, alias="zip", description="dotted key -> values, equal lengths, varied together"
     )
-    workers: int | None = Field(None, ge=1, le=4096, description="runs at a time (null: one per core)")
+    workers: int | None = Field(None, ge=1, le=4096, description="runs at a time (null: one per core; through Ray, one per CPU of the cluster)")
     runs_per_worker: int | None = Field(
         None, ge=1, description="runs a worker process makes before a fresh one replaces it (null: no limit)"
     )
