@@ -122,9 +122,12 @@ def pytest_collection_modifyitems(config, items) -> None:
     # Long tests first: xdist hands tests to the workers in this order (after the xdist groups, largest
     # first), and a long test handed out last would leave the other workers idle while it runs. So the files
     # that hold slow tests come before the others, each file's tests together and in their order (a module
-    # fixture is then built once per worker); the sort is stable.
+    # fixture is then built once per worker; the Ray tests aside, below); the sort is stable.
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+    # The tests sharing the local Ray (ray_cluster) come after the other Ray tests (test_ray_cluster.py joins a
+    # cluster of its own and must find Ray disconnected): that Ray then starts once and stays up until the last
+    # of them, instead of stopping before a Ray test that does not share it and starting again after.
+    items.sort(key=lambda item: (item.path not in slow_files, "ray_cluster" in getattr(item, "fixturenames", ())))
 
 
 SHARED_DATA = Path(os.environ.get("IOTFL_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
