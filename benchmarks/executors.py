@@ -105,7 +105,7 @@ JOBS = {"fedavg": scenario, "heterofl": heterofl_scenario}
 
 def run_sim(rounds: int, executor: dict, tmp: Path, job: str = "fedavg") -> tuple[float, list[dict], dict]:
     tmp.mkdir(parents=True, exist_ok=True)
-    name = job + "-" + "-".join(f"{k}{v}" for k, v in executor.items())
+    name = job + "-" + ("-".join(f"{k}{v}" for k, v in executor.items()) or "default")
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(JOBS[job](rounds, executor)))
     out = tmp / name
@@ -115,6 +115,8 @@ def run_sim(rounds: int, executor: dict, tmp: Path, job: str = "fedavg") -> tupl
     (run,) = list(out.iterdir())
     rows = [{k: v for k, v in r.items() if not k.startswith("host_")} for r in csv.DictReader((run / "rounds.csv").open())]
     summary = json.loads((run / "summary.json").read_text())
+    if not executor:
+        print(f"{job} default: {summary['executor']['why']}", file=sys.stderr)
     return wall, rows, summary.get("host_time_s", {})
 
 
@@ -124,8 +126,11 @@ def acc_gap(rows: list[dict], reference: list[dict]) -> float:
     return max(abs(float(a[k]) - float(b[k])) * 100 for a, b in zip(rows, reference, strict=True) for k in cols)
 
 
-def variants(workers: list[int], extras: bool = True) -> list[dict]:
-    out: list[dict] = [{"kind": "inline"}, {"kind": "inline", "threads": torch.get_num_threads()}]
+def variants(workers: list[int], extras: bool = True, default_only: bool = False) -> list[dict]:
+    """The executor blocks to run; ``{}`` is no block at all (the default, ``kind: auto``)."""
+    if default_only:
+        return [{"kind": "inline"}, {}]
+    out: list[dict] = [{"kind": "inline"}, {}, {"kind": "inline", "threads": torch.get_num_threads()}]
     out += [{"kind": "pool", "workers": w} for w in workers]
     if not extras:
         return out
@@ -147,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="run the bare loop and every variant this many times, "
                     "interleaved, and keep the fastest (a shared machine's noise only ever slows a run down)")
     ap.add_argument("--no-extras", action="store_true", help="inline and pool only (no Ray, no fused)")
+    ap.add_argument("--default-only", action="store_true", help="inline and the default (no executor block) only")
     ap.add_argument("--out", type=Path, default=OUT_MD)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 bare = t if bare is None else min(bare, t)
             for job in args.jobs:
                 results = tables.setdefault(job, [])
-                for i, ex in enumerate(variants(args.workers, not args.no_extras)):
+                for i, ex in enumerate(variants(args.workers, not args.no_extras, args.default_only)):
                     wall, rows, host = run_sim(args.rounds, ex, Path(tmp) / f"r{rep}", job)
                     if rep == 0:
                         results.append((ex, wall, rows, host))
@@ -199,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         for ex, wall, rows, _ in results:
             same = "bitwise" if rows == reference else f"max acc gap {acc_gap(rows, reference):.2f} pts"
             base = bare if job == "fedavg" else results[0][1]
-            desc = ", ".join(f"{k}: {v}" for k, v in ex.items())
+            desc = ", ".join(f"{k}: {v}" for k, v in ex.items()) or "**no executor block** (kind: auto)"
             lines.append(f"| {desc} | {wall:.1f} | {wall / args.rounds:.2f} | {base / wall:.2f}x | {same} |")
     lines.append("")
     text = "\n".join(lines)

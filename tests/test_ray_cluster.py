@@ -24,6 +24,7 @@ import yaml
 from conftest import base_scenario
 
 from iotfl_sim.cli import main
+from iotfl_sim.exec.cores import Cores
 from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.study import read_study, sweep
 
@@ -219,7 +220,8 @@ def test_a_run_and_a_sweep_join_a_two_node_cluster_with_the_inline_bits(tmp_path
         return wait(refs, *args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(os, "cpu_count", lambda: 1)
+        # one usable core here: only the cluster's CPU count can put 2 runs in flight
+        m.setattr("iotfl_sim.study.dispatch.available_cores", lambda: Cores(1, 1, None))
         m.setattr(ray, "wait", counting_wait)
         res = sweep(read_study(tmp_path / "study.yaml"), tmp_path / "studies", progress=False)
     assert max(in_flight) == 2
