@@ -2,7 +2,10 @@
 
 Workers are started once per run (``forkserver.worker_context``: forked from a server that only imported,
 never from a process whose OpenMP pool is already running) and given the run's tensors once, in shared
-memory; each keeps a model skeleton per submodel spec. A job travels with its weights only; results come back in job order. Evaluation is
+memory; each keeps a model skeleton per submodel spec. A job travels with its weights only, as plain pickled
+bytes both ways (``_packed``): torch's multiprocessing reductions, which share the run's data once, would move
+every small tensor of every job through a shared-memory segment of its own, 17-30 ms per cnn_small job against
+about 2 ms pickled (issue 22). Results come back in job order. Evaluation is
 split in two passes so that both parallelise: static-BN calibration, one task per evaluated model,
 then scoring, each model's test set cut into batch-aligned slices (models sharing a prefix go together:
 ``exec.base.sharing_groups``). Every worker trains and scores
@@ -10,6 +13,11 @@ with ``threads`` torch threads, the same work the inline executor does, so resul
 """
 
 from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import torch.multiprocessing  # noqa: F401 - its reductions share the run's tensors with the workers
 
@@ -38,6 +46,12 @@ def _init(data: NumericData, threads: int, fuse: bool = False) -> None:
         _FUSED = FusedExecutor(data.x_train, data.y_train, "cpu", data)
 
 
+def _packed(task: tuple[Callable[[Any], Any], bytes]) -> bytes:
+    """Run ``fn`` on the unpickled argument and return its result pickled (see the module docstring)."""
+    fn, blob = task
+    return pickle.dumps(fn(pickle.loads(blob)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _train(job: TrainJob) -> TrainResult:
     assert _WORKER is not None
     return _WORKER.train(job)
@@ -56,6 +70,26 @@ def _calibrate(jobs: list[EvalJob]) -> list[State]:
 def _score(task: tuple[list[EvalJob], list[State], int, int]) -> list[list[tuple[int, float]]]:
     assert _WORKER is not None
     return _WORKER.score(*task)
+
+
+def _compact(state: State) -> State:
+    """``state`` with every tensor that views a larger storage (a submodel sliced from the global model)
+    copied out: pickling a view writes its whole storage."""
+    return {
+        k: v if v.untyped_storage().nbytes() == v.numel() * v.element_size() and v.is_contiguous() else v.clone()
+        for k, v in state.items()
+    }
+
+
+def _compact_jobs(jobs: list[Any]) -> list[Any]:
+    """Train or eval jobs with compact weights (``_compact``); the same values, so the same results."""
+    out = []
+    for j in jobs:
+        if isinstance(j, TrainJob):
+            out.append(replace(j, weights=_compact(j.weights)))
+        else:
+            out.append(replace(j, state=_compact(j.state)))
+    return out
 
 
 def default_workers() -> int:
@@ -92,19 +126,26 @@ class PoolExecutor:
         with NoMainReimport():  # a script without a __main__ guard may make a run: its workers must not re-run it
             self.pool = ctx.Pool(self.workers, initializer=_init, initargs=(data.share_memory(), threads, fuse))
 
+    def _map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``pool.map(fn, items)`` with arguments and results as pickled bytes (``_packed``)."""
+        tasks = [(fn, pickle.dumps(i, protocol=pickle.HIGHEST_PROTOCOL)) for i in items]
+        return [pickle.loads(b) for b in self.pool.map(_packed, tasks, chunksize=1)]
+
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
+        jobs = _compact_jobs(jobs)
         if not self.fuse:
-            return self.pool.map(_train, jobs, chunksize=1)
+            return self._map(_train, jobs)
         shares = fused_shares(jobs, self.workers)
         results: list[TrainResult | None] = [None] * len(jobs)
-        for share, trained in zip(shares, self.pool.map(_train_fused, [[jobs[i] for i in s] for s in shares], chunksize=1), strict=True):
+        for share, trained in zip(shares, self._map(_train_fused, [[jobs[i] for i in s] for s in shares]), strict=True):
             for i, res in zip(share, trained, strict=True):
                 results[i] = res
         return [r for r in results if r is not None]
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        return parallel_evaluate(jobs, self.n_test, self.workers, lambda groups: self.pool.map(_calibrate, groups, chunksize=1),
-                                 lambda tasks: self.pool.map(_score, tasks, chunksize=1))
+        jobs = _compact_jobs(jobs)
+        return parallel_evaluate(jobs, self.n_test, self.workers, lambda groups: self._map(_calibrate, groups),
+                                 lambda tasks: self._map(_score, tasks))
 
     def close(self) -> None:
         self.pool.close()
