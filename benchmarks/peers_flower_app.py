@@ -97,7 +97,9 @@ def main() -> None:
         server_app=ServerApp(server_fn=server_fn),
         client_app=ClientApp(client_fn=client_fn),
         num_supernodes=JOB.devices,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+        # address "local": a Ray of its own, as on a machine with no other Ray (this shared machine may have a
+        # `ray start` cluster, which a bare ray.init() would join, its processes outside this run's tree)
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"address": "local"}},
     )
     with open(args.out, "w") as f:
         json.dump({"acc": [a for a, _ in history], "loss": [v for _, v in history]}, f)
