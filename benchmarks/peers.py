@@ -50,6 +50,7 @@ import datetime as dt
 import json
 import os
 import resource
+import shlex
 import signal
 import statistics
 import subprocess
@@ -223,9 +224,12 @@ class Result:
     acc: list[float]
     loss: list[float]
     killed: int
+    executor: str = ""  # what iotfl-sim's executor: auto chose
 
 
-def measure(job: str, side: str, rep: int, cmd: list[str], env: dict, read: Callable[[], tuple[list, list]],
+
+
+def measure(job: str, side: str, rep: int, cmd: list[str], env: dict, read: Callable[[], tuple[list, list, str]],
             log: Path) -> Result:
     load = tuple(float(x) for x in Path("/proc/loadavg").read_text().split()[:3])
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -242,11 +246,11 @@ def measure(job: str, side: str, rep: int, cmd: list[str], env: dict, read: Call
     if proc.returncode != 0:
         sys.stderr.write(log.read_text()[-6000:])
         raise SystemExit(f"{side} on the {job} job failed (exit {proc.returncode}); its output is above")
-    acc, loss = read()
+    acc, loss, executor = read()
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     kind = "+".join(sorted(sampler.kinds)) or "none"
     return Result(job, side, rep, started, load, wall, cpu, sampler.peak_kb / 1024, kind, sampler.peak_procs, acc,
-                  loss, killed)
+                  loss, killed, executor)
 
 
 def run_side(side: str, job: str, rep: int, rounds: int, tmp: Path, args: argparse.Namespace) -> Result:
@@ -259,11 +263,13 @@ def run_side(side: str, job: str, rep: int, rounds: int, tmp: Path, args: argpar
         path.write_text(yaml.safe_dump(sc))
         cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(work / "out"), "--quiet"]
 
-        def read() -> tuple[list, list]:
+        def read() -> tuple[list, list, str]:
             (run,) = list((work / "out").iterdir())
             with (run / "rounds.csv").open() as f:
                 rows = list(csv.DictReader(f))
-            return [float(r["acc_full"]) for r in rows], [float(r["loss_full"]) for r in rows]
+            ex = json.loads((run / "summary.json").read_text()).get("executor", {})
+            chose = ex.get("kind", "?") + (f", {ex['workers']} workers" if ex.get("workers") else "")
+            return [float(r["acc_full"]) for r in rows], [float(r["loss_full"]) for r in rows], chose
     else:
         app = {"flower": "peers_flower_app.py", "flgo": "peers_flgo_app.py"}[side]
         out = work / "result.json"
@@ -272,9 +278,9 @@ def run_side(side: str, job: str, rep: int, rounds: int, tmp: Path, args: argpar
             cmd += ["--threads", str(args.flgo_threads)]
         env["RAY_DEDUP_LOGS"] = "1"
 
-        def read() -> tuple[list, list]:
+        def read() -> tuple[list, list, str]:
             got = json.loads(out.read_text())
-            return got["acc"], got["loss"]
+            return got["acc"], got["loss"], ""
 
     return measure(job, side, rep, cmd, env, read, work / "log.txt")
 
@@ -329,8 +335,8 @@ def job_text(job: str, rounds: int) -> str:
     j = Job.of(job, JOBS[job][0](rounds))
     clip = f", gradients clipped to norm {j.clip:g}" if j.clip is not None else ""
     return (f"FedAvg on {j.dataset}, {j.devices} IID devices, {j.per_round} per round, E={j.epochs}, B={j.batch}, "
-            f"`{j.family}` without norm, SGD lr {j.lr} momentum {j.momentum}{clip}, {j.rounds} rounds, the global "
-            "model tested on the whole test set every round")
+            f"`{j.family}` without norm, SGD lr {j.lr} momentum {j.momentum}{clip}, {j.rounds} round"
+            f"{'s' * (j.rounds != 1)}, the global model tested on the whole test set every round")
 
 
 def report(results: list[Result], args: argparse.Namespace, rounds: dict[str, int], vers: dict[str, str],
@@ -351,6 +357,9 @@ def report(results: list[Result], args: argparse.Namespace, rounds: dict[str, in
         "Wall: the whole process (interpreter, imports, data, every round). CPU: user+system seconds of the process "
         f"tree. Memory: peak over the run of the summed {'/'.join(kinds)} of the process and all its descendants "
         f"(Ray's processes included), sampled every {SAMPLE_S} s.",
+        "The sides draw initial weights, client samples and batches from their own random streams (Flower's are not "
+        "seeded at all), so accuracies after a few rounds differ by as much as iotfl-sim's own seeds differ; the "
+        "test loss is the finer check that every side trains the same job.",
         "",
     ]
     for job in rounds:
@@ -399,14 +408,15 @@ def report(results: list[Result], args: argparse.Namespace, rounds: dict[str, in
             f"{r.side} {', '.join(f'{a:.3f}' for a in r.acc)}" for r in mine if r.rep == 0) + ".")
         lines.append("")
     lines += ["## Every run", "",
-              "| started (UTC) | load avg 1/5/15 min | job | side | rep | wall s | CPU s | peak MB | kind | processes | killed after |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| started (UTC) | load avg 1/5/15 min | job | side | rep | wall s | CPU s | peak MB | kind | processes | killed after | executor |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.started} | {' '.join(f'{x:.2f}' for x in r.load)} | {r.job} | {r.side} | {r.rep + 1} | "
-                     f"{r.wall_s:.1f} | {r.cpu_s:.1f} | {r.peak_mb:.0f} | {r.mem_kind} | {r.procs} | {r.killed} |")
-    lines += ["", "`killed after`: descendants still alive 30 s after the run's process ended (then killed by pid).",
+                     f"{r.wall_s:.1f} | {r.cpu_s:.1f} | {r.peak_mb:.0f} | {r.mem_kind} | {r.procs} | {r.killed} | {r.executor} |")
+    lines += ["", "`killed after`: descendants still alive 30 s after the run's process ended (then killed by pid). "
+              "`executor`: what iotfl-sim's `executor: auto` chose (its summary.json).",
               "", "The venvs (recreate with `python benchmarks/peers.py --setup`, commands in its docstring):", ""]
-    lines += [f"    {' '.join(c)}" for c in setup_commands(args.venvs)]
+    lines += [f"    {shlex.join(c)}" for c in setup_commands(args.venvs)]
     return "\n".join(lines) + "\n"
 
 

@@ -63,3 +63,20 @@ def test_tree_sampler_sees_a_grandchild_s_memory():
     assert sampler.peak_procs >= 2
     assert sampler.peak_kb >= 200 * 1024
     assert peers.memory_kb(peers.os.getpid())[0] > 0
+
+
+def test_report_ratios_and_verdicts():
+    # conv job: iotfl-sim's fastest 10 s, Flower's 25 s -> 2.50x (target 2x met); memory medians 100 vs 350 MB ->
+    # 3.50x (target 4x NOT met); accuracies 0.40 vs 0.405 -> 0.50 points (within 1)
+    def r(side, rep, wall, mb, acc):
+        return peers.Result("conv", side, rep, "t", (0.1, 0.2, 0.3), wall, wall, mb, "PSS", 1, [acc], [2.0], 0)
+
+    results = [r("iotfl-sim", 0, 12.0, 100, 0.40), r("flower", 0, 25.0, 350, 0.405),
+               r("iotfl-sim", 1, 10.0, 100, 0.40), r("flower", 1, 30.0, 350, 0.405)]
+    args = peers.argparse.Namespace(repeat=2, argv=["--repeat", "2"], flgo_threads=1, venvs=peers.VENVS)
+    text = peers.report(results, args, {"conv": 3}, {"iotfl-sim": "x"}, "abc", "t0", "t1")
+    assert "iotfl-sim is **2.50x** faster (fastest runs; medians 2.50x)" in text  # 27.5 / 11.0 = 2.50 as well
+    assert "Speed target >= 2x: **met**" in text
+    assert "uses **3.50x** less memory" in text and "Memory target <= 1/4 of Flower's: **NOT met**" in text
+    assert "differ by 0.50 points (within 1 point)" in text
+    assert "SMOKE RUN" in text  # fewer than 3 repetitions
