@@ -297,17 +297,21 @@ def test_on_a_cpu_only_tiny_steps_are_fused(data) -> None:
     assert FusedExecutor(x, y).cpu_max_step_flops == fused.CPU_FUSE_MAX_STEP_FLOPS
 
 
-def test_fused_shares_cut_every_group_evenly_in_job_order() -> None:
+def test_fused_shares_cut_every_fusable_group_evenly_in_job_order() -> None:
     from iotfl_sim.exec.pool import fused_shares
 
-    a, b = ModelRecipe("cnn_small", CLASSES, 1, (8, 8)), SubmodelSpec(0.5)
-    jobs = _jobs(a, SubmodelSpec(1.0), [4] * 5) + _jobs(a, b, [4] * 2, first_key=5)
+    a, half = ModelRecipe("cnn_small", CLASSES, 1, (8, 8)), SubmodelSpec(0.5)
+    jobs = _jobs(a, SubmodelSpec(1.0), [4] * 5) + _jobs(a, half, [4] * 2, first_key=5)
     # interleave the two groups: positions 0..6 hold full, half, full, half, full, full, full
     order = [0, 5, 1, 6, 2, 3, 4]
     jobs = [jobs[i] for i in order]
+    everything = lambda group: True  # noqa: E731
     # group full = positions [0, 2, 4, 5, 6] -> 3 + 2; group half = [1, 3] -> 1 + 1
-    assert fused_shares(jobs, 2) == [[0, 1, 2, 4], [3, 5, 6]]
-    assert fused_shares(jobs[:1], 3) == [[0]]  # empty shares are left out
+    assert fused_shares(jobs, 2, everything) == [[0, 1, 2, 4], [3, 5, 6]]
+    assert fused_shares(jobs[:1], 3, everything) == [[0]]  # empty shares are left out
+    # a group not fused: each of its jobs is a task of its own, after the fused shares
+    only_full = lambda group: group[0].spec == SubmodelSpec(1.0)  # noqa: E731
+    assert fused_shares(jobs, 2, only_full) == [[0, 2, 4], [5, 6], [1], [3]]
 
 
 def test_fused_pool_trains_close_to_inline_in_job_order(data) -> None:

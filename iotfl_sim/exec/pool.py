@@ -97,21 +97,26 @@ def default_workers() -> int:
     return available_cores().usable
 
 
-def fused_shares(jobs: list[TrainJob], workers: int) -> list[list[int]]:
-    """Positions of ``jobs`` per worker: every fusable group (``fused.group_key``) cut into ``workers``
-    contiguous, near-equal parts, part w of each group to worker w, in job order; empty shares left out."""
+def fused_shares(jobs: list[TrainJob], workers: int, fusable: Callable[[list[TrainJob]], bool]) -> list[list[int]]:
+    """Positions of ``jobs`` per pool task: every group (``fused.group_key``) that ``fusable`` accepts cut into
+    ``workers`` contiguous, near-equal parts, part w of each such group in task w, in job order; then every
+    other job as a task of its own, so the pool balances those as it balances unfused jobs."""
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(group_key(job), []).append(i)
     shares: list[list[int]] = [[] for _ in range(workers)]
+    singles: list[list[int]] = []
     for positions in groups.values():
+        if not fusable([jobs[i] for i in positions]):
+            singles.extend([i] for i in positions)
+            continue
         base, extra = divmod(len(positions), workers)
         start = 0
         for w in range(workers):
             size = base + (w < extra)
             shares[w].extend(positions[start : start + size])
             start += size
-    return [sorted(s) for s in shares if s]
+    return [sorted(s) for s in shares if s] + sorted(singles)
 
 
 class PoolExecutor:
@@ -122,6 +127,8 @@ class PoolExecutor:
         self.workers = workers or default_workers()
         self.fuse = fuse
         self.n_test = len(data.y_test)
+        # decides which groups the workers will fuse (builds skeletons only; its data are never used)
+        self._fuser = FusedExecutor(data.x_train[:0], data.y_train[:0]) if fuse else None
         ctx = worker_context()
         with NoMainReimport():  # a script without a __main__ guard may make a run: its workers must not re-run it
             self.pool = ctx.Pool(self.workers, initializer=_init, initargs=(data.share_memory(), threads, fuse))
@@ -135,7 +142,8 @@ class PoolExecutor:
         jobs = _compact_jobs(jobs)
         if not self.fuse:
             return self._map(_train, jobs)
-        shares = fused_shares(jobs, self.workers)
+        assert self._fuser is not None
+        shares = fused_shares(jobs, self.workers, self._fuser.can_fuse)
         results: list[TrainResult | None] = [None] * len(jobs)
         for share, trained in zip(shares, self._map(_train_fused, [[jobs[i] for i in s] for s in shares]), strict=True):
             for i, res in zip(share, trained, strict=True):
