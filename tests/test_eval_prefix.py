@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, sharing_groups
-from iotfl_sim.fl.evaluate import evaluate, shared_layers
+from iotfl_sim.fl.evaluate import evaluate, running_statistics, shared_layers
 from iotfl_sim.fl.models.families import start_layer_rates
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
@@ -70,8 +70,8 @@ def test_shared_prefix_statistics_equal_separate_calibration():
     jobs = [EvalJob(recipe, spec, state, 20) for spec, state in pool]
     assert sharing_groups(jobs) == [[0, 1, 2]]
     w = Worker(data, threads=1)
-    together = w.calibrate(jobs)
+    together = [running_statistics([f]) for f in w.calibrate(jobs, 0, 40)]
     for job, stats in zip(jobs, together, strict=True):
-        (alone,) = w.calibrate([job])
+        alone = running_statistics(w.calibrate([job], 0, 40))
         assert stats.keys() == alone.keys() and all(torch.equal(stats[k], alone[k]) for k in stats)
     assert w.evaluate(jobs) == [w.evaluate([j])[0] for j in jobs]

@@ -10,7 +10,7 @@ from conftest import base_scenario
 
 from iotfl_sim.cli import main
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, batch_aligned_slices
-from iotfl_sim.fl.evaluate import evaluate
+from iotfl_sim.fl.evaluate import evaluate, running_statistics
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -35,9 +35,11 @@ def test_worker_evaluation_matches_the_one_call_evaluation():
     w = Worker(NumericData(x[:40], y[:40], x[:40], x[40:], y[40:]), threads=1)
     job = EvalJob(recipe, spec, state, 16)
     assert w.evaluate([job]) == [want]
-    # scoring in two batch-aligned slices and adding in order gives the same bits
-    (stats,) = w.calibrate([job])
+    # calibrating in two batch-aligned slices, or scoring in two and adding in order, gives the same bits
+    stats = running_statistics(w.calibrate([job], 0, 40))
+    split = running_statistics([w.calibrate([job], 0, 32)[0], w.calibrate([job], 32, 40)[0]])
     assert stats and all("running_" in k or "num_batches" in k for k in stats)
+    assert stats.keys() == split.keys() and all(torch.equal(stats[k], split[k]) for k in stats)
     parts = w.score([job], [stats], 0, 32)[0] + w.score([job], [stats], 32, 50)[0]
     assert parts == w.score([job], [stats], 0, 50)[0]
 

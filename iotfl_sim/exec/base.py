@@ -17,12 +17,15 @@ from torch import nn
 
 from iotfl_sim import faults
 from iotfl_sim.fl.evaluate import (
+    Figures,
+    batch_figures_group,
     batch_scores_group,
-    bn_statistics,
-    calibrate_bn_group,
     combine,
     eval_skeleton,
+    has_batch_norm,
+    load_statistics,
     prepared,
+    running_statistics,
     shared_layers,
 )
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -30,6 +33,7 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
 
 State = dict[str, torch.Tensor]
+Scores = list[tuple[int, float]]  # (correct, summed loss) per test batch
 
 
 @dataclass
@@ -90,25 +94,38 @@ class Worker:
         d = self.data
         return train_local(self.skeleton(job.recipe, job.spec), job, d.x_train, d.y_train, self.skeleton)
 
-    def calibrate(self, jobs: list[EvalJob]) -> list[State]:
-        """Static-BN statistics of each job's model (empty for a model without BatchNorm); ``jobs`` is one
-        ``sharing_groups`` group, evaluated together."""
+    def calibrate(self, jobs: list[EvalJob], start: int, stop: int) -> list[Figures]:
+        """Per job, the static-BN figures of calibration samples [start, stop) (batch-aligned); ``jobs`` is one
+        ``sharing_groups`` group, run together. ``fl.evaluate.running_statistics`` turns the slices' figures into
+        the statistics."""
         faults.hit("eval")
         models = [prepared(j.recipe, j.spec, j.state) for j in jobs]
-        calibrate_bn_group(models, [j.state for j in jobs], self.data.calib_x, jobs[0].batch_size)
-        return [bn_statistics(m) for m in models]
+        return batch_figures_group(models, [j.state for j in jobs], self.data.calib_x[start:stop], jobs[0].batch_size)
 
-    def score(self, jobs: list[EvalJob], stats: list[State], start: int, stop: int) -> list[list[tuple[int, float]]]:
+    def score(self, jobs: list[EvalJob], stats: list[State], start: int, stop: int) -> list[Scores]:
         """Per job, per-batch (correct, loss sum) on test samples [start, stop) with the calibrated statistics."""
         states = [{**j.state, **st} for j, st in zip(jobs, stats, strict=True)]
         models = [prepared(j.recipe, j.spec, st) for j, st in zip(jobs, states, strict=True)]
         d = self.data
         return batch_scores_group(models, states, d.x_test[start:stop], d.y_test[start:stop], jobs[0].batch_size)
 
+    def evaluate_group(self, jobs: list[EvalJob]) -> list[Scores]:
+        """``calibrate`` over all calibration samples, then ``score`` over the whole test set, each model loaded once."""
+        faults.hit("eval")
+        d = self.data
+        models = [prepared(j.recipe, j.spec, j.state) for j in jobs]
+        states = [j.state for j in jobs]
+        for model, figures in zip(models, batch_figures_group(models, states, d.calib_x, jobs[0].batch_size), strict=True):
+            load_statistics(model, running_statistics([figures]))
+        return batch_scores_group(models, states, d.x_test, d.y_test, jobs[0].batch_size)
+
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        n = len(self.data.y_test)
-        return parallel_evaluate(jobs, n, 1, lambda groups: [self.calibrate(g) for g in groups],
-                                 lambda tasks: [self.score(*t) for t in tasks])
+        return parallel_evaluate(jobs, len(self.data.calib_x), len(self.data.y_test), 1, self.map)
+
+    def map(self, method: str, tasks: list[tuple]) -> list:
+        """``method`` of this worker applied to every task's arguments, in order (what executors do in parallel)."""
+        run = getattr(self, method)
+        return [run(*t) for t in tasks]
 
     def clear(self) -> None:
         self._skeletons.clear()
@@ -141,31 +158,45 @@ def sharing_groups(jobs: list[EvalJob]) -> list[list[int]]:
     return groups
 
 
-Scores = list[tuple[int, float]]
-
-
 def parallel_evaluate(
-    jobs: list[EvalJob],
-    n_test: int,
-    parts: int,
-    calibrate_map: Callable[[list[list[EvalJob]]], list[list[State]]],
-    score_map: Callable[[list[tuple]], list[list[Scores]]],
+    jobs: list[EvalJob], n_calib: int, n_test: int, parts: int, run: Callable[[str, list[tuple]], list]
 ) -> list[tuple[float, float]]:
-    """(accuracy, mean loss) of every job: one calibration task per sharing group, then one scoring task per
-    group and batch-aligned slice of the test set (at most ``parts``), per-batch figures added in batch order,
-    so the totals are the same bits however the work was shared out. The maps run the tasks (in order)."""
+    """(accuracy, mean loss) of every job. ``run(method, tasks)`` applies a ``Worker`` method to each task's
+    arguments (in parallel where it can) and returns the results in task order.
+
+    With ``parts`` = 1, one ``evaluate_group`` task per sharing group. Otherwise two passes, each cut into at most
+    ``parts`` batch-aligned slices per group: static-BN figures of the calibration samples (groups without
+    BatchNorm skip it), accumulated here in slice order (``fl.evaluate.running_statistics``), then the test set
+    scored with them; per-batch scores are added in batch order. Either way the totals are the same bits however
+    the work was shared out."""
     if not jobs:
         return []
     groups = sharing_groups(jobs)
     members = [[jobs[i] for i in g] for g in groups]
-    stats = calibrate_map(members)
-    tasks, owners = [], []
-    for g, sub, st in zip(groups, members, stats, strict=True):
-        for start, stop in batch_aligned_slices(n_test, sub[0].batch_size, parts):
-            tasks.append((sub, st, start, stop))
-            owners.append(g)
+    if parts == 1:
+        per_group = run("evaluate_group", [(sub,) for sub in members])
+    else:
+        calib_tasks, calib_owner = [], []
+        for gi, sub in enumerate(members):
+            if any(has_batch_norm(eval_skeleton(j.recipe, j.spec)) for j in sub):
+                for start, stop in batch_aligned_slices(n_calib, sub[0].batch_size, parts) or [(0, 0)]:
+                    calib_tasks.append((sub, start, stop))
+                    calib_owner.append(gi)
+        figures: list[list[list[Figures]]] = [[] for _ in members]  # per group, per slice, per job
+        for gi, f in zip(calib_owner, run("calibrate", calib_tasks), strict=True):
+            figures[gi].append(f)
+        score_tasks, score_owner = [], []
+        for gi, sub in enumerate(members):
+            stats = [running_statistics([f[i] for f in figures[gi]]) for i in range(len(sub))]
+            for start, stop in batch_aligned_slices(n_test, sub[0].batch_size, parts):
+                score_tasks.append((sub, stats, start, stop))
+                score_owner.append(gi)
+        per_group = [[[] for _ in sub] for sub in members]
+        for gi, part in zip(score_owner, run("score", score_tasks), strict=True):
+            for i, s in enumerate(part):
+                per_group[gi][i].extend(s)  # a job's slices come back in order
     scores: list[Scores] = [[] for _ in jobs]
-    for g, part in zip(owners, score_map(tasks), strict=True):
+    for g, part in zip(groups, per_group, strict=True):
         for i, s in zip(g, part, strict=True):
-            scores[i].extend(s)  # a job's slices come back in order
+            scores[i] = s
     return [combine(s, n_test) for s in scores]

@@ -4,12 +4,13 @@ Workers are started once per run (``forkserver.worker_context``: forked from a s
 never from a process whose OpenMP pool is already running) and given the run's tensors once, in shared
 memory; each keeps a model skeleton per submodel spec. A job travels with its weights only, as plain pickled
 bytes both ways (``_packed``): torch's multiprocessing reductions, which share the run's data once, would move
-every small tensor of every job through a shared-memory segment of its own, 17-30 ms per cnn_small job against
-about 2 ms pickled (issue 22). Results come back in job order. Evaluation is
-split in two passes so that both parallelise: static-BN calibration, one task per evaluated model,
-then scoring, each model's test set cut into batch-aligned slices (models sharing a prefix go together:
-``exec.base.sharing_groups``). Every worker trains and scores
-with ``threads`` torch threads, the same work the inline executor does, so results are identical.
+every small tensor of every task through a shared-memory segment of its own, fetched in a round trip each
+(17-30 ms per cnn_small training job against about 5 ms pickled, 7 ms per evaluation task of a small CNN;
+issue 22). Results come back in job order. Evaluation is split in two passes so that both parallelise, each
+cut into batch-aligned slices per evaluated model (models sharing a prefix go together:
+``exec.base.sharing_groups``): static-BN figures of the calibration samples, accumulated here in slice order,
+then the test set scored. Every worker trains and scores with ``threads`` torch threads, the same work the
+inline executor does, so results are identical.
 """
 
 from __future__ import annotations
@@ -62,14 +63,11 @@ def _train_fused(jobs: list[TrainJob]) -> list[TrainResult]:
     return _FUSED.run(jobs)
 
 
-def _calibrate(jobs: list[EvalJob]) -> list[State]:
+def _call(task: tuple[str, tuple]) -> Any:
+    """An evaluation task: a ``Worker`` method and its arguments (``exec.base.parallel_evaluate``)."""
     assert _WORKER is not None
-    return _WORKER.calibrate(jobs)
-
-
-def _score(task: tuple[list[EvalJob], list[State], int, int]) -> list[list[tuple[int, float]]]:
-    assert _WORKER is not None
-    return _WORKER.score(*task)
+    method, args = task
+    return getattr(_WORKER, method)(*args)
 
 
 def _compact(state: State) -> State:
@@ -126,7 +124,7 @@ class PoolExecutor:
     def __init__(self, data: NumericData, workers: int | None = None, threads: int = 1, fuse: bool = False) -> None:
         self.workers = workers or default_workers()
         self.fuse = fuse
-        self.n_test = len(data.y_test)
+        self.n_calib, self.n_test = len(data.calib_x), len(data.y_test)
         # decides which groups the workers will fuse (builds skeletons only; its data are never used)
         self._fuser = FusedExecutor(data.x_train[:0], data.y_train[:0]) if fuse else None
         ctx = worker_context()
@@ -151,9 +149,10 @@ class PoolExecutor:
         return [r for r in results if r is not None]
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        jobs = _compact_jobs(jobs)
-        return parallel_evaluate(jobs, self.n_test, self.workers, lambda groups: self._map(_calibrate, groups),
-                                 lambda tasks: self._map(_score, tasks))
+        return parallel_evaluate(
+            _compact_jobs(jobs), self.n_calib, self.n_test, self.workers,
+            lambda method, tasks: self._map(_call, [(method, t) for t in tasks]),
+        )  # fmt: skip
 
     def close(self) -> None:
         self.pool.close()

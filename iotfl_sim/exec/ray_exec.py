@@ -12,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from iotfl_sim.exec.base import EvalJob, NumericData, State, Worker, parallel_evaluate
+from iotfl_sim.exec.base import EvalJob, NumericData, Worker, parallel_evaluate
 from iotfl_sim.fl.train import TrainJob, TrainResult
 
 
@@ -91,11 +91,9 @@ class _Actor:
     def train(self, job: TrainJob) -> TrainResult:
         return self.worker.train(job)
 
-    def calibrate(self, jobs: list[EvalJob]) -> list[State]:
-        return self.worker.calibrate(jobs)
-
-    def score(self, jobs: list[EvalJob], stats: list[State], start: int, stop: int) -> list[list[tuple[int, float]]]:
-        return self.worker.score(jobs, stats, start, stop)
+    def call(self, method: str, *args: Any) -> Any:
+        """An evaluation task: a ``Worker`` method and its arguments (``exec.base.parallel_evaluate``)."""
+        return getattr(self.worker, method)(*args)
 
 
 class RayExecutor:
@@ -113,7 +111,7 @@ class RayExecutor:
         self.ray = ray
         self._owns = start_ray(address, workers or default_workers())
         self.workers = workers or max(1, int(ray.available_resources().get("CPU", 1)))
-        self.n_test = len(data.y_test)
+        self.n_calib, self.n_test = len(data.calib_x), len(data.y_test)
         ref = ray.put(data)
         actor = ray.remote(num_cpus=1)(_Actor)
         self.actors = [actor.remote(ref, threads) for _ in range(self.workers)]
@@ -126,8 +124,8 @@ class RayExecutor:
         return self._map("train", [(j,) for j in jobs])
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        return parallel_evaluate(jobs, self.n_test, self.workers, lambda groups: self._map("calibrate", [(g,) for g in groups]),
-                                 lambda tasks: self._map("score", tasks))
+        return parallel_evaluate(jobs, self.n_calib, self.n_test, self.workers,
+                                 lambda method, tasks: self._map("call", [(method, *t) for t in tasks]))
 
     def close(self) -> None:
         for a in self.actors:

@@ -4,7 +4,8 @@ Models train without running statistics. Before testing, a copy with tracking is
 weights and a no-grad, train-mode pass over training data with momentum=None (a cumulative
 average) computes the statistics used for testing only. The Scaler is kept in eval mode (identity)
 during that pass so the statistics match what the layer sees at test time; for the global model the
-Scaler ratio is 1 and this is exactly HeteroFL's procedure.
+Scaler ratio is 1 and this is exactly HeteroFL's procedure. The pass records each batch's figures and
+accumulates them afterwards (``running_statistics``), with the same bits, so executors can split it.
 
 Image models evaluate in ``channels_last`` layout: measured on a 2-core x86 host (oneDNN), forward passes of
 the `conv` and `resnet18` families ran 1.4-1.7x faster than in NCHW, whatever the thread count, and batches of
@@ -35,24 +36,21 @@ def _layout(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
 
 
-def _norm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
-    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+def _norms(model: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:
+    """The BatchNorm layers that keep running statistics, by module name."""
+    return {k: m for k, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats}
+
+
+def has_batch_norm(model: nn.Module) -> bool:
+    """Does static-BN calibration apply to ``model`` (a BatchNorm layer with running statistics)?"""
+    return bool(_norms(model))
 
 
 @torch.inference_mode()
 def calibrate_bn(model: nn.Module, x: torch.Tensor, batch_size: int) -> None:
-    norms = _norm_layers(model)
-    if not norms:
-        return
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
-    model.eval()
-    for m in norms:
-        m.train()
-    for start in range(0, len(x), batch_size):
-        model(_layout(x[start : start + batch_size]))
-    model.eval()
+    """Static-BN statistics of ``model`` from ``x``, loaded into it."""
+    (figures,) = batch_figures_group([model], [{}], x, batch_size)
+    load_statistics(model, running_statistics([figures]))
 
 
 @torch.inference_mode()
@@ -93,11 +91,6 @@ def prepared(recipe: ModelRecipe, spec: SubmodelSpec, state: State) -> nn.Module
     if result.unexpected_keys:
         raise KeyError(f"state has tensors the model lacks: {result.unexpected_keys}")
     return model
-
-
-def bn_statistics(model: nn.Module) -> State:
-    """The running statistics static-BN calibration computed (what scoring needs besides the weights)."""
-    return {k: v.clone() for k, v in model.state_dict().items() if "running_" in k or "num_batches_tracked" in k}
 
 
 def evaluate(
@@ -183,27 +176,117 @@ def _share_matrix(models: list[nn.Module], states: list[State]) -> list[list[int
     return share
 
 
+# -- static-BN statistics from per-batch figures -------------------------------------------------------------
+#
+# In train mode a BatchNorm layer normalises with its batch's own mean and variance, so the calibration pass over
+# one batch does not depend on the batches before it: only the running statistics carry over. Calibration
+# therefore records, per BatchNorm call, the batch mean and unbiased variance the kernel computed (a momentum-1
+# update of reset statistics is exactly those figures) and accumulates them afterwards in batch order with the
+# arithmetic of PyTorch's cumulative average (``momentum=None``). Slices of the calibration set may then run in
+# different processes and give the same bits as one pass (tests/test_eval_cost.py checks it against PyTorch's own
+# update, layouts and BatchNorm kinds included).
+
+Figures = dict[str, tuple[torch.Tensor, torch.Tensor]]
+"""Per BatchNorm layer (module name): the batch mean and unbiased variance of each call, stacked (calls, channels)."""
+
+
+def _recorder(means: list[torch.Tensor], variances: list[torch.Tensor]):
+    def hook(m: nn.modules.batchnorm._BatchNorm, inputs: tuple, output: torch.Tensor) -> None:
+        means.append(m.running_mean.clone())
+        variances.append(m.running_var.clone())
+        m.reset_running_stats()  # finite again, whatever this batch held: the next call's update is exact
+
+    return hook
+
+
 @torch.inference_mode()
-def calibrate_bn_group(models: list[nn.Module], states: list[State], x: torch.Tensor, batch_size: int) -> None:
-    """``calibrate_bn`` of every model, the shared prefix run once per batch."""
-    if not any(_norm_layers(m) for m in models):
-        return
-    for model in models:
-        for m in _norm_layers(model):
+def batch_figures_group(models: list[nn.Module], states: list[State], x: torch.Tensor, batch_size: int) -> list[Figures]:
+    """Per model, the ``Figures`` of its BatchNorm layers over the batches of ``x`` (train-mode BatchNorm, the rest in
+    eval mode: the Scaler is the identity), the shared prefix run once: a shared layer's figures are listed under
+    every model that shares it. Models without BatchNorm are not run."""
+    named = [_norms(model) for model in models]
+    if not any(named):
+        return [{} for _ in models]
+    calls = [{k: ([], []) for k in norms} for norms in named]
+    handles, momenta = [], []
+    for model, norms, rec in zip(models, named, calls, strict=True):
+        model.eval()
+        for k, m in norms.items():
+            momenta.append((m, m.momentum))
+            m.momentum = 1.0
             m.reset_running_stats()
-            m.momentum = None
-        model.eval()
-        for m in _norm_layers(model):
             m.train()
-    share = _share_matrix(models, states)
+            handles.append(m.register_forward_hook(_recorder(*rec[k])))
     ran: dict[tuple[int, int], int] = {}
-    for start in range(0, len(x), batch_size):
-        _tree_forward(models, list(range(len(models))), 0, _layout(x[start : start + batch_size]), share, {}, ran)
+    try:
+        share = _share_matrix(models, states)
+        for start in range(0, len(x), batch_size):
+            _tree_forward(models, list(range(len(models))), 0, _layout(x[start : start + batch_size]), share, {}, ran)
+    finally:
+        for h in handles:
+            h.remove()
+        for m, momentum in momenta:
+            m.momentum = momentum
+        for model in models:
+            model.eval()
     for (b, j), a in ran.items():
-        if a != b:  # the layer ran once, as model a's: model b's copy takes its statistics
-            models[b].features[j].load_state_dict(models[a].features[j].state_dict())
-    for model in models:
-        model.eval()
+        if a != b:  # the layer ran once, as model a's: model b's copy saw the same inputs through the same weights
+            prefix = f"features.{j}."
+            for k in calls[b]:
+                if k.startswith(prefix):
+                    calls[b][k] = calls[a][k]
+    return [
+        {k: (_stack(mu, norms[k]), _stack(var, norms[k])) for k, (mu, var) in rec.items()}
+        for rec, norms in zip(calls, named, strict=True)
+    ]
+
+
+def _stack(values: list[torch.Tensor], m: nn.modules.batchnorm._BatchNorm) -> torch.Tensor:
+    return torch.stack(values) if values else torch.empty(0, m.num_features)
+
+
+def running_statistics(parts: list[Figures]) -> State:
+    """The static-BN statistics (``running_mean``, ``running_var``, ``num_batches_tracked`` of every BatchNorm
+    layer) from the ``Figures`` of consecutive slices of the calibration set, in order: what one pass over all of
+    it with ``momentum=None`` leaves."""
+    merged = {k: (torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts])) for k in (parts[0] if parts else {})}
+    by_calls: dict[int, list[str]] = {}
+    for k, (means, _) in merged.items():
+        by_calls.setdefault(len(means), []).append(k)
+    out: State = {}
+    for calls, names in by_calls.items():
+        # the update is elementwise: the layers with as many calls are accumulated as one row of channels
+        widths = [merged[k][0].shape[1] for k in names]
+        mean, var = cumulative_average(torch.cat([merged[k][0] for k in names], 1), torch.cat([merged[k][1] for k in names], 1))
+        for k, m, v in zip(names, mean.split(widths), var.split(widths), strict=True):
+            out[f"{k}.running_mean"], out[f"{k}.running_var"] = m.clone(), v.clone()
+            out[f"{k}.num_batches_tracked"] = torch.tensor(calls, dtype=torch.long)
+    return out
+
+
+def cumulative_average(means: torch.Tensor, variances: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(running mean, running variance) a float32 BatchNorm with ``momentum=None`` holds after calls with these
+    per-call figures (rows), from reset statistics (0, 1). Its CPU update, operation for operation: call t weighs
+    by f = float32(1/t); mean = f*mean_t + (1-f)*mean in float32; variance = f*var_t + float32((1-f)*variance)
+    summed in float64, rounded to float32."""
+    if means.dtype != torch.float32:
+        raise TypeError(f"static-BN statistics are float32 here, got {means.dtype}")
+    mean = torch.zeros(means.shape[1])
+    var = torch.ones(means.shape[1])
+    wide = variances.double()
+    for t in range(len(means)):
+        f = torch.tensor(1.0 / (t + 1), dtype=torch.float32)
+        g = 1 - f
+        mean = f * means[t] + g * mean
+        var = (f.double() * wide[t] + (g * var).double()).float()
+    return mean, var
+
+
+def load_statistics(model: nn.Module, stats: State) -> None:
+    """Copy static-BN statistics (``running_statistics``) into ``model``'s BatchNorm buffers."""
+    buffers = dict(model.named_buffers())
+    for k, v in stats.items():
+        buffers[k].copy_(v)
 
 
 @torch.inference_mode()
