@@ -9,6 +9,7 @@ count model constructions, weight loads and forward calls per evaluation (never 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -185,3 +186,23 @@ def test_eval_every_thins_the_accuracy_rows_and_delays_crossings_to_the_next_eva
         assert got["sim_time_s"] == (None if first is None else pytest.approx(float(first["sim_time_s"]), abs=1e-6)), t
     assert each_summary["to_accuracy"]["acc_full"]["0"]["round"] == 1  # reached at once when every round is scored
     assert thin_summary["to_accuracy"]["acc_full"]["0"]["round"] == 3
+
+
+def test_a_pool_task_travels_as_the_same_bytes_and_a_sliced_view_only_with_its_own_elements():
+    import pickle
+
+    from iotfl_sim.exec.pool import _compact_jobs, _packed
+
+    _, jobs = _heterofl((1.0, 0.5))
+    stats = [{"n.running_mean": torch.tensor([1.5, -2.0]), "n.num_batches_tracked": torch.tensor(7)}]
+    task = (jobs, stats, 10, 30)
+    got_jobs, got_stats, start, stop = pickle.loads(_packed((tuple, pickle.dumps(task))))  # tuple(x): x itself
+    assert (start, stop) == (10, 30) and got_stats[0].keys() == stats[0].keys()
+    for a, b in zip(jobs, got_jobs, strict=True):
+        assert (a.recipe, a.spec, a.batch_size) == (b.recipe, b.spec, b.batch_size)
+        assert all(a.state[k].dtype == b.state[k].dtype and torch.equal(a.state[k], b.state[k]) for k in a.state)
+    big = torch.arange(100_000, dtype=torch.float32)
+    view = replace(jobs[0], state={"w": big[:10]})  # a submodel's slice of a global tensor
+    (compact,) = _compact_jobs([view])
+    assert torch.equal(compact.state["w"], big[:10])
+    assert len(pickle.dumps(compact)) < len(pickle.dumps(view)) - 300_000  # not the 400 kB storage
