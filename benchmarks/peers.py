@@ -87,19 +87,14 @@ def conv_scenario(rounds: int) -> dict:
 
 
 def iot_scenario(rounds: int) -> dict:
-    return {
-        "name": "peers_iot_femnist",
-        "seed": 0,
-        "rounds": rounds,
-        "clients_per_round": 100,
-        "fleet": {"groups": [{"name": "pi4", "profile": "raspberry_pi_4b", "count": 1000}]},
-        "data": {"dataset": "femnist", "partition": {"method": "iid"}},
-        "model": {"family": "cnn_small", "norm": "none", "scaler": False},
-        "algorithm": {"name": "fedavg"},
-        "local": {"epochs": 1, "batch_size": 10, "lr": 0.05, "momentum": 0.9, "weight_decay": 0.0},
-        "server": {"eval_every": 1},
-        "output": {"progress": False, "events": "none"},
-    }
+    sc = conv_scenario(rounds)
+    sc.update(
+        name="peers_iot_femnist", clients_per_round=100,
+        fleet={"groups": [{"name": "pi4", "profile": "raspberry_pi_4b", "count": 1000}]},
+        data={"dataset": "femnist", "partition": {"method": "iid"}},
+        model={"family": "cnn_small", "norm": "none", "scaler": False}, local={**sc["local"], "batch_size": 10},
+    )  # fmt: skip
+    return sc
 
 
 JOBS: dict[str, tuple[Callable[[int], dict], int]] = {"conv": (conv_scenario, 3), "iot": (iot_scenario, 5)}

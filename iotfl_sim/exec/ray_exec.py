@@ -26,7 +26,7 @@ def start_ray(address: str | None, num_cpus: int, setting: str = "executor.addre
         return False
     opts: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if address:
-        _check_reachable(address, setting)
+        check_reachable(address, setting)
         try:
             ray.init(address=address, **opts)
         except (ConnectionError, ValueError) as e:  # auto with no cluster; ray:// without ray[client]; a token
@@ -59,7 +59,7 @@ def _join_error(e: BaseException, address: str, setting: str) -> Exception:
     return ScenarioError(f"{setting}: cannot join the Ray cluster at {address}: {first}")
 
 
-def _check_reachable(address: str, setting: str) -> None:
+def check_reachable(address: str, setting: str) -> None:
     """Refuse at once a host:port (or ray://host:port) where nothing listens: Ray itself keeps retrying (still
     waiting after 2 minutes, measured with Ray 2.60). ``auto`` is left to Ray."""
     from iotfl_sim.scenario.loader import ScenarioError

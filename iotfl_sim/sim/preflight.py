@@ -19,6 +19,7 @@ need and how many devices declare that much free, and a warning when every devic
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,8 +50,25 @@ def preflight(
     ``--out`` option, else ``output.dir``); the system-only simulation built to check it (``memory_fit``)."""
     check_output(out if out is not None else sc.output.dir, "--out" if out is not None else "output.dir", source)
     check_available(sc.output, source)  # output.tensorboard / output.wandb: their optional packages
+    check_executor(sc, source)
     check_data(sc, sum(g.count for g in groups), source)
     return check_system(sc, groups, base_dir, source)
+
+
+def check_executor(sc: Scenario, source: str) -> None:
+    """``executor.kind: ray``: a cluster answers at ``executor.address`` and Ray is installed (run would stop there)."""
+    cfg = sc.executor
+    if sc.numerics == "none" or cfg.kind != "ray":
+        return
+    from iotfl_sim.exec.ray_exec import check_reachable
+
+    try:
+        if cfg.address is not None:
+            check_reachable(cfg.address, "executor.address")
+        if importlib.util.find_spec("ray") is None:
+            raise ScenarioError("executor.kind: ray needs Ray: pip install 'iotfl-sim[ray]' (or pick kind: pool)")
+    except ScenarioError as e:
+        raise _sourced(source, e) from None
 
 
 def check_output(out: str | Path, where: str, source: str) -> None:
