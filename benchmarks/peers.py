@@ -24,11 +24,11 @@ Flower and FLGo live in their own virtual environments, outside the repository (
 iotfl-sim). `--setup` creates them with exactly these commands (about 3 minutes, from the package index):
 
     python3 -m venv /work/venvs/flwr
-    /work/venvs/flwr/bin/pip install 'flwr[simulation]==1.38.0' torch==2.13.0
+    /work/venvs/flwr/bin/pip install 'flwr[simulation]==1.38.0' torch==2.13.0 orjson
     python3 -m venv /work/venvs/flgo
     /work/venvs/flgo/bin/pip install torch==2.13.0
     /work/venvs/flgo/bin/pip install --no-deps flgo==0.4.4
-    /work/venvs/flgo/bin/pip install tqdm scipy matplotlib prettytable ujson pyyaml networkx requests toolz
+    /work/venvs/flgo/bin/pip install tqdm scipy matplotlib prettytable ujson pyyaml networkx requests toolz orjson
 
 torch==2.13.0 is the CPU build on this machine's disk (a bare `torch` may pull a multi-GB CUDA build). Flower 1.38:
 newer releases need a certifi newer than the package index has. FLGo is installed without its declared
@@ -75,7 +75,9 @@ VENVS = Path("/work/venvs")
 FLOWER = "flwr[simulation]==1.38.0"  # newer releases need a certifi newer than this machine's package index has
 FLGO = "flgo==0.4.4"
 TORCH = "torch==2.13.0"  # the CPU build on this machine's disk
-FLGO_NEEDS = ["tqdm", "scipy", "matplotlib", "prettytable", "ujson", "pyyaml", "networkx", "requests", "toolz"]
+READER_NEEDS = ["orjson"]  # iotfl-sim's dataset loader, which every side reads its data with (FEMNIST's json)
+FLGO_NEEDS = ["tqdm", "scipy", "matplotlib", "prettytable", "ujson", "pyyaml", "networkx", "requests", "toolz",
+              *READER_NEEDS]
 SAMPLE_S = 0.2
 
 
@@ -291,7 +293,7 @@ def setup_commands(venvs: Path) -> list[list[str]]:
     fl, fg = venvs / "flwr", venvs / "flgo"
     return [
         ["python3", "-m", "venv", str(fl)],
-        [str(fl / "bin" / "pip"), "install", FLOWER, TORCH],
+        [str(fl / "bin" / "pip"), "install", FLOWER, TORCH, *READER_NEEDS],
         ["python3", "-m", "venv", str(fg)],
         [str(fg / "bin" / "pip"), "install", TORCH],
         [str(fg / "bin" / "pip"), "install", "--no-deps", FLGO],
