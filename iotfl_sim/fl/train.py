@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.fl.batches import epoch_batches
+from iotfl_sim.fl.layout import batch_layout, model_layout, plain_state
 from iotfl_sim.fl.objectives import LocalObjective, objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.sgd import PlainSGD
@@ -56,7 +57,7 @@ def _teacher_fn(model: nn.Module, job: TrainJob, skeleton: Skeleton | None):
         return None
     if skeleton is None:
         raise ValueError("a self_kd objective needs a skeleton builder for its teacher models")
-    teachers = [(skeleton(job.recipe, s), job.recipe.shapes(s)) for s in specs]
+    teachers = [(model_layout(skeleton(job.recipe, s)), job.recipe.shapes(s)) for s in specs]
 
     def run(xb: torch.Tensor) -> list[torch.Tensor]:
         out = []
@@ -83,10 +84,11 @@ def train_local(
 
     A fresh SGD optimizer per job (HeteroFL resets momentum every round), shuffling from the job's
     own seed, gradient clipping when asked; a final batch of one sample is skipped (BatchNorm
-    without running statistics cannot normalise a single sample).
+    without running statistics cannot normalise a single sample). Images train in ``fl.layout``'s layout.
     """
     torch.manual_seed(job.seed)  # dropout and any other module randomness
     gen = torch.Generator().manual_seed(job.seed)
+    model = model_layout(model)
     model.load_state_dict(job.weights, strict=True)
     model.train()
     opt = PlainSGD(model.parameters(), lr=job.lr, momentum=job.momentum, weight_decay=job.weight_decay)
@@ -101,7 +103,7 @@ def train_local(
     total_loss, steps = 0.0, 0
     for _ in range(job.epochs):
         for batch in epoch_batches(idx, job.batch_size, gen):
-            xb, yb = x[batch], y[batch]
+            xb, yb = batch_layout(x[batch]), y[batch]
             loss = objective_loss(job.objective, model(xb), yb, keep=keep, teachers=teachers, x=xb)
             if anchors:
                 loss = loss + proximal_term(anchors, job.objective.prox_mu)
@@ -112,5 +114,5 @@ def train_local(
             opt.step()
             total_loss += float(loss.detach())
             steps += 1
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = plain_state(model.state_dict())
     return TrainResult(job.key, state, len(idx), total_loss / max(steps, 1))
