@@ -128,9 +128,10 @@ def acc_gap(rows: list[dict], reference: list[dict]) -> float:
 
 def variants(workers: list[int], extras: bool = True, default_only: bool = False) -> list[dict]:
     """The executor blocks to run; ``{}`` is no block at all (the default, ``kind: auto``)."""
-    if default_only:
-        return [{"kind": "inline"}, {}]
+    if default_only:  # with the pool, the default before worker threads (issue 22)
+        return [{"kind": "inline"}, {}, {"kind": "pool", "workers": max(workers)}]
     out: list[dict] = [{"kind": "inline"}, {}, {"kind": "inline", "threads": torch.get_num_threads()}]
+    out += [{"kind": "threads", "workers": w} for w in workers]
     out += [{"kind": "pool", "workers": w} for w in workers]
     if not extras:
         return out
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="run the bare loop and every variant this many times, "
                     "interleaved, and keep the fastest (a shared machine's noise only ever slows a run down)")
     ap.add_argument("--no-extras", action="store_true", help="inline and pool only (no Ray, no fused)")
-    ap.add_argument("--default-only", action="store_true", help="inline and the default (no executor block) only")
+    ap.add_argument("--default-only", action="store_true", help="inline, the default (no executor block) and the pool only")
     ap.add_argument("--out", type=Path, default=OUT_MD)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)

@@ -1,5 +1,5 @@
 """``executor: auto``: usable cores (affinity, cgroup quota), the choice and its why, and a default run that
-takes a pool computes inline's bits; pool workers never re-run an unguarded ``__main__`` script."""
+takes worker threads computes inline's bits; pool workers never re-run an unguarded ``__main__`` script."""
 
 from __future__ import annotations
 
@@ -63,18 +63,26 @@ def test_host_work_seconds_by_hand():
     assert w.seconds() == pytest.approx(6e10 / auto.HOST_FLOPS_PER_S + 1000 * auto.HOST_STEP_S)
 
 
-def test_choice_by_cores_work_and_gpu():
-    big = HostWork(auto.HOST_FLOPS_PER_S * 2 * auto.POOL_PAYS_AFTER_S, 0, 0)  # twice the threshold
-    small = HostWork(auto.HOST_FLOPS_PER_S * 0.5 * auto.POOL_PAYS_AFTER_S, 0, 0)
+def test_choice_by_cores_work_model_and_gpu():
+    big = HostWork(auto.HOST_FLOPS_PER_S * 2 * auto.POOL_PAYS_AFTER_S, 0, 0)  # twice the pool's threshold
+    medium = HostWork(auto.HOST_FLOPS_PER_S * 0.5 * auto.POOL_PAYS_AFTER_S, 0, 0)  # threads pay, a pool does not
+    tiny = HostWork(auto.HOST_FLOPS_PER_S * 0.5 * auto.THREADS_PAY_AFTER_S, 0, 0)
+    assert auto.THREADS_PAY_AFTER_S < 0.5 * auto.POOL_PAYS_AFTER_S
     four, one = Cores(4, 8, 4.0), Cores(1, 1, None)
-    c = choose("auto", None, 1, False, four, big)
-    assert (c.kind, c.workers) == ("pool", 4) and "4 usable cores" in c.why and "cgroup CPU limit 4" in c.why
+    c = choose("auto", None, 1, False, four, medium)
+    assert (c.kind, c.workers) == ("threads", 4) and "4 usable cores" in c.why and "cgroup CPU limit 4" in c.why
+    assert choose("auto", None, 1, False, four, big).kind == "threads"
     assert (choose("auto", None, 2, False, four, big).workers) == 2  # 2 threads per job: 2 workers fill 4 cores
-    assert choose("auto", None, 1, False, four, small).kind == "inline"
-    assert choose("auto", None, 1, False, one, big).kind == "inline"  # no room for a second process
-    assert choose("auto", None, 1, False, four, None).kind == "inline"  # nothing known: no pool
+    assert choose("auto", None, 1, False, four, tiny).kind == "inline"
+    # dropout: threads cannot share the global RNG, so a pool where it pays and inline where it does not
+    random_big, random_medium = (HostWork(w.train_flops, 0, 0, draws_rng=True) for w in (big, medium))
+    p = choose("auto", None, 1, False, four, random_big)
+    assert (p.kind, p.workers) == ("pool", 4) and "random modules" in p.why
+    assert choose("auto", None, 1, False, four, random_medium).kind == "inline"
+    assert choose("auto", None, 1, False, one, big).kind == "inline"  # no room for a second worker
+    assert choose("auto", None, 1, False, four, None).kind == "inline"  # nothing known: no workers
     assert choose("auto", None, 1, True, four, big).kind == "fused"
-    named = choose("pool", 3, 1, True, one, small)  # a kind the scenario names is kept as it is, with no why
+    named = choose("pool", 3, 1, True, one, tiny)  # a kind the scenario names is kept as it is, with no why
     assert (named.kind, named.workers, named.why) == ("pool", 3, "")
 
 
@@ -102,13 +110,13 @@ def test_a_run_without_executor_block_says_why_inline(tmp_path, write_scenario, 
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a CUDA GPU, auto is the fused trainer")
-@pytest.mark.skipif(available_cores().usable < 2, reason="auto takes a pool only with 2 or more usable cores")
-def test_a_default_run_that_takes_a_pool_gives_inline_bits(tmp_path, write_scenario, monkeypatch):
-    monkeypatch.setattr(auto, "POOL_PAYS_AFTER_S", 0.0)  # this tiny run would pay: auto starts the pool
-    pooled, summary = _run(tmp_path, write_scenario, "auto", None)
-    assert summary["executor"]["kind"] == "pool" and summary["executor"]["workers"] == available_cores().usable
+@pytest.mark.skipif(available_cores().usable < 2, reason="auto takes worker threads only with 2 or more usable cores")
+def test_a_default_run_that_takes_threads_gives_inline_bits(tmp_path, write_scenario, monkeypatch):
+    monkeypatch.setattr(auto, "THREADS_PAY_AFTER_S", 0.0)  # this tiny run would pay: auto takes worker threads
+    threaded, summary = _run(tmp_path, write_scenario, "auto", None)
+    assert summary["executor"]["kind"] == "threads" and summary["executor"]["workers"] == available_cores().usable
     inline, _ = _run(tmp_path, write_scenario, "inline", {"kind": "inline"})
-    assert pooled == inline and len(inline) == 2
+    assert threaded == inline and len(inline) == 2
 
 
 def test_pool_workers_do_not_rerun_an_unguarded_main_script(tmp_path):

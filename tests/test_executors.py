@@ -62,10 +62,11 @@ def _rows(tmp_path, write_scenario, name: str, executor: dict) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("host_")} for r in rows]
 
 
-def test_pool_executor_gives_the_inline_bits(tmp_path, write_scenario):
+@pytest.mark.parametrize("kind", ["pool", "threads"])
+def test_pool_and_thread_executors_give_the_inline_bits(tmp_path, write_scenario, kind):
     inline = _rows(tmp_path, write_scenario, "inline", {"kind": "inline"})
-    pool = _rows(tmp_path, write_scenario, "pool", {"kind": "pool", "workers": 2})
-    assert inline == pool
+    parallel = _rows(tmp_path, write_scenario, kind, {"kind": kind, "workers": 2})
+    assert inline == parallel
     assert float(inline[-1]["acc_avg"]) > 0 and inline[-1]["acc_a"] != inline[-1]["acc_b"]
 
 
@@ -73,7 +74,7 @@ def test_executor_config_errors(tmp_path, write_scenario, capsys):
     data = base_scenario(executor={"kind": "inline", "workers": 2})
     assert main(["validate", str(write_scenario(data))]) == 2
     err = capsys.readouterr().err
-    assert "executor" in err and "kind: pool" in err
+    assert "executor" in err and "kind: threads" in err
     data = base_scenario(executor={"kind": "gpu-cluster"})
     assert main(["validate", str(write_scenario(data))]) == 2
     assert "executor.kind" in capsys.readouterr().err
@@ -127,13 +128,15 @@ def test_fused_executor_runs_a_scenario_close_to_inline(tmp_path, write_scenario
         assert float(a["train_loss"]) == pytest.approx(float(b["train_loss"]), rel=1e-3)
 
 
-def test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job(write_scenario):
-    """The scenario-level test above would pass if `kind: pool` silently ran inline; this one checks the class
-    and compares the pool's own results, job by job, with the inline executor's."""
+@pytest.mark.parametrize("kind", ["pool", "threads"])
+def test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_job(write_scenario, kind):
+    """The scenario-level test above would pass if `kind: pool` (or threads) silently ran inline; this one checks
+    the class and compares the executor's own results, job by job, with the inline executor's."""
     import numpy as np
 
     from iotfl_sim.exec.inline import InlineExecutor
     from iotfl_sim.exec.pool import PoolExecutor
+    from iotfl_sim.exec.threads import ThreadExecutor
     from iotfl_sim.fl.train import TrainJob
     from iotfl_sim.scenario.loader import load_scenario
     from iotfl_sim.scenario.model import Executor as ExecutorConfig
@@ -150,9 +153,9 @@ def test_make_executor_builds_the_configured_pool_and_it_matches_inline_job_by_j
         for i in range(3)
     ]
     evals = [EvalJob(recipe, spec, w, 64), EvalJob(recipe, SubmodelSpec(1.0), recipe.build(SubmodelSpec(1.0)).state_dict(), 64)]
-    pool = num.make_executor(ExecutorConfig(kind="pool", workers=2))
+    pool = num.make_executor(ExecutorConfig(kind=kind, workers=2))
     try:
-        assert isinstance(pool, PoolExecutor) and pool.workers == 2
+        assert isinstance(pool, {"pool": PoolExecutor, "threads": ThreadExecutor}[kind]) and pool.workers == 2
         got, got_eval = pool.run(jobs), pool.evaluate(evals)
     finally:
         pool.close()
@@ -214,5 +217,5 @@ def test_executor_config_refuses_workers_without_a_worker_kind():
     from iotfl_sim.scenario.model import Executor as ExecutorConfig
 
     assert ExecutorConfig().kind == "auto"
-    with pytest.raises(ValueError, match="workers is for kind: pool or ray"):
+    with pytest.raises(ValueError, match="workers is for kind: threads, pool or ray"):
         ExecutorConfig(workers=2)

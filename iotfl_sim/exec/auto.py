@@ -1,10 +1,11 @@
 """``executor: {kind: auto}`` (the default): which executor a run gets, and why, decided once at its start.
 
-On a CUDA machine: the fused trainer. On a CPU: a pool of single-thread workers, one per usable core
-(``exec.cores``: affinity and cgroup quota), when the run's estimated host work makes workers pay, else the
-inline executor. The pool computes exactly what inline does (same kernels, one thread each), so the choice
-never changes a result; it only decides whether the workers' start-up (about 2 s, measured in
-``benchmarks/executors.md``) is worth paying.
+On a CUDA machine: the fused trainer. On a CPU: single-thread workers, one per usable core (``exec.cores``:
+affinity and cgroup quota): threads of this process (``exec.threads``: nothing to start or to copy, one process
+in memory), or, when the model has random modules (dropout, which threads cannot run at once with inline's
+bits), a pool of processes if the run's estimated host work pays for starting them (about 2 s, measured in
+``benchmarks/executors.md``); inline when the work is too small to gain. Threads and pool compute exactly what
+inline does (same kernels, one thread each, every job whole on one worker), so the choice never changes a result.
 
 The estimate is deliberately coarse: training FLOPs (3x forward) over ``HOST_FLOPS_PER_S`` plus a fixed
 cost per optimizer step (Python and kernel dispatch, what dominates tiny models), plus the evaluations'
@@ -20,6 +21,7 @@ from iotfl_sim.exec.cores import Cores
 HOST_FLOPS_PER_S = 40e9  # one thread, small convolutions and linear layers (this VM: 60-74 peak, 45 in training)
 HOST_STEP_S = 2e-3  # per optimizer step of a small model beyond its FLOPs (the quickstart measures 3-5 ms)
 POOL_PAYS_AFTER_S = 10.0  # estimated one-core work above which a pool is started (about 5x its start-up)
+THREADS_PAY_AFTER_S = 1.0  # estimated one-core work above which worker threads are used
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class HostWork:
     train_flops: float
     train_steps: float
     eval_flops: float
+    draws_rng: bool = False  # some model has random modules (``fl.train.draws_global_rng``): threads cannot share it
 
     def seconds(self) -> float:
         return (self.train_flops + self.eval_flops) / HOST_FLOPS_PER_S + self.train_steps * HOST_STEP_S
@@ -36,7 +39,7 @@ class HostWork:
 
 @dataclass(frozen=True)
 class Choice:
-    kind: str  # inline, pool, ray or fused
+    kind: str  # inline, threads, pool, ray or fused
     workers: int | None
     why: str  # one line, for the run's start and its summary ("" when the scenario named the kind)
 
@@ -54,14 +57,24 @@ def choose(kind: str, workers: int | None, threads: int, cuda: bool, cores: Core
     if n < 2:
         return Choice("inline", None, f"auto: inline ({cores.why()}, {threads} thread(s) per job: no room for a pool)")
     seconds = work.seconds() if work is not None else 0.0
-    if seconds < POOL_PAYS_AFTER_S:
+    estimate = f"estimated host work {seconds:.1f} s on one core"
+    if work is not None and work.draws_rng:
+        if seconds < POOL_PAYS_AFTER_S:
+            return Choice(
+                "inline", None,
+                f"auto: inline (the model has random modules, so threads cannot share its RNG, and with {estimate} "
+                f"a pool does not pay for starting its workers: under {POOL_PAYS_AFTER_S:g} s)",
+            )  # fmt: skip
         return Choice(
-            "inline", None,
-            f"auto: inline (estimated host work {seconds:.1f} s on one core, under the {POOL_PAYS_AFTER_S:g} s a pool "
-            "needs to pay for starting its workers)",
+            "pool", n,
+            f"auto: pool of {n} workers x {threads} thread(s) ({cores.why()}; {estimate}; the model has random "
+            "modules, so threads cannot share its RNG); results equal inline's bit for bit. Set executor: "
+            "{kind: inline} to keep one process",
         )  # fmt: skip
+    if seconds < THREADS_PAY_AFTER_S:
+        return Choice("inline", None, f"auto: inline ({estimate}, under the {THREADS_PAY_AFTER_S:g} s worth sharing out)")
     return Choice(
-        "pool", n,
-        f"auto: pool of {n} workers x {threads} thread(s) ({cores.why()}; estimated host work {seconds:.0f} s on "
-        "one core); results equal inline's bit for bit. Set executor: {kind: inline} to keep one process",
+        "threads", n,
+        f"auto: {n} worker threads x {threads} torch thread(s) ({cores.why()}; {estimate}); results equal inline's "
+        "bit for bit. Set executor: {kind: inline} to run one job at a time",
     )  # fmt: skip

@@ -45,7 +45,8 @@ nothing from it (no module randomness), and after ``run`` the global RNG is left
 executor leaves it for models without module randomness: seeded with the last job's seed.
 
 Fused results equal inline ones within float tolerance, not bitwise: batched (grouped) kernels sum
-in a different order. Results come back on the CPU whatever ``device`` trains.
+in a different order, and the fused path trains in NCHW where ``train_local`` trains images in channels_last
+(``fl.layout``), which rounds differently again (up to about 2e-4 on a small BatchNorm conv in tests). Results come back on the CPU whatever ``device`` trains.
 
 On a CPU, fusing pays only for tiny steps: it saves per-step Python and kernel dispatch, but a convolution
 under vmap becomes a grouped convolution, which the CPU kernels run 1.4-1.6x slower per FLOP than N plain
@@ -70,21 +71,13 @@ from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
-from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
+from iotfl_sim.fl.train import TrainJob, TrainResult, draws_global_rng, train_local
 
 FUSED_OBJECTIVES = ("ce", "masked_ce", "exit_kd")
 # the measured break-even on one CPU thread (benchmarks/fused_trainer.md, 10 clients): conv on MNIST at width
 # 0.125 (13 MFLOP per step) fused in 0.65x the time, cnn_small on digits (48) 0.72x, conv at width 0.25 (52)
 # 1.09x, width 0.5 (202) 1.43x, width 1 (800) 1.58x
 CPU_FUSE_MAX_STEP_FLOPS = 50e6
-_RANDOM_MODULES = (
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-    nn.Dropout3d,
-    nn.AlphaDropout,
-    nn.FeatureAlphaDropout,
-)
 Tensors = dict[str, torch.Tensor]
 
 
@@ -117,7 +110,7 @@ def fusable_model(model: nn.Module) -> bool:
     """No buffers (nothing mutated in the forward) and no random modules."""
     if any(True for _ in model.buffers()):
         return False
-    return not any(isinstance(m, _RANDOM_MODULES) for m in model.modules())
+    return not draws_global_rng(model)
 
 
 @dataclass

@@ -13,7 +13,7 @@ beat batches of 1,000 on a CPU (activations stay in cache). Results are the same
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 
 import torch
 from torch import nn
@@ -26,9 +26,19 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 State = dict[str, torch.Tensor]
 
 
-@lru_cache(maxsize=64)
+_SKELETONS = threading.local()  # per thread: the thread executor's workers each load states into their own
+_MAX_SKELETONS = 64
+
+
 def eval_skeleton(recipe: ModelRecipe, spec: SubmodelSpec) -> nn.Module:
-    return model_layout(recipe.build(spec, track_bn=True))
+    """The evaluation model of ``spec`` (BatchNorm with running statistics), built once per thread and reused."""
+    cache: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = _SKELETONS.__dict__.setdefault("models", {})
+    model = cache.get((recipe, spec))
+    if model is None:
+        if len(cache) >= _MAX_SKELETONS:
+            cache.clear()
+        model = cache[(recipe, spec)] = model_layout(recipe.build(spec, track_bn=True))
+    return model
 
 
 def _norms(model: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:

@@ -49,6 +49,15 @@ class TrainResult:
 
 Skeleton = Callable[[ModelRecipe, SubmodelSpec], nn.Module]
 
+# modules that draw from the global RNG, which train_local seeds per job (torch.manual_seed(job.seed))
+RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def draws_global_rng(model: nn.Module) -> bool:
+    """Does training ``model`` draw from the process's one global RNG (a random module)? Two such jobs cannot run
+    at once in one process and give the bits they give one after another."""
+    return any(isinstance(m, RANDOM_MODULES) for m in model.modules())
+
 
 def _teacher_fn(model: nn.Module, job: TrainJob, skeleton: Skeleton | None):
     """Self-KD teachers: the objective's smaller specs cut from the student's current weights, no gradient."""

@@ -427,17 +427,20 @@ class Output(Strict):
 class Executor(Strict):
     """Where the real training and evaluation run (``iotfl_sim.exec``); never changes a result."""
 
-    kind: Literal["auto", "inline", "pool", "ray", "fused"] = Field(
+    kind: Literal["auto", "inline", "threads", "pool", "ray", "fused"] = Field(
         "auto",
-        description="auto: fused when a CUDA GPU is present; else a pool of single-thread workers, one per usable core "
-        "(CPU affinity and cgroup limit), when the run's estimated work makes workers pay, and inline otherwise "
-        "(the choice and why are printed at the start and kept in summary.json); inline: one job after another in this process; pool: parallel worker processes on this "
-        "machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
+        description="auto: fused when a CUDA GPU is present; else one single-thread worker per usable core (CPU "
+        "affinity and cgroup limit): threads of this process, or a pool of processes for models with dropout; "
+        "inline for a run too short to gain (the choice and why are printed at the start and kept in summary.json); "
+        "inline: one job after another in this process; threads: worker threads of this process (PyTorch releases "
+        "the GIL in its kernels; one process in memory); pool: parallel worker processes on this machine; ray: Ray actors (a local Ray, or the cluster at address; pip install 'iotfl-sim[ray]'); "
         "fused: clients of the same submodel trained as one vmapped computation (on CUDA when present; on a CPU "
         "a pool whose workers each fuse their share, tiny steps only; equal to inline within float tolerance, not bitwise)",
     )
     workers: int | None = Field(
-        None, ge=1, le=MAX_WORKERS, description="pool, ray, fused on a CPU: worker processes / actors (null: one per usable core or cluster CPU)"
+        None, ge=1, le=MAX_WORKERS,
+        description="threads, pool, ray, fused on a CPU: worker threads / processes / actors (null: one per usable core or "
+        "cluster CPU)",
     )
     address: str | None = Field(None, description="ray: address of an existing cluster (null: start a local Ray)")
     threads: int = Field(
@@ -452,7 +455,8 @@ class Executor(Strict):
     def _workers_for_pool(self) -> Executor:
         if self.workers is not None and self.kind in ("auto", "inline"):
             raise ValueError(
-                f"workers is for kind: pool or ray (kind {self.kind} runs in this process); drop it or set kind: pool"
+                f"workers is for kind: threads, pool or ray (kind {self.kind} "
+                f"{'chooses its own' if self.kind == 'auto' else 'runs one job at a time'}); drop it or set kind: threads"
             )
         if self.address is not None and self.kind != "ray":
             raise ValueError("address is for kind: ray; drop it or set kind: ray")

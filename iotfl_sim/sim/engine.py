@@ -38,6 +38,7 @@ from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.train import draws_global_rng
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.network import SharedMedium
@@ -206,7 +207,9 @@ class Simulation:
         ds = self.numerics.dataset
         tested = 0 if ds is None else len(ds.y_test if self.numerics.test_subset is None else self.numerics.test_subset)
         evaluations = math.ceil(sc.rounds / sc.server.eval_every) * len(specs)
-        return HostWork(3.0 * forward * samples * tasks, steps_per_task * tasks, forward * tested * evaluations)
+        one_per_recipe = {recipe: spec for recipe, spec in reversed(specs)}  # dropout is a family's, not a width's
+        random = any(draws_global_rng(recipe.build(spec)) for recipe, spec in one_per_recipe.items())
+        return HostWork(3.0 * forward * samples * tasks, steps_per_task * tasks, forward * tested * evaluations, random)
 
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":

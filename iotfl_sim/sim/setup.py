@@ -50,6 +50,10 @@ class NumericsSetup:
         if choice is None:
             choice = choose(cfg.kind, cfg.workers, cfg.threads, torch.cuda.is_available(), available_cores(), None)
         data = self.numeric_data()
+        if choice.kind == "threads":
+            from iotfl_sim.exec.threads import ThreadExecutor
+
+            return ThreadExecutor(data, choice.workers, cfg.threads)
         if choice.kind == "pool":
             from iotfl_sim.exec.pool import PoolExecutor
 
