@@ -6,8 +6,12 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import torch
+from conftest import base_scenario
+from test_resume import METHODS, only_run, rounds, summary
 
+from iotfl_sim.cli import main
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.exec.threads import ThreadExecutor
@@ -125,3 +129,20 @@ def test_after_a_round_the_global_rng_is_left_as_inline_leaves_it():
     finally:
         ex.close()
     assert torch.equal(torch.get_rng_state(), want)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_gives_inline_bits_on_worker_threads(tmp_path, write_scenario, method):
+    """Each method's numerics path (self-KD teachers, exit KD, proximal terms, masked CE, quantized uploads,
+    distillation, dropout prototypes, the asynchronous loops) on two worker threads, against inline."""
+    data = base_scenario(rounds=2, **METHODS[method])
+    data["server"] = {**data.get("server", {}), "bn_calibration_samples": 64, "eval_every": 1}
+    data["fleet"].setdefault("cost_model", "flops")
+    runs = {}
+    for kind in ("inline", "threads"):
+        data["executor"] = {"kind": kind} if kind == "inline" else {"kind": kind, "workers": 2}
+        assert main(["run", str(write_scenario(data, f"{kind}.yaml")), "--out", str(tmp_path / kind), "--quiet"]) == 0
+        runs[kind] = only_run(tmp_path / kind)
+    assert rounds(runs["threads"]) == rounds(runs["inline"])
+    assert summary(runs["threads"]) == summary(runs["inline"])
+    assert (runs["threads"] / "devices.csv").read_text() == (runs["inline"] / "devices.csv").read_text()
