@@ -46,7 +46,8 @@ executor leaves it for models without module randomness: seeded with the last jo
 
 Fused results equal inline ones within float tolerance, not bitwise: batched (grouped) kernels sum
 in a different order, and the fused path trains in NCHW where ``train_local`` trains images in channels_last
-(``fl.layout``), which rounds differently again (up to about 2e-4 on a small BatchNorm conv in tests). Results come back on the CPU whatever ``device`` trains.
+(``fl.layout``), which rounds differently again (up to about 2e-4 on a small BatchNorm conv in tests).
+Results come back on the CPU whatever ``device`` trains.
 
 On a CPU, fusing pays only for tiny steps: it saves per-step Python and kernel dispatch, but a convolution
 under vmap becomes a grouped convolution, which the CPU kernels run 1.4-1.6x slower per FLOP than N plain

@@ -2,8 +2,8 @@
 
 PyTorch releases the GIL inside its kernels, so N threads train N clients at once: on 2 cores the executors
 job (FedAvg, MNIST, ``conv``) ran in 0.51x the inline time and 0.93x the 2-worker pool's
-(``benchmarks/executors_default.md``), with no worker processes to start, nothing pickled between processes, and one copy of PyTorch and of the data in
-memory. Each thread holds its own ``Worker`` (model skeletons) and its own evaluation skeletons
+(``benchmarks/executors_default.md``), with no worker processes to start, nothing pickled between processes,
+and one copy of PyTorch and of the data in memory. Each thread holds its own ``Worker`` (model skeletons) and its own evaluation skeletons
 (``fl.evaluate.eval_skeleton`` caches per thread), and runs every job whole with ``threads`` torch threads,
 as the inline executor runs it, so results are inline's bit for bit. Evaluation is cut into batch-aligned
 slices over the threads like the pool's (``exec.base.parallel_evaluate``).
