@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,12 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import base_scenario
 
 from iotfl_sim.cli import main
 from iotfl_sim.exec import auto
+from iotfl_sim.exec import cores as cores_module
 from iotfl_sim.exec.auto import HostWork, choose
-from iotfl_sim.exec.cores import Cores, available_cores, cgroup_quota
+from iotfl_sim.exec.cores import SHARE_ENV, Cores, available_cores, cgroup_quota
+from iotfl_sim.study import read_study, sweep
+from iotfl_sim.study.dispatch import run_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,3 +142,31 @@ def test_pool_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("squares [1, 2, 3]") == 1 and "RuntimeError" not in done.stderr
+
+
+def test_a_sweeps_parallel_runs_divide_the_usable_cores(tmp_path, monkeypatch):
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "max 100000"})
+    monkeypatch.setattr(cores_module, "_affinity", lambda: 4)
+    monkeypatch.setenv(SHARE_ENV, "2")
+    c = available_cores(root, proc)
+    assert (c.usable, c.shared) == (2, 2) and "shared by 2 parallel runs" in c.why()
+    monkeypatch.setenv(SHARE_ENV, "8")
+    assert available_cores(root, proc).usable == 1  # never fewer than one
+    monkeypatch.setenv(SHARE_ENV, "two")
+    assert available_cores(root, proc).usable == 4 and "shared" not in available_cores(root, proc).why()
+    env = run_environment(3)
+    assert env[SHARE_ENV] == "3" and env["PATH"] == os.environ["PATH"]
+
+
+def test_runs_of_a_parallel_sweep_with_executor_auto_count_their_share(tmp_path):
+    """Two runs at a time, each with executor: auto: each sizes its workers by half the cores (here that leaves
+    one core each, so inline), not by all of them (2 runs x 2 threads on 2 cores)."""
+    base = base_scenario(rounds=1)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
+    study = {"name": "share", "base": "base.yaml", "grid": {"seed": [1, 2]}, "workers": 2, "executor": {"kind": "auto"}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
+    res = sweep(read_study(tmp_path / "study.yaml"), tmp_path / "out", progress=False)
+    assert [r["status"] for r in res.records] == ["done", "done"]
+    for r in res.records:
+        why = json.loads((res.folder / r["run_dir"] / "summary.json").read_text())["executor"]["why"]
+        assert "shared by 2 parallel runs" in why, why

@@ -5,6 +5,10 @@ systemd slice) or ``taskset`` gives a process fewer: one worker per counted core
 the quota and run slower than fewer workers. The quota is read from cgroup v2 (``cpu.max``) or v1
 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``) along the process's cgroup path, the tightest level winning,
 and rounded down (1.5 CPUs of quota keep one worker busy without throttling; never fewer than one).
+
+A sweep that runs N runs at once on this machine tells each of them so (``SHARE_ENV``, set by
+``study.dispatch``): each then counts its share, the usable cores divided by N, so that N runs with
+``executor: auto`` do not start N x cores workers.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
+SHARE_ENV = "IOTFL_CORES_SHARE"  # how many runs share this machine's cores (a sweep's parallel runs)
 
 
 @dataclass(frozen=True)
@@ -23,10 +28,19 @@ class Cores:
     usable: int  # what to size a pool by
     affinity: int  # cores the scheduler may run this process on
     quota: float | None  # cgroup CPU quota in cores; None: no limit
+    shared: int = 1  # runs sharing them (SHARE_ENV)
 
     def why(self) -> str:
         limit = "no cgroup CPU limit" if self.quota is None else f"cgroup CPU limit {self.quota:g}"
-        return f"{self.usable} usable core{'s' * (self.usable != 1)} (affinity {self.affinity}, {limit})"
+        share = f", shared by {self.shared} parallel runs" if self.shared > 1 else ""
+        return f"{self.usable} usable core{'s' * (self.usable != 1)} (affinity {self.affinity}, {limit}{share})"
+
+
+def _shared() -> int:
+    try:
+        return max(1, int(os.environ.get(SHARE_ENV, "1")))
+    except ValueError:  # not ours to judge: an unreadable share counts as none
+        return 1
 
 
 def _affinity() -> int:
@@ -101,8 +115,10 @@ def cgroup_quota(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> f
 
 
 def available_cores(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> Cores:
-    """The cores this process may keep busy: affinity, capped by the cgroup quota (rounded down, at least 1)."""
+    """The cores this process may keep busy: affinity, capped by the cgroup quota (rounded down), divided among
+    the runs sharing them (``SHARE_ENV``); at least 1."""
     affinity = _affinity()
     quota = cgroup_quota(root, proc_cgroup)
     usable = affinity if quota is None else max(1, min(affinity, math.floor(quota + 1e-9)))
-    return Cores(usable, affinity, quota)
+    shared = _shared()
+    return Cores(max(1, usable // shared), affinity, quota, shared)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iotfl_sim.exec.cores import available_cores
+from iotfl_sim.exec.cores import SHARE_ENV, available_cores
 from iotfl_sim.forkserver import NoMainReimport, worker_context
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ScenarioError
@@ -33,6 +33,12 @@ def _init_worker(events: Any, stop: Any) -> None:
     global _EVENTS, _STOP
     _EVENTS, _STOP = events, stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_environment(parallel: int) -> dict[str, str]:
+    """The environment of a sweep's runs on this machine: the sweep's own, and how many runs share its cores
+    (``exec.cores.SHARE_ENV``), so that a run's ``executor: auto`` sizes its workers by its share."""
+    return {**os.environ, SHARE_ENV: str(parallel)}
 
 
 def _run_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +221,7 @@ class _Sweep:
                 max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(events, stop_event),
                 max_tasks_per_child=self.study.spec.runs_per_worker,
             ) as pool:  # fmt: skip
-                env = dict(os.environ)  # (Ray tasks may run on other machines: they keep theirs)
+                env = run_environment(n)  # (Ray tasks may run on other machines: they keep theirs)
                 futures = {pool.submit(_run_task, {**self.task(r), "env": env}): r["id"] for r in todo}
                 pending = set(futures)
                 cancelled = False
