@@ -242,15 +242,17 @@ def measure(name: str, path: str, sets: list[str], reps: int, workers: int) -> d
     keys = ("test", "calib", "inline", "pool_test", "pool_calib", "pool", "threads_test", "threads_calib", "threads")
     t: dict[str, list[float]] = {k: [] for k in keys}  # wall seconds
     cpu: dict[str, list[float]] = {k: [] for k in keys}  # inline: CPU seconds; pool: makespan on idle workers
+
+    def record(key: str, f) -> None:  # this process's CPU seconds (all its threads) and wall seconds
+        c, w = _cpu_and_wall(f)
+        cpu[key].append(c)
+        t[key].append(w)
+
     for _ in range(reps):
         for key, x, passes in (("test", d.x_test, test), ("calib", d.calib_x, calib)):
-            c, w = _cpu_and_wall(lambda x=x, passes=passes: [run_pass(p, x) for p in passes])
-            cpu[key].append(c)
-            t[key].append(w)
+            record(key, lambda x=x, passes=passes: [run_pass(p, x) for p in passes])
         sim.learning.executor = inline
-        c, w = _cpu_and_wall(sim.learning.evaluate)
-        cpu["inline"].append(c)
-        t["inline"].append(w)
+        record("inline", sim.learning.evaluate)
         clock = TaskClock(pool.pool)
         for key, tasks in (("pool_test", pool_test), ("pool_calib", pool_calib)):
             t[key].append(_timed(lambda tasks=tasks: pool.pool.map(_pool_pass, tasks, chunksize=1)))
@@ -261,13 +263,9 @@ def measure(name: str, path: str, sets: list[str], reps: int, workers: int) -> d
         cpu["pool"].append(clock.take(workers) + c)  # the parent's own CPU (packing, accumulating) added in series
         del pool.pool.map  # the pool's own map again
         for key, tasks in (("threads_test", thread_test), ("threads_calib", thread_calib)):
-            c, w = _cpu_and_wall(lambda tasks=tasks: on_threads(tasks))
-            cpu[key].append(c)
-            t[key].append(w)
+            record(key, lambda tasks=tasks: on_threads(tasks))
         sim.learning.executor = threads
-        c, w = _cpu_and_wall(sim.learning.evaluate)
-        cpu["threads"].append(c)
-        t["threads"].append(w)
+        record("threads", sim.learning.evaluate)
     load.append(os.getloadavg())
     helpers.shutdown()
     threads.close()

@@ -62,13 +62,22 @@ def test_training_is_shared_over_the_threads_and_gives_inline_bits(monkeypatch):
     jobs = _jobs(recipe, [SubmodelSpec(1.0), SubmodelSpec(0.5), SubmodelSpec(1.0), SubmodelSpec(0.25)] * 2)
     want = InlineExecutor(data).run(jobs)
     names = _threads_used(monkeypatch)
+    together = threading.Barrier(2, timeout=30)  # jobs 0 and 1 must be in training at the same time
+    train = Worker.train
+
+    def meeting(self, job):
+        if job.key < 2:
+            together.wait()  # one thread alone would hold job 0 here until the timeout breaks the barrier
+        return train(self, job)
+
+    monkeypatch.setattr(Worker, "train", meeting)
     ex = ThreadExecutor(data, workers=2)
     try:
         got = ex.run(jobs)
     finally:
         ex.close()
     assert _same(got, want)
-    assert names and all(n.startswith("iotfl-worker") for n in names)  # none trained on the calling thread
+    assert len(names) == 2 and all(n.startswith("iotfl-worker") for n in names)  # none on the calling thread
 
 
 def test_evaluation_in_slices_over_threads_gives_inline_bits():

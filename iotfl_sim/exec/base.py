@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ from iotfl_sim.fl.train import TrainJob, TrainResult, train_local
 
 State = dict[str, torch.Tensor]
 Scores = list[tuple[int, float]]  # (correct, summed loss) per test batch
+WORKER_TASKS = ("train", "calibrate", "score", "evaluate_group")  # the Worker methods executors send work to
 
 
 @dataclass
@@ -122,10 +123,16 @@ class Worker:
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
         return parallel_evaluate(jobs, len(self.data.calib_x), len(self.data.y_test), 1, self.map)
 
+    def call(self, method: str, args: tuple) -> Any:
+        """One task: ``method`` of this worker (``WORKER_TASKS``) on ``args``, what every executor's workers run
+        (in this process, a pool worker, a thread or a Ray actor) for ``parallel_evaluate`` and training."""
+        if method not in WORKER_TASKS:
+            raise ValueError(f"{method!r} is not a worker task ({', '.join(WORKER_TASKS)})")
+        return getattr(self, method)(*args)
+
     def map(self, method: str, tasks: list[tuple]) -> list:
-        """``method`` of this worker applied to every task's arguments, in order (what executors do in parallel)."""
-        run = getattr(self, method)
-        return [run(*t) for t in tasks]
+        """``call`` on every task's arguments, in order (what executors do in parallel)."""
+        return [self.call(method, t) for t in tasks]
 
     def clear(self) -> None:
         self._skeletons.clear()

@@ -66,8 +66,7 @@ def _train_fused(jobs: list[TrainJob]) -> list[TrainResult]:
 def _call(task: tuple[str, tuple]) -> Any:
     """An evaluation task: a ``Worker`` method and its arguments (``exec.base.parallel_evaluate``)."""
     assert _WORKER is not None
-    method, args = task
-    return getattr(_WORKER, method)(*args)
+    return _WORKER.call(*task)
 
 
 def _compact(state: State) -> State:

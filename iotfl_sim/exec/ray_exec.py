@@ -93,7 +93,7 @@ class _Actor:
 
     def call(self, method: str, *args: Any) -> Any:
         """An evaluation task: a ``Worker`` method and its arguments (``exec.base.parallel_evaluate``)."""
-        return getattr(self.worker, method)(*args)
+        return self.worker.call(method, args)
 
 
 class RayExecutor:

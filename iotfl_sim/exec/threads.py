@@ -47,7 +47,7 @@ class ThreadExecutor:
             self._made.append(worker)
 
     def _on_thread(self, method: str) -> Callable[[tuple], Any]:
-        return lambda args: getattr(self._local.worker, method)(*args)
+        return lambda args: self._local.worker.call(method, args)
 
     def _map(self, method: str, tasks: list[tuple]) -> list[Any]:
         """``Worker.method`` on every task's arguments, on the threads, results in task order."""
