@@ -1,4 +1,4 @@
-"""The on-disk cache (fl.disk_cache) of operator traces, model costs and the digits split: what is read back is
+"""The on-disk cache (fl.disk_cache) of operator traces, model costs, the digits split and FEMNIST's parsed json: what is read back is
 what was computed, bit for bit; anything unreadable is computed again and replaced; another PyTorch or changed
 numerics code never finds an old table; a folder that cannot be written, or the cache off, costs only time."""
 
@@ -182,3 +182,71 @@ def test_a_file_unpacking_to_more_than_the_bound_is_not_unpacked(tmp_path, monke
     monkeypatch.setattr(disk_cache.np, "load", lambda *a, **k: pytest.fail("unpacked a file over the bound"))
     table, n = _traces_run(monkeypatch, tmp_path)
     assert n == 2 and _same(table, traced)
+
+
+def _leaf_tree(root, pixel: float = 0.25) -> None:
+    """Two writers' LEAF files per split (the second writer's train image holds ``pixel``)."""
+    import json
+
+    for split, users in (("train", ("w0", "w1")), ("test", ("w1", "w2"))):
+        folder = root / "femnist" / split
+        folder.mkdir(parents=True, exist_ok=True)
+        data_ = {u: {"x": [[i / 784] * 783 + [pixel if (split, u) == ("train", "w1") else 0.5]], "y": [i]}
+                 for i, u in enumerate(users)}
+        (folder / "a.json").write_text(json.dumps({"users": list(users), "num_samples": [1, 1], "user_data": data_}))
+
+
+def _femnist(monkeypatch, cache, root):
+    from iotfl_sim.fl.data import readers
+
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(cache))
+    calls = {"n": 0}
+    parse = readers._parse_femnist
+
+    def counted(*args):
+        calls["n"] += 1
+        return parse(*args)
+
+    monkeypatch.setattr(readers, "_parse_femnist", counted)
+    return readers.load_femnist("femnist", root), calls["n"]
+
+
+def _same_dataset(a, b) -> bool:
+    tensors = ("x_train", "y_train", "x_test", "y_test")
+    return all(getattr(a, f).numpy().tobytes() == getattr(b, f).numpy().tobytes() for f in tensors) and all(
+        np.array_equal(getattr(a, f), getattr(b, f)) for f in ("groups_train", "groups_test"))
+
+
+def test_femnist_is_parsed_once_per_content_of_its_json(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    _leaf_tree(root)
+    parsed, n1 = _femnist(monkeypatch, "off", root)
+    first, n2 = _femnist(monkeypatch, tmp_path / "cache", root)
+    again, n3 = _femnist(monkeypatch, tmp_path / "cache", root)
+    assert (n1, n2, n3) == (1, 1, 0)  # the third load read the arrays back
+    assert _same_dataset(again, parsed) and _same_dataset(first, parsed)
+    assert again.groups_test.tolist() == [1, 2]  # writer indices follow the train files, as parsed
+    # One pixel of one file changed: another key, parsed again, the new value seen (same size, same names)
+    _leaf_tree(root, pixel=0.75)
+    changed, n4 = _femnist(monkeypatch, tmp_path / "cache", root)
+    assert n4 == 1 and not _same_dataset(changed, parsed)
+    fresh, _ = _femnist(monkeypatch, "off", root)
+    assert _same_dataset(changed, fresh)
+
+
+def test_a_corrupt_femnist_table_is_parsed_again(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    _leaf_tree(root)
+    parsed, _ = _femnist(monkeypatch, tmp_path / "cache", root)
+    (table,) = (tmp_path / "cache" / "datasets").glob("*.npz")
+    table.write_bytes(table.read_bytes()[:200])
+    again, n = _femnist(monkeypatch, tmp_path / "cache", root)
+    assert n == 1 and _same_dataset(again, parsed)
+
+
+def test_tables_larger_than_the_reader_accepts_are_not_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(disk_cache, "MAX_BYTES", 1000)
+    disk_cache.store("kind", "small", {"a": np.zeros(100, np.uint8)})
+    disk_cache.store("kind", "big", {"a": np.zeros(1000, np.uint8)})
+    assert [p.name for p in (tmp_path / "kind").iterdir()] == ["small.npz"]
