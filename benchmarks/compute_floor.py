@@ -1,0 +1,198 @@
+"""How fast could the IoT job of ``benchmarks/peers.py`` run on this host at all? Its arithmetic against the
+host's measured peak, and against PyTorch's own kernels on the job's exact shapes.
+
+The job (``peers.iot_scenario``, the one place its facts live): FedAvg, FEMNIST, 1,000 IID devices, 100 per
+round, ``cnn_small``, E=1, B=10, 5 rounds, the global model tested on the whole test set every round.
+
+Measured here, each the fastest of ``--repeat`` tries (one torch thread, as iotfl-sim's workers run):
+- *matmul peak*: float32 GFLOP/s of square matrix products (512, 1024, 2048), the most this core does;
+- *kernel times*: one training step of ``cnn_small`` in channels_last (forward, cross-entropy, backward,
+  gradient clipping, SGD with momentum) at each batch size the job's clients take, and one evaluation
+  forward at ``server.eval_batch_size``;
+- *start-up*: a new process importing iotfl-sim and loading FEMNIST (its parsed arrays from the disk cache,
+  as every run after the first reads them), the least any run pays before its first round.
+
+Counted, not measured: IID partition sizes (14,708 samples over 1,000 devices: 708 hold 15, 292 hold 14,
+so a client takes one step of 10 and one of 5 or 4), the expected samples trained (5 rounds x 100 clients x
+14.708) and tested (5 x 1,685), forward FLOPs per sample from iotfl-sim's cost model, a training step as
+three forward passes (the usual rule; the first layer's input gradient is skipped, so slightly less).
+
+Floors on ``cores`` usable cores with perfect parallelism and no simulator work at all:
+- FLOP floor = job FLOPs / (cores x matmul peak): no PyTorch CPU program runs the job faster here;
+- kernel floor = kernel times x steps / cores: what these kernels at these batch sizes allow;
+each plus the start-up. The peers' fastest walls come from ``benchmarks/peers.md``.
+
+Run from the repository root on a quiet machine::
+
+    IOTFL_DATA=/work/shared/datasets python benchmarks/compute_floor.py   # writes benchmarks/compute_floor.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+import torch  # noqa: E402
+from peers import OUT_MD as PEERS_MD  # noqa: E402
+from peers import iot_scenario  # noqa: E402
+
+from iotfl_sim.exec.cores import available_cores  # noqa: E402
+from iotfl_sim.fl.data.datasets import load_dataset  # noqa: E402
+from iotfl_sim.fl.layout import batch_layout, model_layout  # noqa: E402
+from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
+from iotfl_sim.fl.submodel import SubmodelSpec  # noqa: E402
+
+OUT_MD = HERE / "compute_floor.md"
+ROUNDS = 5
+EVAL_BATCH = 100  # server.eval_batch_size's default, which the job keeps
+STARTUP = ("import iotfl_sim.cli, iotfl_sim.sim.engine, iotfl_sim.sim.setup; "
+           "from iotfl_sim.fl.data.datasets import load_dataset; load_dataset('femnist')")
+
+
+def best_of(repeat: int, fn) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def matmul_peak(repeat: int) -> float:
+    best = 0.0
+    for n in (512, 1024, 2048):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        best = max(best, 2 * n**3 / best_of(repeat, lambda a=a, b=b: a @ b) / 1e9)
+    return best
+
+
+def step_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> float:
+    model = model_layout(recipe.build(SubmodelSpec(1.0)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = batch_layout(torch.randn(batch, recipe.in_channels, *recipe.image_size))
+    y = torch.randint(0, recipe.num_classes, (batch,))
+
+    def run() -> None:
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+    run()  # warm-up: kernel selection, first allocations
+    return best_of(repeat, run) / steps
+
+
+def forward_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> float:
+    model = model_layout(recipe.build(SubmodelSpec(1.0))).eval()
+    x = batch_layout(torch.randn(batch, recipe.in_channels, *recipe.image_size))
+
+    def run() -> None:
+        with torch.inference_mode():
+            for _ in range(steps):
+                model(x)
+
+    run()
+    return best_of(repeat, run) / steps
+
+
+def startup_seconds(repeat: int) -> float:
+    subprocess.run([sys.executable, "-c", STARTUP], check=True)  # fills the disk cache
+    return best_of(repeat, lambda: subprocess.run([sys.executable, "-c", STARTUP], check=True))
+
+
+def peers_fastest() -> dict[str, float]:
+    """The fastest walls of the IoT job's table in peers.md (side label's first word -> seconds)."""
+    text = PEERS_MD.read_text()
+    section = text[text.index("## iot:"):]
+    section = section[: section.index("\n\n", section.index("| side |"))]
+    rows = re.findall(r"^\| (\S+)[^|]*\| ([\d.]+) \|", section, flags=re.M)
+    return {side: float(wall) for side, wall in rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=OUT_MD)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    sc = iot_scenario(ROUNDS)
+    ds = load_dataset(sc["data"]["dataset"])
+    devices, per_round = sc["fleet"]["groups"][0]["count"], sc["clients_per_round"]
+    batch = sc["local"]["batch_size"]
+    recipe = ModelRecipe(sc["model"]["family"], ds.num_classes, ds.in_channels, ds.image_size)
+    flops_fwd = recipe.cost(SubmodelSpec(1.0)).flops_forward_per_sample
+    n_train, n_test = len(ds.y_train), len(ds.y_test)
+    small, large = n_train // devices, n_train // devices + 1  # IID sizes
+    n_large = n_train - small * devices
+    sizes = {small: devices - n_large, large: n_large}
+    train_samples = ROUNDS * per_round * n_train / devices
+    test_samples = ROUNDS * n_test
+    flops = 3 * flops_fwd * train_samples + flops_fwd * test_samples
+
+    peak = matmul_peak(args.repeat)
+    tails = sorted({s % batch for s in sizes if s % batch})
+    step = {b: step_seconds(recipe, b, 40, args.repeat) for b in (batch, *tails)}
+    fwd_full = forward_seconds(recipe, EVAL_BATCH, 8, args.repeat)
+    fwd_tail = forward_seconds(recipe, n_test % EVAL_BATCH, 8, args.repeat) if n_test % EVAL_BATCH else 0.0
+    startup = startup_seconds(args.repeat)
+    cores = available_cores().usable
+
+    per_client = sum(count / devices * (size // batch * step[batch] + (step[size % batch] if size % batch else 0.0))
+                     for size, count in sizes.items())
+    train_s = ROUNDS * per_round * per_client
+    eval_s = ROUNDS * (n_test // EVAL_BATCH * fwd_full + fwd_tail)
+    flop_floor = startup + flops / (cores * peak * 1e9)
+    kernel_floor = startup + (train_s + eval_s) / cores
+    load_after = os.getloadavg()
+
+    peers = peers_fastest()
+    lines = [
+        "# The IoT job's floor on this host", "",
+        "Generated by `benchmarks/compute_floor.py` (its docstring says what is measured and what is counted); "
+        "the script overwrites this file.",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host {platform.machine()}, torch {torch.__version__}, "
+        f"{cores} usable cores, 1 torch thread; load average {' '.join(f'{v:.2f}' for v in load_before)} before, "
+        f"{' '.join(f'{v:.2f}' for v in load_after)} after; fastest of {args.repeat} tries each.", "",
+        "| quantity | value |", "|---|---|",
+        f"| forward FLOPs per sample (`cnn_small`, 1x28x28, {ds.num_classes} classes) | {flops_fwd / 1e6:.2f} M |",
+        f"| samples trained (expected) / tested | {train_samples:,.0f} / {test_samples:,} |",
+        f"| job FLOPs (training as 3 forward passes) | {flops / 1e12:.3f} T |",
+        f"| matmul peak, one core | {peak:.1f} GFLOP/s |",
+        *[f"| training step at batch {b} | {1e3 * s:.2f} ms ({3 * flops_fwd * b / s / 1e9:.1f} GFLOP/s) |" for b, s in step.items()],
+        f"| evaluation forward at batch {EVAL_BATCH} | {1e3 * fwd_full:.2f} ms ({flops_fwd * EVAL_BATCH / fwd_full / 1e9:.1f} GFLOP/s) |",
+        f"| kernel time of the job on one core: training / evaluation | {train_s:.2f} s / {eval_s:.2f} s |",
+        f"| start-up (new process: imports + FEMNIST from the disk cache) | {startup:.2f} s |",
+        f"| **FLOP floor** (start-up + FLOPs / ({cores} x peak)) | **{flop_floor:.2f} s** |",
+        f"| **kernel floor** (start-up + kernel time / {cores}) | **{kernel_floor:.2f} s** |", "",
+        "From `benchmarks/peers.md` (fastest walls of the IoT job): "
+        + ", ".join(f"{side} {wall:.1f} s" for side, wall in peers.items()) + ".", "",
+    ]
+    for side in ("Flower", "FLGo"):
+        if side in peers:
+            need = peers[side] / 3
+            lines.append(f"- 3x {side} needs at most **{need:.2f} s**: the FLOP floor is {flop_floor / need:.2f}x that, "
+                         f"the kernel floor {kernel_floor / need:.2f}x"
+                         + (" (out of reach on this host)." if kernel_floor > need else "."))
+    if "iotfl-sim" in peers:
+        lines.append(f"- iotfl-sim's fastest run ({peers['iotfl-sim']:.1f} s) is {peers['iotfl-sim'] / kernel_floor:.2f}x "
+                     "the kernel floor: what a simulator adds on top of the arithmetic and the start-up.")
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
