@@ -33,7 +33,7 @@ def need(sub: str) -> Path:
 
 def assert_normalized(ds: Dataset) -> None:
     assert ds.x_train.dtype == torch.float32 and ds.y_train.dtype == torch.int64
-    per_channel = ds.x_train.transpose(0, 1).reshape(ds.in_channels, -1)
+    per_channel = ds.x_train[:].transpose(0, 1).reshape(ds.in_channels, -1)
     assert torch.allclose(per_channel.mean(1), torch.zeros(ds.in_channels), atol=1e-3)
     assert torch.allclose(per_channel.std(1), torch.ones(ds.in_channels), atol=1e-3)
 

@@ -153,7 +153,7 @@ def _digits(monkeypatch, folder, seed=0):
 
 def _equal(a, b) -> bool:
     return all(
-        getattr(a, f).dtype == getattr(b, f).dtype and bool((getattr(a, f) == getattr(b, f)).all())
+        getattr(a, f).dtype == getattr(b, f).dtype and bool((getattr(a, f)[:] == getattr(b, f)[:]).all())
         for f in ("x_train", "y_train", "x_test", "y_test")
     )
 
@@ -213,7 +213,7 @@ def _femnist(monkeypatch, cache, root):
 
 def _same_dataset(a, b) -> bool:
     tensors = ("x_train", "y_train", "x_test", "y_test")
-    return all(getattr(a, f).numpy().tobytes() == getattr(b, f).numpy().tobytes() for f in tensors) and all(
+    return all(getattr(a, f)[:].numpy().tobytes() == getattr(b, f)[:].numpy().tobytes() for f in tensors) and all(
         np.array_equal(getattr(a, f), getattr(b, f)) for f in ("groups_train", "groups_test"))
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from iotfl_sim import faults
+from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.evaluate import (
     Figures,
     batch_figures_group,
@@ -41,10 +42,10 @@ WORKER_TASKS = ("train", "calibrate", "score", "evaluate_group")  # the Worker m
 class NumericData:
     """The tensors every worker needs, shared once per run (never pickled per job)."""
 
-    x_train: torch.Tensor
+    x_train: Images
     y_train: torch.Tensor
-    calib_x: torch.Tensor  # static-BN calibration inputs
-    x_test: torch.Tensor
+    calib_x: Images  # static-BN calibration inputs
+    x_test: Images
     y_test: torch.Tensor
 
     def share_memory(self) -> NumericData:

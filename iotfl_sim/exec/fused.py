@@ -69,6 +69,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker
 from iotfl_sim.fl.batches import epoch_batches
+from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -132,7 +133,7 @@ class FusedExecutor:
 
     def __init__(
         self,
-        x_train: torch.Tensor,
+        x_train: Images,
         y_train: torch.Tensor,
         device: str | torch.device = "cpu",
         data: NumericData | None = None,

@@ -18,6 +18,7 @@ import threading
 import torch
 from torch import nn
 
+from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.layout import batch_layout, model_layout
 from iotfl_sim.fl.objectives import final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -52,14 +53,14 @@ def has_batch_norm(model: nn.Module) -> bool:
 
 
 @torch.inference_mode()
-def calibrate_bn(model: nn.Module, x: torch.Tensor, batch_size: int) -> None:
+def calibrate_bn(model: nn.Module, x: Images, batch_size: int) -> None:
     """Static-BN statistics of ``model`` from ``x``, loaded into it."""
     (figures,) = batch_figures_group([model], [{}], x, batch_size)
     load_statistics(model, running_statistics([figures]))
 
 
 @torch.inference_mode()
-def batch_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> list[tuple[int, float]]:
+def batch_scores(model: nn.Module, x: Images, y: torch.Tensor, batch_size: int) -> list[tuple[int, float]]:
     """(correct, summed cross-entropy) per batch of ``model`` in eval mode (a multi-exit model: its last exit).
 
     Executors score slices of the test set that start on batch boundaries and add the per-batch figures
@@ -84,7 +85,7 @@ def combine(scores: list[tuple[int, float]], n: int) -> tuple[float, float]:
     return correct / n, loss / n
 
 
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+def accuracy(model: nn.Module, x: Images, y: torch.Tensor, batch_size: int) -> tuple[float, float]:
     """(accuracy, mean cross-entropy) of ``model`` in eval mode over all of ``x``."""
     return combine(batch_scores(model, x, y, batch_size), len(x))
 
@@ -102,8 +103,8 @@ def evaluate(
     recipe: ModelRecipe,
     spec: SubmodelSpec,
     state: State,
-    calib_x: torch.Tensor,
-    test_x: torch.Tensor,
+    calib_x: Images,
+    test_x: Images,
     test_y: torch.Tensor,
     batch_size: int,
 ) -> tuple[float, float]:
@@ -205,7 +206,7 @@ def _recorder(means: list[torch.Tensor], variances: list[torch.Tensor]):
 
 
 @torch.inference_mode()
-def batch_figures_group(models: list[nn.Module], states: list[State], x: torch.Tensor, batch_size: int) -> list[Figures]:
+def batch_figures_group(models: list[nn.Module], states: list[State], x: Images, batch_size: int) -> list[Figures]:
     """Per model, the ``Figures`` of its BatchNorm layers over the batches of ``x`` (train-mode BatchNorm, the rest in
     eval mode: the Scaler is the identity), the shared prefix run once: a shared layer's figures are listed under
     every model that shares it. Models without BatchNorm are not run."""
@@ -296,7 +297,7 @@ def load_statistics(model: nn.Module, stats: State) -> None:
 
 @torch.inference_mode()
 def batch_scores_group(
-    models: list[nn.Module], states: list[State], x: torch.Tensor, y: torch.Tensor, batch_size: int
+    models: list[nn.Module], states: list[State], x: Images, y: torch.Tensor, batch_size: int
 ) -> list[list[tuple[int, float]]]:
     """``batch_scores`` of every model (states include the calibrated statistics), the shared prefix run once."""
     for model in models:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.fl.batches import epoch_batches
+from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.layout import batch_layout, model_layout, plain_state
 from iotfl_sim.fl.objectives import LocalObjective, objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -87,7 +88,7 @@ def proximal_term(anchors: list[tuple[torch.Tensor, torch.Tensor]], mu: float) -
 
 
 def train_local(
-    model: nn.Module, job: TrainJob, x: torch.Tensor, y: torch.Tensor, skeleton: Skeleton | None = None
+    model: nn.Module, job: TrainJob, x: Images, y: torch.Tensor, skeleton: Skeleton | None = None
 ) -> TrainResult:
     """Train ``model`` (a skeleton for job.spec, reused across jobs) from job.weights.
 

@@ -13,6 +13,7 @@ from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
+from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.scenario.loader import ScenarioError
@@ -31,7 +32,7 @@ class NumericsSetup:
     parts: list[np.ndarray] = field(default_factory=list)
     proxy: np.ndarray | None = None  # train indices held out for the server (a method's proxy set)
     dataset: Dataset | None = None
-    calib_x: torch.Tensor | None = None
+    calib_x: Images | None = None
     test_subset: torch.Tensor | None = None  # test indices scored (server.eval_subset); None = all
 
     def numeric_data(self) -> NumericData:

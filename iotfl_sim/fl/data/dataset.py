@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from iotfl_sim.fl.data.images import Images, PaletteImages, palette
+
 ENV_VAR = "IOTFL_DATA"
 # Where each dataset's files are expected, relative to the root (first entry is the documented one).
 SUBDIRS = {
@@ -38,9 +40,9 @@ class Dataset:
     """
 
     name: str
-    x_train: torch.Tensor
+    x_train: Images  # normalized float32 images (PaletteImages: indexed as a tensor is)
     y_train: torch.Tensor
-    x_test: torch.Tensor
+    x_test: Images
     y_test: torch.Tensor
     num_classes: int
     groups_train: np.ndarray | None = None
@@ -94,13 +96,11 @@ def aligned_float32(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def normalize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cast to float32 and standardize both splits with the train split's per-channel mean and std.
-
-    Raw uint8 pixels need no /255 first: standardizing removes any constant scale.
-    """
+def channel_statistics(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The train split's per-channel mean and std as float32 ``(1, C, 1, 1)`` arrays, from the float32 values
+    (std 1 where a channel is constant). Raw uint8 pixels need no /255 first: standardizing removes any
+    constant scale."""
     xtr = aligned_float32(x_train)
-    xte = aligned_float32(x_test)
     n, c = xtr.shape[:2]
     per_sample = int(np.prod(xtr.shape[2:]))
     # Chunked float64 sums keep the statistics exact without a float64 copy of the whole split.
@@ -110,17 +110,32 @@ def normalize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.n
         total += xtr[i : i + chunk].sum(axis=(0, 2, 3), dtype=np.float64)
     mean = total / (n * per_sample)
     sq = np.zeros(c)
+    buf = np.empty((min(chunk, n), *xtr.shape[1:]))  # one buffer for every chunk: see below
     for i in range(0, n, chunk):
-        d = xtr[i : i + chunk].astype(np.float64) - mean[None, :, None, None]
+        d = buf[: len(xtr[i : i + chunk])]
+        np.subtract(xtr[i : i + chunk], mean[None, :, None, None], out=d, dtype=np.float64)
         sq += np.einsum("nchw,nchw->c", d, d)
+    # (A new pair of 32 MB temporaries per chunk came from the heap after the first pair was freed, glibc having
+    # raised its mmap threshold to their size, and the heap kept those ~80 MB for the rest of the run.)
+    del buf
     std = np.sqrt(sq / (n * per_sample))
     std[std == 0] = 1.0
-    m32 = mean.astype(np.float32)[None, :, None, None]
-    s32 = std.astype(np.float32)[None, :, None, None]
-    for arr in (xtr, xte):
-        arr -= m32
-        arr /= s32
-    return xtr, xte
+    return mean.astype(np.float32)[None, :, None, None], std.astype(np.float32)[None, :, None, None]
+
+
+def normalized(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> Images:
+    """``(x - mean) / std`` in float32: as ``PaletteImages`` where ``x`` takes at most 256 values (a quarter of
+    the memory, the same bits batch by batch), else as a float32 tensor."""
+    coded = palette(x)
+    if coded is None:
+        out = aligned_float32(x)
+        out -= mean
+        out /= std
+        return torch.from_numpy(out)
+    codes, table = coded
+    held = torch.empty(codes.shape, dtype=torch.uint8)  # PyTorch's aligned memory, as aligned_float32's
+    held.numpy()[...] = codes
+    return PaletteImages(held, torch.from_numpy(table), torch.from_numpy(mean.ravel()), torch.from_numpy(std.ravel()))
 
 
 def package(
@@ -133,12 +148,12 @@ def package(
     groups_train: np.ndarray | None = None,
     groups_test: np.ndarray | None = None,
 ) -> Dataset:
-    xtr, xte = normalize(x_train, x_test)
+    mean, std = channel_statistics(x_train)
     return Dataset(
         name=name,
-        x_train=torch.from_numpy(xtr),
+        x_train=normalized(x_train, mean, std),
         y_train=torch.from_numpy(np.ascontiguousarray(y_train, dtype=np.int64)),
-        x_test=torch.from_numpy(xte),
+        x_test=normalized(x_test, mean, std),
         y_test=torch.from_numpy(np.ascontiguousarray(y_test, dtype=np.int64)),
         num_classes=num_classes,
         groups_train=None if groups_train is None else np.asarray(groups_train, dtype=np.int64),
