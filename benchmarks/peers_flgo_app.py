@@ -2,7 +2,7 @@
 
 As FLGo's documentation has a user bring their own data and model: a benchmark generated from a config file
 (`flgo.gen_benchmark_from_file`) whose `train_data` / `test_data` are the tensors iotfl-sim's loader reads
-(`peers_job.load`, wrapped as `TensorDataset`s) and whose `get_model` is iotfl-sim's model rewritten in plain
+(`peers_job.load`, wrapped as map-style datasets giving one (image, label) pair at a time, as `TensorDataset` does) and whose `get_model` is iotfl-sim's model rewritten in plain
 PyTorch (`peers_job.PlainCNN`); a task from FLGo's `IIDPartitioner` over the job's devices; `flgo.algorithm.fedavg`
 with uniform sampling without replacement, updates weighted by sample counts, E epochs of SGD with momentum in
 batches of B, no local validation hold-out. A small logger tests the global model on the whole test set every
@@ -27,17 +27,31 @@ from pathlib import Path
 
 import torch
 from peers_job import Job, load, model
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset
 
 JOB: Job | None = None
 
 CONFIG = "from peers_flgo_app import get_model, train_data, test_data  # noqa: F401\n"
 
 
+class Split(Dataset):
+    """(image, label) pairs, one at a time as TensorDataset gives them, over iotfl-sim's loaded split (whose
+    images may be uint8 codes standardized on indexing, as torchvision's datasets convert per item)."""
+
+    def __init__(self, x, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
 @lru_cache(maxsize=1)
-def datasets() -> tuple[TensorDataset, TensorDataset]:
+def datasets() -> tuple[Split, Split]:
     ds = load(JOB)
-    return TensorDataset(ds.x_train, ds.y_train), TensorDataset(ds.x_test, ds.y_test)
+    return Split(ds.x_train, ds.y_train), Split(ds.x_test, ds.y_test)
 
 
 def get_model() -> torch.nn.Module:
