@@ -73,17 +73,24 @@ Images = torch.Tensor | PaletteImages  # what a split's images are: index either
 
 def palette(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(uint8 codes, float32 table) with ``table[codes]`` equal to ``raw`` bit for bit, or None where ``raw`` takes
-    more than 256 values (or none the O(n) guess below finds). Bytes are their own codes; floats are coded by
-    their nearest multiple of 1/255 (LEAF's pixels), each code's value read from the data and every element
-    checked against it."""
+    more than 256 values (or none the O(n) guess below finds). Bytes are their own codes; floats in [0, 1] are
+    coded by their nearest multiple of 1/255 (LEAF's pixels), each code's value k/255 rounded to float32 or,
+    where the data holds another value, read from the data; every element is checked against its code's value."""
     if raw.dtype == np.uint8:
         return raw, np.arange(PALETTE, dtype=np.float32)
-    values = np.asarray(raw, dtype=np.float32)
+    values = np.ascontiguousarray(raw, dtype=np.float32)
     if values.size == 0 or not np.all(np.isfinite(values)) or values.min() < 0.0 or values.max() > 1.0:
         return None
-    codes = np.rint(values * np.float32(PALETTE - 1)).astype(np.uint8)
-    table = np.zeros(PALETTE, dtype=np.float32)
+    scaled = values * np.float32(PALETTE - 1)
+    scaled += np.float32(0.5)
+    codes = scaled.astype(np.uint8)  # round half up; values <= 1 stay <= 255.5
+    del scaled
+    table = (np.arange(PALETTE) / (PALETTE - 1)).astype(np.float32)
+    if _decodes(codes, table, values):
+        return codes, table
     table[codes.ravel()] = values.ravel()  # one value per code (any of its elements: all must agree)
-    if not np.array_equal(table[codes].view(np.uint32), values.view(np.uint32)):
-        return None
-    return codes, table
+    return (codes, table) if _decodes(codes, table, values) else None
+
+
+def _decodes(codes: np.ndarray, table: np.ndarray, values: np.ndarray) -> bool:
+    return np.array_equal(table[codes].view(np.uint32), values.view(np.uint32))
