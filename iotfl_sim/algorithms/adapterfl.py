@@ -90,6 +90,7 @@ from iotfl_sim.fl.models.reassemble import (
 )
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.fleet.fleet import MB
 from iotfl_sim.scenario.algorithms import AdapterFLConfig, FedBaseConfig
 from iotfl_sim.seeding import int_seed, stream
@@ -241,7 +242,7 @@ class AdapterFL(ModelPoolRounds):
         for i, fam in enumerate(self.cfg.prototypes):
             recipe, spec = self.prototype_recipe(fam), SubmodelSpec(rate=self.cfg.width)
             with torch.random.fork_rng():
-                torch.manual_seed(int_seed(self.c.seed, "adapterfl_partition", i))
+                seed_torch(int_seed(self.c.seed, "adapterfl_partition", i))
                 model = recipe.build(spec)
             cands = candidate_cuts(fam)
             f, out = cut_features(model, x, cands)

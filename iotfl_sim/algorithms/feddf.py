@@ -38,6 +38,7 @@ from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.objectives import kd_term
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.scenario.algorithms import FedDFConfig
 from iotfl_sim.seeding import int_seed, stream
 
@@ -137,7 +138,7 @@ class FedDF(ModelPoolRounds):
         rng = stream(seed, "feddf_batches")
         order = np.empty(0, dtype=np.int64)
         with torch.random.fork_rng():
-            torch.manual_seed(seed)  # dropout in the student
+            seed_torch(seed)  # dropout in the student
             for step in range(cfg.distill_steps):
                 if len(order) < bs:
                     order = np.concatenate([order, rng.permutation(len(x))])

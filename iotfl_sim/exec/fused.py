@@ -40,7 +40,7 @@ no ``.grad`` in ``train_local``, so PyTorch's SGD skips them (no weight decay) a
 them; the fused path finds them once per (recipe, spec, objective) by one probe backward pass on two
 samples and keeps them fixed.
 
-``train_local`` seeds the global RNG with ``torch.manual_seed(job.seed)``; the fused path draws
+``train_local`` seeds the global RNG with ``seed_torch(job.seed)`` (torch.manual_seed's states); the fused path draws
 nothing from it (no module randomness), and after ``run`` the global RNG is left as the inline
 executor leaves it for models without module randomness: seeded with the last job's seed.
 
@@ -73,6 +73,7 @@ from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.fl.train import TrainJob, TrainResult, draws_global_rng, train_local
 
 FUSED_OBJECTIVES = ("ce", "masked_ce", "exit_kd")
@@ -208,7 +209,7 @@ class FusedExecutor:
             j = jobs[i]
             results[i] = train_local(self._skeleton(j.recipe, j.spec), j, self.x, self.y, self._skeleton)
         if jobs and (len(jobs) - 1) not in fallback:
-            torch.manual_seed(jobs[-1].seed)
+            seed_torch(jobs[-1].seed)
         return [r for r in results if r is not None]
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:

@@ -25,6 +25,7 @@ import torch
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, parallel_evaluate
 from iotfl_sim.exec.cores import available_cores
+from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.fl.train import TrainJob, TrainResult, draws_global_rng
 
 
@@ -58,7 +59,7 @@ class ThreadExecutor:
             return [self._caller.train(j) for j in jobs]
         results = self._map("train", [(j,) for j in jobs])
         if jobs:
-            torch.manual_seed(jobs[-1].seed)  # the threads seeded it in whatever order they ran
+            seed_torch(jobs[-1].seed)  # the threads seeded it in whatever order they ran
         return results
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:

@@ -34,6 +34,7 @@ from iotfl_sim.fl.models.layers import ConvUnit
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.sgd import PlainSGD, descend
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.torch_seed import seed_torch
 
 MIN_RATE = 0.01  # Algorithm 1 line 12: no layer is pruned away completely
 
@@ -257,7 +258,7 @@ def pretrain(
 ) -> float:
     """Server-side pretraining with plain cross-entropy (a fresh optimizer per epoch, as the official
     code re-creates Adam every pretraining round); returns the last epoch's mean loss."""
-    torch.manual_seed(seed)
+    seed_torch(seed)
     gen = torch.Generator().manual_seed(seed)
     model.train()
     last = float("nan")

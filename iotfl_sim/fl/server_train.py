@@ -20,6 +20,7 @@ from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.sgd import PlainSGD, descend
 from iotfl_sim.fl.submodel import SubmodelSpec, prefix_index
+from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.seeding import int_seed, stream
 
 State = dict[str, torch.Tensor]
@@ -54,7 +55,7 @@ def nested_sgd(
         m.train()
     opt = PlainSGD([p for p in theta.values() if p.requires_grad], lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     last = float("nan")
     for _ in range(epochs):
         total, steps = 0.0, 0

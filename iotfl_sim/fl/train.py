@@ -16,6 +16,7 @@ from iotfl_sim.fl.objectives import LocalObjective, objective_loss
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.sgd import PlainSGD
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
+from iotfl_sim.fl.torch_seed import seed_torch
 
 State = dict[str, torch.Tensor]
 
@@ -50,7 +51,7 @@ class TrainResult:
 
 Skeleton = Callable[[ModelRecipe, SubmodelSpec], nn.Module]
 
-# modules that draw from the global RNG, which train_local seeds per job (torch.manual_seed(job.seed))
+# modules that draw from the global RNG, which train_local seeds per job (seed_torch(job.seed))
 RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 
 
@@ -96,7 +97,7 @@ def train_local(
     own seed, gradient clipping when asked; a final batch of one sample is skipped (BatchNorm
     without running statistics cannot normalise a single sample). Images train in ``fl.layout``'s layout.
     """
-    torch.manual_seed(job.seed)  # dropout and any other module randomness
+    seed_torch(job.seed)  # dropout and any other module randomness
     gen = torch.Generator().manual_seed(job.seed)
     model = model_layout(model)
     model.load_state_dict(job.weights, strict=True)

@@ -38,6 +38,7 @@ from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.fl.train import draws_global_rng
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import Fleet
@@ -214,7 +215,7 @@ class Simulation:
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":
             return {}  # system-only: no weights exist
-        torch.manual_seed(int_seed(self.sc.seed, "init"))
+        seed_torch(int_seed(self.sc.seed, "init"))
         return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}
 
     def predict_train_seconds(self, recipe: ModelRecipe, spec: SubmodelSpec) -> np.ndarray:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from iotfl_sim.fl.cost import opcost
+from iotfl_sim.fl.torch_seed import seed_torch
 
 FAMILY_SHAPES = {  # family -> (channels, height, width) of the dataset it is usually trained on here
     "cnn_small": (1, 8, 8),
@@ -117,7 +118,7 @@ def op_overhead_s(seconds: float, device: torch.device = CPU) -> tuple[float, st
     dispatches (counted by the same tracer the cost model uses)."""
     opts = opcost.StepOptions(0.9, True, False)
     n_ops = opcost.trace_module_step(_tiny_net, (4,), 2, opts).n_ops
-    torch.manual_seed(0)
+    seed_torch(0)
     net = _tiny_net().to(device)
     # foreach=False: the per-parameter loop the tracer counts (a GPU's default, foreach, fuses it)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4, foreach=False)
