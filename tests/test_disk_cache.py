@@ -250,3 +250,16 @@ def test_tables_larger_than_the_reader_accepts_are_not_written(tmp_path, monkeyp
     disk_cache.store("kind", "small", {"a": np.zeros(100, np.uint8)})
     disk_cache.store("kind", "big", {"a": np.zeros(1000, np.uint8)})
     assert [p.name for p in (tmp_path / "kind").iterdir()] == ["small.npz"]
+
+
+def test_femnist_json_too_large_for_a_table_is_neither_hashed_nor_kept(tmp_path, monkeypatch):
+    from iotfl_sim.fl.data import readers
+
+    root = tmp_path / "data"
+    _leaf_tree(root)
+    json_bytes = sum(p.stat().st_size for p in (root / "femnist").rglob("*.json"))
+    monkeypatch.setattr(disk_cache, "MAX_BYTES", json_bytes // readers.LEAF_JSON_PER_TABLE_BYTE - 1)
+    monkeypatch.setattr(readers, "_read", lambda *a: pytest.fail("hashed json that cannot be kept"))
+    parsed, n1 = _femnist(monkeypatch, tmp_path / "cache", root)
+    again, n2 = _femnist(monkeypatch, tmp_path / "cache", root)
+    assert (n1, n2) == (1, 1) and not (tmp_path / "cache" / "datasets").exists() and _same_dataset(again, parsed)

@@ -275,19 +275,37 @@ def load_femnist(name: str, root: Path) -> Dataset:
     about 65 MB larger than the arrays it yields."""
     base = femnist_files(name, root)
     files = [path for split in ("train", "test") for path in _leaf_files(name, base / split, root)]
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(f"{path.relative_to(base).as_posix()}\0".encode())
-        digest.update(_read(name, path))
-    key = disk_cache.key("femnist", digest.hexdigest())
-    arrays = disk_cache.load("datasets", key, _valid_femnist)
+    key = _femnist_key(name, base, files)
+    arrays = None if key is None else disk_cache.load("datasets", key, _valid_femnist)
     if arrays is None:  # parsing reads each file again (from the page cache) rather than holding 82 MB of bytes
         arrays = _parse_femnist(name, base, root)
-        disk_cache.store("datasets", key, arrays)
+        if key is not None:
+            disk_cache.store("datasets", key, arrays)
     check_labels(name, base, arrays["y_train"], 62)
     check_labels(name, base, arrays["y_test"], 62)
     return package(name, arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], 62,
                    arrays["g_train"], arrays["g_test"])
+
+
+# A LEAF pixel takes at most ~20 characters of json ("0.9960784316062927, ") and 4 bytes parsed, an image
+# at least 784 x 4 bytes: json larger than this parses to more than disk_cache keeps, so it is not hashed.
+LEAF_JSON_PER_TABLE_BYTE = 5
+
+
+def _femnist_key(name: str, base: Path, files: list[Path]) -> str | None:
+    """The disk-cache name of these files' parsed arrays: a digest of their names and bytes; None where their
+    arrays could not be kept (the cache off, or json too large for a table)."""
+    try:
+        size = sum(path.stat().st_size for path in files)
+    except OSError as exc:
+        raise DatasetError(f"{name}: cannot read {base} ({exc.strerror or exc}); check the files and their permissions") from exc
+    if disk_cache.cache_dir("datasets") is None or size > LEAF_JSON_PER_TABLE_BYTE * disk_cache.MAX_BYTES:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.relative_to(base).as_posix()}\0".encode())
+        digest.update(_read(name, path))
+    return disk_cache.key("femnist", digest.hexdigest())
 
 
 def _read(name: str, path: Path) -> bytes:
