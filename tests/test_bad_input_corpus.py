@@ -654,3 +654,28 @@ def test_os_error_line_names_the_path_and_a_fix(error, needles):
 
     line = os_error_line(error)
     assert "\n" not in line and all(n in line for n in needles), line
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a_folder"])
+def test_a_damaged_femnist_file_is_named_before_anything_is_written(damage, capsys, tmp_path, monkeypatch):
+    """FEMNIST's json is hashed (for the disk cache) and then parsed: a truncated file and a folder where a file
+    goes each give one line naming it, and no run folder appears."""
+    monkeypatch.setenv("IOTFL_CACHE_DIR", str(tmp_path / "cache"))
+    for split in ("train", "test"):
+        (tmp_path / "data" / "femnist" / split).mkdir(parents=True)
+        (tmp_path / "data" / "femnist" / split / "a.json").write_text(
+            '{"users": ["w"], "num_samples": [1], "user_data": {"w": {"x": [[' + ",".join(["0.5"] * 784) + ']], "y": [3]}}}')
+    bad = tmp_path / "data" / "femnist" / "train" / "b.json"
+    if damage == "truncated":
+        bad.write_text('{"users": ["v"], "user_data": {"v": {"x": [[0.1, 0.2')
+    else:
+        bad.mkdir()
+    scenario = tmp_path / "femnist.yaml"
+    scenario.write_text(
+        "name: femnist_bad\nrounds: 1\nfleet: {groups: [{profile: raspberry_pi_4b, count: 2}]}\n"
+        f"data: {{dataset: femnist, root: {tmp_path / 'data'}}}\nalgorithm: {{name: fedavg}}\n"
+    )
+    code = main(["run", str(scenario), "--out", str(tmp_path / "runs"), "--quiet"])
+    line = one_error_line(code, *capsys.readouterr())
+    assert str(bad) in line and ("replace it" in line or "check the file" in line), line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache" / "datasets").exists()
