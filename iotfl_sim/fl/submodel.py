@@ -99,6 +99,25 @@ def slice_state(global_state: Mapping[str, torch.Tensor], shapes: Shapes) -> dic
     return {k: global_state[k][prefix_index(s)] for k, s in shapes.items()}
 
 
+class SharedCopies:
+    """Compact copies of sliced states, one per distinct set of views: the jobs of a round that receive the same
+    weights (every FedAvg client, a HeteroFL level's clients) hold one copy between them instead of one each.
+
+    Two states are the same views when every tensor has the same name, memory address, dtype, shape and strides;
+    the views are kept alive beside their copy, so no address is reused by other values while this object lives.
+    The copies must be read only (``TrainJob.weights`` is: workers load it into their models).
+    """
+
+    def __init__(self) -> None:
+        self._copies: dict[tuple, tuple[Mapping[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+
+    def of(self, views: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        key = tuple((k, v.device, v.data_ptr(), v.dtype, tuple(v.shape), v.stride()) for k, v in views.items())
+        if key not in self._copies:
+            self._copies[key] = (views, {k: v.clone() for k, v in views.items()})
+        return self._copies[key][1]
+
+
 def _not_nested(global_shapes: Shapes, sub_shapes: Shapes) -> str | None:
     """The first tensor of ``sub_shapes`` that is not a prefix sub-shape of ``global_shapes``'s, or None."""
     for k, s in sub_shapes.items():

@@ -12,7 +12,7 @@ import torch
 from iotfl_sim import faults
 from iotfl_sim.algorithms.base import Assignment, Outcome, State, Strategy, Update
 from iotfl_sim.exec.base import EvalJob
-from iotfl_sim.fl.submodel import slice_state
+from iotfl_sim.fl.submodel import SharedCopies, slice_state
 from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed
@@ -46,6 +46,7 @@ class Learning:
         would receive now), as ``Update``s in order; their ``staleness`` and ``base`` as the tasks give them."""
         loc = self.sc.local
         jobs = []
+        copies = SharedCopies()
         for i, t in enumerate(tasks):
             o, rnd = t.outcome, t.rnd
             b = o.trained or o.assignment
@@ -58,7 +59,7 @@ class Learning:
                     key=i,
                     recipe=recipe,
                     spec=b.spec,
-                    weights={k: v.clone() for k, v in weights.items()},
+                    weights=copies.of(weights),
                     indices=self.numerics.parts[d],
                     epochs=self.sc.task_epochs(),
                     batch_size=loc.batch_size,
