@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, batch_aligned_slices, parallel_evaluate
+from iotfl_sim.fl.bn_fold import folded
 from iotfl_sim.fl.evaluate import batch_figures_group, eval_skeleton, running_statistics
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
@@ -138,9 +139,11 @@ def test_an_evaluation_builds_no_model_loads_each_once_per_task_and_runs_each_ba
     recipe, jobs = _heterofl((1.0, 0.5, 0.25))
     d = _data()
     w = Worker(d, 1)
-    want = w.evaluate(jobs)  # builds and caches the evaluation skeletons
+    want = w.evaluate(jobs)  # builds and caches the evaluation skeletons and their folded twins (scoring)
     models = [eval_skeleton(recipe, j.spec) for j in jobs]
-    counts = Counts(monkeypatch, models)
+    twins = [folded(m) for m in models]
+    assert all(t is not m for t, m in zip(twins, models, strict=True))  # BN models: scored by their twins
+    counts = Counts(monkeypatch, models + twins)
     try:
         got = parallel_evaluate(jobs, 50, 30, parts, w.map)
     finally:
@@ -149,9 +152,12 @@ def test_an_evaluation_builds_no_model_loads_each_once_per_task_and_runs_each_ba
     assert counts.builds == 0
     calib_batches, test_batches = 5, 3  # 50 and 30 samples in batches of 10
     tasks_per_model = 1 if parts == 1 else 2 * parts  # evaluate_group, or calibration slices + scoring slices
+    scoring_tasks = 1 if parts == 1 else parts
     assert [counts.loads.get(id(m), 0) for m in models] == [tasks_per_model] * len(models)
-    assert [counts.forwards[id(m)] for m in models] == [calib_batches + test_batches] * len(models)
-    assert sum(counts.loads.values()) == tasks_per_model * len(models)  # no other module loaded weights
+    assert [counts.loads.get(id(t), 0) for t in twins] == [scoring_tasks] * len(twins)  # refilled once per scoring task
+    assert [counts.forwards[id(m)] for m in models] == [calib_batches] * len(models)  # calibration: the skeleton
+    assert [counts.forwards[id(t)] for t in twins] == [test_batches] * len(twins)  # scoring: its folded twin
+    assert sum(counts.loads.values()) == (tasks_per_model + scoring_tasks) * len(models)  # no other module loaded
 
 
 def test_eval_every_thins_the_accuracy_rows_and_delays_crossings_to_the_next_evaluated_round(tmp_path, write_scenario):

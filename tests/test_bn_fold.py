@@ -1,0 +1,82 @@
+"""Scoring folds each ConvUnit's BatchNorm into its convolution: the same function, a twin that draws no random
+numbers and always holds the model's current tensors, and units that cannot be folded left alone."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from iotfl_sim.fl.bn_fold import foldable_units, folded
+from iotfl_sim.fl.evaluate import batch_scores, eval_skeleton
+from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+
+
+def _with_statistics(recipe: ModelRecipe, spec: SubmodelSpec, seed: int) -> nn.Module:
+    """A fresh evaluation model whose BatchNorms hold far-from-identity statistics and affine parameters."""
+    g = torch.Generator().manual_seed(seed)
+    model = recipe.build(spec, track_bn=True).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g))
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) * 3 + 0.1)
+                m.weight.copy_(torch.randn(m.num_features, generator=g))
+                m.bias.copy_(torch.randn(m.num_features, generator=g))
+    return model
+
+
+def test_the_folded_model_computes_the_same_function():
+    x = torch.randn(12, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    for family, rate in [("conv", 1.0), ("conv", 0.25), ("cnn_small", 0.5)]:
+        recipe, spec = ModelRecipe(family, 10, 1, (28, 28)), SubmodelSpec(rate)
+        model = _with_statistics(recipe, spec, 1)
+        twin = folded(model)
+        assert twin is not model
+        assert not any(isinstance(m, nn.BatchNorm2d) for m in twin.modules())  # every unit folded: conv families
+        with torch.inference_mode():
+            want, got = model(x), twin(x)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (family, rate, (got - want).abs().max())
+        assert want.abs().max() > 0.1  # a non-trivial output
+
+
+def test_the_twin_draws_no_random_numbers_and_is_refilled_at_every_call():
+    recipe, spec = ModelRecipe("cnn_small", 10, 1, (8, 8)), SubmodelSpec(1.0)
+    model = _with_statistics(recipe, spec, 2)
+    x = torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(3))
+    before = torch.get_rng_state()
+    first = folded(model)
+    assert torch.equal(torch.get_rng_state(), before)
+    other = _with_statistics(recipe, spec, 4)
+    model.load_state_dict(other.state_dict())  # the skeleton now holds another model's tensors
+    again = folded(model)
+    assert again is first  # built once per model
+    with torch.inference_mode():
+        assert torch.allclose(again(x), other(x), rtol=1e-4, atol=1e-4)
+
+
+def test_units_that_cannot_be_folded_are_left_as_built():
+    none = ModelRecipe("conv", 10, 1, (28, 28), norm="none").build(SubmodelSpec(1.0), track_bn=True)
+    assert foldable_units(none) == [] and folded(none) is none
+    group_norm = ModelRecipe("conv", 10, 1, (28, 28), norm="ln").build(SubmodelSpec(1.0), track_bn=True)
+    assert folded(group_norm) is group_norm
+    # ScaleFL's exit heads divide by the rate in evaluation too: their units keep their BatchNorm
+    early = ModelRecipe("conv_ee", 10, 1, (28, 28)).build(SubmodelSpec(0.5), track_bn=True)
+    kept = [n for n, m in early.named_modules() if type(m).__name__ == "ConvUnit" and n not in foldable_units(early)]
+    assert kept and all("AlwaysScaler" == type(early.get_submodule(n).scaler).__name__ for n in kept)
+
+
+def test_scores_match_the_unfolded_model_prediction_for_prediction():
+    recipe, spec = ModelRecipe("conv", 10, 1, (28, 28)), SubmodelSpec(0.5)
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(64, 1, 28, 28, generator=g), torch.randint(0, 10, (64,), generator=g)
+    reference = _with_statistics(recipe, spec, 6)
+    skeleton = eval_skeleton(recipe, spec)
+    skeleton.load_state_dict(reference.state_dict())
+    scores = batch_scores(skeleton, x, y, 16)
+    with torch.inference_mode():
+        logits = reference(x)
+    for b, (correct, loss) in enumerate(scores):
+        lb, yb = logits[16 * b : 16 * b + 16], y[16 * b : 16 * b + 16]
+        assert correct == int((lb.argmax(1) == yb).sum())
+        assert abs(loss - float(nn.functional.cross_entropy(lb, yb, reduction="sum"))) < 1e-3 * max(1.0, loss)
