@@ -285,9 +285,10 @@ NOTES = [
     "calibration pass over `server.bn_calibration_samples` training samples (static BN: it sets the statistics "
     "the test pass uses). *evaluate / (test + calibration)* near 1 means the executor adds little to them; "
     "*evaluate / test pass* is the issue's figure, which calibration alone puts above 1 by *calibration / test*. "
-    "The test pass here is the model as built (BatchNorm a layer of its own); the run's scoring folds each conv "
-    "unit's BatchNorm into its convolution (`fl.bn_fold`), so for such models *evaluate / (test + calibration)* "
-    "can fall below 1: that is the fold's gain, not missing work.",
+    "The test pass here is the model as built (BatchNorm a layer of its own, ReLU out of place); the run scores "
+    "with a twin that folds each conv unit's BatchNorm into its convolution and runs its ReLU in place "
+    "(`fl.scoring_model`), so *evaluate / (test + calibration)* can fall below 1: that is the twin's gain, not "
+    "missing work.",
     "- Calibration runs in train mode under `inference_mode`, in `channels_last`, at `server.eval_batch_size` "
     "(the batch size is part of the result). Since issue 22 it records each batch's mean and variance and "
     "accumulates them afterwards with PyTorch's own arithmetic (`fl.evaluate.running_statistics`, same bits), "

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, batch_aligned_slices, parallel_evaluate
-from iotfl_sim.fl.bn_fold import folded
 from iotfl_sim.fl.evaluate import batch_figures_group, eval_skeleton, running_statistics
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.scoring_model import scoring_model
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
 
 
@@ -139,10 +139,10 @@ def test_an_evaluation_builds_no_model_loads_each_once_per_task_and_runs_each_ba
     recipe, jobs = _heterofl((1.0, 0.5, 0.25))
     d = _data()
     w = Worker(d, 1)
-    want = w.evaluate(jobs)  # builds and caches the evaluation skeletons and their folded twins (scoring)
+    want = w.evaluate(jobs)  # builds and caches the evaluation skeletons and their scoring twins
     models = [eval_skeleton(recipe, j.spec) for j in jobs]
-    twins = [folded(m) for m in models]
-    assert all(t is not m for t, m in zip(twins, models, strict=True))  # BN models: scored by their twins
+    twins = [scoring_model(m) for m in models]
+    assert all(t is not m for t, m in zip(twins, models, strict=True))  # scored by their twins
     counts = Counts(monkeypatch, models + twins)
     try:
         got = parallel_evaluate(jobs, 50, 30, parts, w.map)
@@ -156,7 +156,7 @@ def test_an_evaluation_builds_no_model_loads_each_once_per_task_and_runs_each_ba
     assert [counts.loads.get(id(m), 0) for m in models] == [tasks_per_model] * len(models)
     assert [counts.loads.get(id(t), 0) for t in twins] == [scoring_tasks] * len(twins)  # refilled once per scoring task
     assert [counts.forwards[id(m)] for m in models] == [calib_batches] * len(models)  # calibration: the skeleton
-    assert [counts.forwards[id(t)] for t in twins] == [test_batches] * len(twins)  # scoring: its folded twin
+    assert [counts.forwards[id(t)] for t in twins] == [test_batches] * len(twins)  # scoring: its twin
     assert sum(counts.loads.values()) == (tasks_per_model + scoring_tasks) * len(models)  # no other module loaded
 
 

@@ -8,9 +8,9 @@ Scaler ratio is 1 and this is exactly HeteroFL's procedure. The pass records eac
 accumulates them afterwards (``running_statistics``), with the same bits, so executors can split it.
 
 Image models evaluate in the layout ``fl.layout`` gives them (channels_last), in batches of about 100, which
-beat batches of 1,000 on a CPU (activations stay in cache). Scoring folds each ConvUnit's BatchNorm into its
-convolution (``fl.bn_fold``: the same function, one pass over the feature maps fewer, its own last-bit rounding).
-Results are the same whichever executor scores.
+beat batches of 1,000 on a CPU (activations stay in cache). Scoring runs a twin of each model
+(``fl.scoring_model``: each ConvUnit's BatchNorm folded into its convolution, its ReLU in place; the same function
+with the fold's own last-bit rounding). Results are the same whichever executor scores.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import threading
 import torch
 from torch import nn
 
-from iotfl_sim.fl.bn_fold import folded
 from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.layout import batch_layout, model_layout
 from iotfl_sim.fl.objectives import final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.scoring_model import scoring_model
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 State = dict[str, torch.Tensor]
@@ -70,7 +70,7 @@ def batch_scores(model: nn.Module, x: Images, y: torch.Tensor, batch_size: int) 
     in batch order (``combine``), so the totals are the same bits however the batches were shared out.
     """
     model.eval()
-    model = folded(model)
+    model = scoring_model(model)
     out = []
     for start in range(0, len(x), batch_size):
         logits = final_logits(model(batch_layout(x[start : start + batch_size])))
@@ -306,7 +306,7 @@ def batch_scores_group(
     """``batch_scores`` of every model (states include the calibrated statistics), the shared prefix run once."""
     for model in models:
         model.eval()
-    scored = [folded(m) for m in models]
+    scored = [scoring_model(m) for m in models]
     states = [s if f is m else dict(f.state_dict()) for m, f, s in zip(models, scored, states, strict=True)]
     models = scored
     share = _share_matrix(models, states)

@@ -1,14 +1,15 @@
-"""Scoring folds each ConvUnit's BatchNorm into its convolution: the same function, a twin that draws no random
-numbers and always holds the model's current tensors, and units that cannot be folded left alone."""
+"""Scoring runs a twin of each model: every ConvUnit's BatchNorm folded into its convolution where it can be, its
+ReLU in place; the same function, no random numbers drawn, always the model's current tensors."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from iotfl_sim.fl.bn_fold import foldable_units, folded
 from iotfl_sim.fl.evaluate import batch_scores, eval_skeleton
+from iotfl_sim.fl.layout import batch_layout, model_layout
 from iotfl_sim.fl.recipe import ModelRecipe
+from iotfl_sim.fl.scoring_model import foldable_units, scoring_model
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 
@@ -31,7 +32,7 @@ def test_the_folded_model_computes_the_same_function():
     for family, rate in [("conv", 1.0), ("conv", 0.25), ("cnn_small", 0.5)]:
         recipe, spec = ModelRecipe(family, 10, 1, (28, 28)), SubmodelSpec(rate)
         model = _with_statistics(recipe, spec, 1)
-        twin = folded(model)
+        twin = scoring_model(model)
         assert twin is not model
         assert not any(isinstance(m, nn.BatchNorm2d) for m in twin.modules())  # every unit folded: conv families
         with torch.inference_mode():
@@ -45,25 +46,35 @@ def test_the_twin_draws_no_random_numbers_and_is_refilled_at_every_call():
     model = _with_statistics(recipe, spec, 2)
     x = torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(3))
     before = torch.get_rng_state()
-    first = folded(model)
+    first = scoring_model(model)
     assert torch.equal(torch.get_rng_state(), before)
     other = _with_statistics(recipe, spec, 4)
     model.load_state_dict(other.state_dict())  # the skeleton now holds another model's tensors
-    again = folded(model)
+    again = scoring_model(model)
     assert again is first  # built once per model
     with torch.inference_mode():
         assert torch.allclose(again(x), other(x), rtol=1e-4, atol=1e-4)
 
 
-def test_units_that_cannot_be_folded_are_left_as_built():
-    none = ModelRecipe("conv", 10, 1, (28, 28), norm="none").build(SubmodelSpec(1.0), track_bn=True)
-    assert foldable_units(none) == [] and folded(none) is none
-    group_norm = ModelRecipe("conv", 10, 1, (28, 28), norm="ln").build(SubmodelSpec(1.0), track_bn=True)
-    assert folded(group_norm) is group_norm
+def test_units_that_cannot_be_folded_keep_their_norm_and_score_the_same_bits():
+    x = torch.randn(6, 1, 28, 28, generator=torch.Generator().manual_seed(7))
+    for norm in ("none", "ln"):  # no BatchNorm to fold: only the ReLUs change, in place, so the very same bits
+        torch.manual_seed(8)
+        model = model_layout(ModelRecipe("conv", 10, 1, (28, 28), norm=norm).build(SubmodelSpec(1.0), track_bn=True))
+        model.eval()  # in the layout evaluation holds it (the twin's), so only the ReLUs differ
+        twin = scoring_model(model)
+        assert foldable_units(model) == [] and twin is not model
+        relus = [m for m in twin.modules() if isinstance(m, nn.ReLU)]
+        assert relus and all(m.inplace for m in relus)
+        assert not any(m.inplace for m in model.modules() if isinstance(m, nn.ReLU))  # training keeps its own
+        with torch.inference_mode():
+            assert torch.equal(twin(batch_layout(x)), model(batch_layout(x))), norm
     # ScaleFL's exit heads divide by the rate in evaluation too: their units keep their BatchNorm
     early = ModelRecipe("conv_ee", 10, 1, (28, 28)).build(SubmodelSpec(0.5), track_bn=True)
     kept = [n for n, m in early.named_modules() if type(m).__name__ == "ConvUnit" and n not in foldable_units(early)]
     assert kept and all("AlwaysScaler" == type(early.get_submodule(n).scaler).__name__ for n in kept)
+    mlp = ModelRecipe("mlp", 6, 9, (1, 128)).build(SubmodelSpec(1.0), track_bn=True)
+    assert scoring_model(mlp) is mlp  # no ConvUnit: scored as built
 
 
 def test_scores_match_the_unfolded_model_prediction_for_prediction():
