@@ -39,16 +39,18 @@ def conv_units(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, ConvUnit)]
 
 
-def foldable_units(model: nn.Module) -> list[str]:
-    """Names of ``model``'s ConvUnits whose BatchNorm can be folded into their convolution."""
-    return [
-        name
-        for name in conv_units(model)
-        if type((m := model.get_submodule(name)).scaler) in (nn.Identity, Scaler)
-        and type(m.norm) is nn.BatchNorm2d
-        and m.norm.running_mean is not None
-        and type(m.conv) is nn.Conv2d
-    ]
+def _foldable(unit: ConvUnit) -> bool:
+    return (
+        type(unit.scaler) in (nn.Identity, Scaler)
+        and type(unit.norm) is nn.BatchNorm2d
+        and unit.norm.running_mean is not None
+        and type(unit.conv) is nn.Conv2d
+    )
+
+
+def foldable_units(model: nn.Module, units: list[str] | None = None) -> list[str]:
+    """Names of ``model``'s ConvUnits (of ``units``, if given) whose BatchNorm can be folded into their convolution."""
+    return [name for name in (conv_units(model) if units is None else units) if _foldable(model.get_submodule(name))]
 
 
 @torch.inference_mode(False)  # normal tensors, which later calls may load into (inference tensors refuse it)
@@ -87,7 +89,7 @@ def scoring_model(model: nn.Module) -> nn.Module:
     units = conv_units(model)
     if not units:
         return model
-    fold = foldable_units(model)
+    fold = foldable_units(model, units)
     twins: weakref.WeakKeyDictionary = _TWINS.__dict__.setdefault("twins", weakref.WeakKeyDictionary())
     twin = twins.get(model)
     if twin is None:
