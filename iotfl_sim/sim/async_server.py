@@ -202,6 +202,8 @@ class AsyncServer:
             t0 = time.perf_counter()
             self.strategy.apply(self.version + 1, updates)
             sim.host["aggregate"] += time.perf_counter() - t0
+        losses = [u.loss for u in updates]
+        del updates  # applied: their client states must not stay in memory through the evaluation
         self.version += 1
         self.updates_applied += len(buffered)
         for b in buffered:
@@ -213,7 +215,7 @@ class AsyncServer:
         rd.rnd = self.version - 1
         rd.tasks = [t for t, _ in ended]
         yield from sim._serve(rd)  # aggregation-side work
-        row = sim._row(rd, [o for _, o in ended], updates)
+        row = sim._row(rd, [o for _, o in ended], losses)
         stale = [b.staleness for b in buffered]
         row.update(
             updates_applied=self.updates_applied,

@@ -275,9 +275,11 @@ class Simulation:
                 if o.status == "depleted":
                     self.view.known_gone[o.assignment.device] = True
             late = self.late.arrived(rnd) if self.late is not None else []
-            updates = self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes, late)
+            # only the losses outlive the aggregation: the updates' client states would otherwise stay in memory
+            # through the evaluation and the next round's training
+            losses = [u.loss for u in (self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes, late))]
             yield from self._serve(rd)  # aggregation-side work
-            row = self._row(rd, outcomes, updates)
+            row = self._row(rd, outcomes, losses)
             if self.late is not None:
                 row.update(self._applied_late(rnd, outcomes, late))
                 self.late.missed(rd.tasks)
@@ -426,8 +428,8 @@ class Simulation:
         if sizes and (force or len(sizes) >= self.sc.server.min_participants):
             self.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
 
-    def _row(self, rd: Round, outcomes: list[Outcome], updates: list[Update]) -> dict[str, Any]:
-        row = rd.row(self.env.now, outcomes, updates, self.fleet, self.traffic)
+    def _row(self, rd: Round, outcomes: list[Outcome], losses: list[float]) -> dict[str, Any]:
+        row = rd.row(self.env.now, outcomes, losses, self.fleet, self.traffic)
         row.update(rd.comm_waste(outcomes, self.traffic, self._params))
         row["server_time_s"] = rd.server_s
         row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})

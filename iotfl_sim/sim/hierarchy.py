@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from iotfl_sim.algorithms.base import AggregateWork, Outcome, Update
+from iotfl_sim.algorithms.base import AggregateWork, Outcome
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.sim.round import Round, Task
 from iotfl_sim.sim.server_cost import ServerCost
@@ -119,11 +119,12 @@ class GatewayView:
 
 @dataclass
 class GatewayRun:
-    """What one gateway did in a cloud round: its tasks and their outcomes (in order), the updates trained."""
+    """What one gateway did in a cloud round: its tasks and their outcomes (in order), the training loss of each
+    update it received (the updates themselves are dropped once aggregated)."""
 
     tasks: list[Task] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
-    updates: list[Update] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
     rounds: int = 0  # gateway rounds it could start (0: none of its devices ever became selectable)
 
 
@@ -194,7 +195,7 @@ class GatewayTier:
         yield simpy.AllOf(sim.env, [sim.env.process(self._backhaul(node, rnd, up=False)) for node in self.nodes])
         rd.tasks = [t for r in runs for t in r.tasks]
         outcomes = [o for r in runs for o in r.outcomes]
-        row = sim._row(rd, outcomes, [u for r in runs for u in r.updates])
+        row = sim._row(rd, outcomes, [loss for r in runs for loss in r.losses])
         row.update(zip(COLUMNS, (self.bytes_down, self.bytes_up, self.gateway_energy()), strict=True))
         return row
 
@@ -227,10 +228,11 @@ class GatewayTier:
                     updates = sim._learn(key, outcomes)
                 if len(updates) >= sim.sc.server.min_participants:
                     node.samples += float(sum(u.num_samples for u in updates))
+            run.losses += [u.loss for u in updates]
+            del updates  # aggregated: their client states must not stay in memory through the next rounds
             yield from self._work(node, key, grd, "gateway_aggregate", updates=sum(o.status == "completed" for o in outcomes))
             run.tasks += grd.tasks
             run.outcomes += outcomes
-            run.updates += updates
         yield from self._backhaul(node, rnd, up=True)
         return run
 

@@ -12,6 +12,7 @@ import torch
 from iotfl_sim import faults
 from iotfl_sim.algorithms.base import Assignment, Outcome, State, Strategy, Update
 from iotfl_sim.exec.base import EvalJob
+from iotfl_sim.exec.glibc_heap import release_free_heap
 from iotfl_sim.fl.submodel import SharedCopies, slice_state
 from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.scenario.model import Scenario
@@ -74,6 +75,7 @@ class Learning:
             )
         faults.hit("round_train")
         results = self.executor.run(jobs)
+        release_free_heap()  # the training's temporaries (exec.glibc_heap says why)
         labels = self.numerics.labels_per_device
         return [
             Update(
@@ -111,4 +113,5 @@ class Learning:
                 levels.append(acc)
         if levels:
             out["acc_avg"] = float(np.mean(levels))
+        release_free_heap()  # the evaluation's feature maps
         return out

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
-from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, State, Update
+from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, State
 from iotfl_sim.fleet.fleet import FAILURE_REASONS, Fleet
 from iotfl_sim.output import codec
 from iotfl_sim.output.codec import CheckpointError
@@ -159,8 +159,9 @@ class Round:
         back = sum(params(o.trained or o.assignment) for o in outcomes if o.status == "completed")
         return traffic.comm_waste(sent, back, unused)
 
-    def row(self, end: float, outcomes: list[Outcome], updates: list[Update], fleet: Fleet, traffic: Traffic) -> dict[str, Any]:
-        """The round's figures of the system (``rounds.csv``): time, tasks by outcome, energy, bytes."""
+    def row(self, end: float, outcomes: list[Outcome], losses: list[float], fleet: Fleet, traffic: Traffic) -> dict[str, Any]:
+        """The round's figures of the system (``rounds.csv``): time, tasks by outcome, energy, bytes; ``losses``: the
+        local training loss of each update the round received."""
         counts = dict.fromkeys(FAILURE_REASONS, 0)
         for o in outcomes:
             if o.status in counts:
@@ -178,7 +179,7 @@ class Round:
             "completed": sum(o.status == "completed" for o in outcomes),
             **{f"failed_{r}": c for r, c in counts.items()},
             "alive": fleet.alive_count(end),
-            "train_loss": float(np.mean([u.loss for u in updates])) if updates else None,
+            "train_loss": float(np.mean(losses)) if losses else None,
             "energy_j": total,
             "energy_compute_j": by_kind["compute"],
             "energy_radio_j": by_kind["radio"],

@@ -13,7 +13,7 @@ from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
-from iotfl_sim.fl.data.images import Images
+from iotfl_sim.fl.data.images import Images, subset
 from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.scenario.loader import ScenarioError
@@ -41,7 +41,7 @@ class NumericsSetup:
         ds = self.dataset
         x_test, y_test = ds.x_test, ds.y_test
         if self.test_subset is not None:
-            x_test, y_test = x_test[self.test_subset], y_test[self.test_subset]
+            x_test, y_test = subset(x_test, self.test_subset), y_test[self.test_subset]
         return NumericData(ds.x_train, ds.y_train, self.calib_x, x_test, y_test)
 
     def make_executor(self, cfg: ExecutorConfig | None = None, choice: Choice | None = None) -> Any:
@@ -95,12 +95,12 @@ def subset_dataset(ds: Dataset, train: int | None, test: int | None, seed: int) 
     changes: dict[str, Any] = {}
     if train is not None and train < len(ds.y_train):
         keep = np.sort(stream(seed, "train_subset").choice(len(ds.y_train), size=train, replace=False))
-        changes.update(x_train=ds.x_train[keep], y_train=ds.y_train[keep])
+        changes.update(x_train=subset(ds.x_train, torch.as_tensor(keep)), y_train=ds.y_train[keep])
         if ds.groups_train is not None:
             changes["groups_train"] = ds.groups_train[keep]
     if test is not None and test < len(ds.y_test):
         keep = np.sort(stream(seed, "test_subset").choice(len(ds.y_test), size=test, replace=False))
-        changes.update(x_test=ds.x_test[keep], y_test=ds.y_test[keep])
+        changes.update(x_test=subset(ds.x_test, torch.as_tensor(keep)), y_test=ds.y_test[keep])
         if ds.groups_test is not None:
             changes["groups_test"] = ds.groups_test[keep]
     return replace(ds, **changes) if changes else ds
@@ -170,13 +170,13 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
     cap = sc.server.bn_calibration_samples
     if cap != "all" and cap < len(ds.x_train):
         pick = np.sort(stream(sc.seed, "bn_calibration").choice(len(ds.x_train), size=cap, replace=False))
-        calib = ds.x_train[torch.as_tensor(pick)]
+        calib = subset(ds.x_train, torch.as_tensor(pick))
     else:
         calib = ds.x_train
-    subset = None
+    scored = None
     if sc.server.eval_subset is not None and sc.server.eval_subset < len(ds.y_test):
         pick = stream(sc.seed, "eval_subset").choice(len(ds.y_test), size=sc.server.eval_subset, replace=False)
-        subset = torch.as_tensor(np.sort(pick))
+        scored = torch.as_tensor(np.sort(pick))
     return NumericsSetup(
         num_classes=ds.num_classes,
         in_channels=ds.in_channels,
@@ -187,5 +187,5 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         proxy=proxy,
         dataset=ds,
         calib_x=calib,
-        test_subset=subset,
+        test_subset=scored,
     )
