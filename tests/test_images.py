@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from iotfl_sim.fl.data.dataset import channel_statistics, normalized, package
-from iotfl_sim.fl.data.images import PaletteImages, palette
+from iotfl_sim.fl.data.images import PaletteImages, palette, subset
 
 
 def _float_path(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -79,3 +79,17 @@ def test_a_byte_dataset_takes_a_quarter_of_the_memory_and_survives_pickling() ->
     assert ds.in_channels == 1 and ds.image_size == (28, 28)
     again = pickle.loads(pickle.dumps(ds.x_test.share_memory_()))
     assert _bytes(again[:]) == _bytes(ds.x_test[:]) and _bytes(ds.x_test.to("cpu")[2:5]) == _bytes(ds.x_test[2:5])
+
+
+def test_a_subset_stays_coded_and_decodes_to_the_same_bits() -> None:
+    raw = np.random.default_rng(1).integers(0, 256, size=(40, 1, 6, 6), dtype=np.uint8)
+    mean, std = channel_statistics(raw)
+    images = normalized(raw, mean, std)
+    expected = torch.from_numpy(_float_path(raw, mean, std))
+    window = subset(images, slice(8, 30))
+    assert isinstance(window, PaletteImages) and window.codes.data_ptr() == images.codes[8:].data_ptr()  # a view
+    assert len(window) == 22 and _bytes(window[3:9]) == _bytes(expected[11:17])
+    picked = subset(images, torch.tensor([5, 0, 39]))
+    assert isinstance(picked, PaletteImages) and _bytes(picked[0:3]) == _bytes(expected[[5, 0, 39]])
+    plain = torch.randn(10, 1, 2, 2)
+    assert torch.equal(subset(plain, slice(2, 5)), plain[2:5])  # float32 images: plain indexing

@@ -91,3 +91,16 @@ def test_scores_match_the_unfolded_model_prediction_for_prediction():
         lb, yb = logits[16 * b : 16 * b + 16], y[16 * b : 16 * b + 16]
         assert correct == int((lb.argmax(1) == yb).sum())
         assert abs(loss - float(nn.functional.cross_entropy(lb, yb, reduction="sum"))) < 1e-3 * max(1.0, loss)
+
+
+def test_the_twin_holds_the_models_own_tensors_where_nothing_is_folded():
+    recipe, spec = ModelRecipe("conv", 10, 1, (28, 28), norm="none", scaler=False), SubmodelSpec(0.5)
+    model = model_layout(recipe.build(spec).eval())
+    twin = scoring_model(model)
+    own = {k: v.data_ptr() for k, v in model.state_dict().items()}
+    assert twin is not model and {k: v.data_ptr() for k, v in twin.state_dict().items()} == own  # no copy of the model
+    folded = _with_statistics(recipe := ModelRecipe("cnn_small", 10, 1, (8, 8)), SubmodelSpec(1.0), 5)
+    twin = scoring_model(folded)
+    shared = {k for k, v in twin.state_dict().items() if v.data_ptr() == folded.state_dict()[k].data_ptr()}
+    assert shared == {k for k in twin.state_dict() if not k.endswith(("conv.weight", "conv.bias"))}  # the classifier
+    assert shared and all(p.is_contiguous(memory_format=torch.channels_last) for p in twin.parameters() if p.dim() == 4)

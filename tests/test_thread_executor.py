@@ -155,3 +155,17 @@ def test_every_method_gives_inline_bits_on_worker_threads(tmp_path, write_scenar
     assert rounds(runs["threads"]) == rounds(runs["inline"])
     assert summary(runs["threads"]) == summary(runs["inline"])
     assert (runs["threads"] / "devices.csv").read_text() == (runs["inline"] / "devices.csv").read_text()
+
+
+def test_a_round_without_random_modules_keeps_no_model_on_the_calling_thread():
+    data = _data()
+    recipe = ModelRecipe("conv", 10, 3, (8, 8))
+    jobs = _jobs(recipe, [SubmodelSpec(1.0), SubmodelSpec(0.5)])
+    ex = ThreadExecutor(data, workers=2)
+    try:
+        ex.run(jobs)
+        assert ex._caller._skeletons == {}  # asked whether the model draws random numbers, then dropped
+        trained = [m for w in ex._made for m in w._skeletons.values()]
+    finally:
+        ex.close()
+    assert trained and all(p.grad is None for m in trained for p in m.parameters())  # no gradient copy kept

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from iotfl_sim import faults
-from iotfl_sim.fl.data.images import Images
+from iotfl_sim.fl.data.images import Images, subset
 from iotfl_sim.fl.evaluate import (
     Figures,
     batch_figures_group,
@@ -102,14 +102,14 @@ class Worker:
         the statistics."""
         faults.hit("eval")
         models = [prepared(j.recipe, j.spec, j.state) for j in jobs]
-        return batch_figures_group(models, [j.state for j in jobs], self.data.calib_x[start:stop], jobs[0].batch_size)
+        return batch_figures_group(models, [j.state for j in jobs], subset(self.data.calib_x, slice(start, stop)), jobs[0].batch_size)
 
     def score(self, jobs: list[EvalJob], stats: list[State], start: int, stop: int) -> list[Scores]:
         """Per job, per-batch (correct, loss sum) on test samples [start, stop) with the calibrated statistics."""
         states = [{**j.state, **st} for j, st in zip(jobs, stats, strict=True)]
         models = [prepared(j.recipe, j.spec, st) for j, st in zip(jobs, states, strict=True)]
         d = self.data
-        return batch_scores_group(models, states, d.x_test[start:stop], d.y_test[start:stop], jobs[0].batch_size)
+        return batch_scores_group(models, states, subset(d.x_test, slice(start, stop)), d.y_test[start:stop], jobs[0].batch_size)
 
     def evaluate_group(self, jobs: list[EvalJob]) -> list[Scores]:
         """``calibrate`` over all calibration samples, then ``score`` over the whole test set, each model loaded once."""

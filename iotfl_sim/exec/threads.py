@@ -38,6 +38,7 @@ class ThreadExecutor:
         self._made: list[Worker] = []
         self._lock = threading.Lock()
         self._caller = Worker(data, threads)  # rounds whose models draw from the global RNG
+        self._random: dict[tuple, bool] = {}
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="iotfl-worker", initializer=self._start)
 
     def _start(self) -> None:
@@ -54,8 +55,16 @@ class ThreadExecutor:
         """``Worker.method`` on every task's arguments, on the threads, results in task order."""
         return list(self._pool.map(self._on_thread(method), tasks))
 
+    def _draws_rng(self, job: TrainJob) -> bool:
+        """Does ``job``'s model draw from the global RNG? Asked of a model built for the question and dropped: the
+        caller's worker builds its own skeletons only for rounds it trains (a full model copy kept otherwise)."""
+        key = (job.recipe, job.spec)
+        if key not in self._random:
+            self._random[key] = draws_global_rng(job.recipe.build(job.spec))
+        return self._random[key]
+
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
-        if any(draws_global_rng(self._caller.skeleton(j.recipe, j.spec)) for j in jobs):
+        if any(self._draws_rng(j) for j in jobs):
             return [self._caller.train(j) for j in jobs]
         results = self._map("train", [(j,) for j in jobs])
         if jobs:

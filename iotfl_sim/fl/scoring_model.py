@@ -85,7 +85,8 @@ def folded_state(model: nn.Module, units: list[str]) -> dict[str, torch.Tensor]:
 @torch.no_grad()
 def scoring_model(model: nn.Module) -> nn.Module:
     """The twin that scores for ``model`` in eval mode (``model`` itself when it has no ConvUnit): built once per
-    thread per model and loaded with ``model``'s current tensors at every call."""
+    thread per model and given ``model``'s current tensors at every call (the same tensors, not copies, where
+    nothing is folded)."""
     units = conv_units(model)
     if not units:
         return model
@@ -94,5 +95,6 @@ def scoring_model(model: nn.Module) -> nn.Module:
     twin = twins.get(model)
     if twin is None:
         twin = twins[model] = _twin(model, units, fold)
-    twin.load_state_dict(folded_state(model, fold), strict=True)
-    return twin
+    # assign: the twin holds ``model``'s own tensors (and the folded ones) instead of a copy of the model
+    twin.load_state_dict(folded_state(model, fold), strict=True, assign=True)
+    return model_layout(twin)

@@ -126,4 +126,5 @@ def train_local(
             total_loss += float(loss.detach())
             steps += 1
     state = plain_state(model.state_dict())
+    model.zero_grad(set_to_none=True)  # the skeleton waits for its next job: no gradient copy of the model meanwhile
     return TrainResult(job.key, state, len(idx), total_loss / max(steps, 1))
