@@ -1,0 +1,86 @@
+"""The run's C heap (``exec.glibc_heap``): one malloc arena unless the user chose otherwise, and freed pages handed back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from iotfl_sim.exec.glibc_heap import chosen_elsewhere
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas: Linux only")
+
+# Two threads allocate blocks glibc's malloc serves from an arena (64 KB: above Python's small-object allocator,
+# below the mmap threshold), then malloc_stats() lists the arenas on stderr ("Arena 0:", "Arena 1:", ...).
+PROBE = """
+import ctypes, sys, threading
+from iotfl_sim.exec.glibc_heap import single_malloc_arena
+print(single_malloc_arena())
+both = threading.Barrier(2, timeout=30)
+def work():
+    blocks = [bytearray(65536) for _ in range(20)]
+    both.wait()  # both threads alive at once: an exited thread's arena would be handed to the next
+threads = [threading.Thread(target=work) for _ in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stdout.flush()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def _arenas(env: dict[str, str]) -> tuple[str, int]:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=60, check=True)
+    return done.stdout.strip(), sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "IOTFL_MALLOC_ARENAS")}
+    return {**env, **extra}
+
+
+def test_threads_share_one_arena_and_the_opt_out_restores_glibcs_own():
+    set_here, ours = _arenas(_env())
+    if set_here != "True":
+        pytest.skip("not glibc: no arenas to limit")
+    assert ours == 1
+    assert _arenas(_env(IOTFL_MALLOC_ARENAS="default")) == ("False", 3)  # the main thread's arena, one per thread
+
+
+@pytest.mark.parametrize(
+    ("environ", "chosen"),
+    [
+        ({}, False),
+        ({"MALLOC_ARENA_MAX": "4"}, True),
+        ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=2"}, True),
+        ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, False),
+        ({"IOTFL_MALLOC_ARENAS": "Default"}, True),
+    ],
+)
+def test_a_users_own_choice_wins(environ, chosen):
+    assert chosen_elsewhere(environ) is chosen
+
+
+# 40 MB of 64 KB blocks (heap, not mmap), each written and followed by a small block that stays, then the 40 MB
+# freed: holes glibc keeps resident until they are trimmed. Resident KB before and after release_free_heap().
+TRIM_PROBE = """
+import os
+from iotfl_sim.exec.glibc_heap import release_free_heap
+def resident_kb():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+blocks, pins = [], []
+for _ in range(640):
+    blocks.append(bytearray(b"x") * 65536)
+    pins.append(bytearray(b"y") * 1024)
+del blocks
+before = resident_kb()
+release_free_heap()
+print(before, resident_kb())
+"""
+
+
+def test_freed_heap_pages_go_back_to_the_system():
+    done = subprocess.run([sys.executable, "-c", TRIM_PROBE], capture_output=True, text=True, env=_env(), timeout=60, check=True)
+    before, after = map(int, done.stdout.split())
+    assert before - after > 30_000, (before, after)  # most of the 40 MB (40,960 KB) returned
