@@ -1,16 +1,17 @@
-"""What glibc's allocator settings would buy on the peers jobs: peak memory against wall time (issue 22).
+"""What glibc's allocator settings buy on the peers jobs: peak memory against wall time (issue 22).
 
-iotfl-sim's peak on the jobs of `benchmarks/peers.py` is above the issue's target (a quarter of Flower's). Most of
-the gap is not live data but heap the allocator keeps: glibc raises its mmap threshold as large blocks are freed
-(up to 32 MB), so the evaluation's feature maps (10-20 MB at batch 100) end up in the heap arenas, between
-long-lived blocks, and the arenas grow round after round while in-use memory stays flat (`mallinfo2` after each
-round of the inline IoT job: system 254, 294, 304, 303, 323 MB, in use 149 MB each time). A fixed mmap threshold
-sends those maps to their own mappings, returned on free, at the price of faulting their pages in again every
-time; glibc's `hugetlb` tunable makes those faults 2 MB at a time.
+iotfl-sim's peak on the jobs of `benchmarks/peers.py` was above the issue's target (a quarter of Flower's), and most
+of the gap was not live data but heap the allocator kept: each worker thread's own arena with its own high-water
+mark, and long-lived blocks pinning the heap above each phase's temporaries (`mallinfo2` over the conv job: heap
+283 MB growing to 407 MB while at most 324 MB were in use). Since then the command line asks glibc for one arena
+and `sim.learning` returns freed pages after each phase (`iotfl_sim/exec/glibc_heap.py`). This compares that
+default with glibc's own arenas (`IOTFL_MALLOC_ARENAS=default`; the trimming stays) and with GLIBC_TUNABLES a user
+can add: a fixed 8 MB mmap threshold (feature maps in mappings of their own, returned on free) with glibc's
+`hugetlb` tunable (their page faults 2 MB at a time).
 
 For each job this runs `iotfl-sim run` (no executor block, as in peers.py) with each setting below, interleaved
 (every setting, then again), through peers.py's own runner: wall, CPU of the process tree, peak PSS sampled every
-0.2 s. Settings are GLIBC_TUNABLES strings set for the child process only.
+0.2 s. Settings are environment variables set for the child process only.
 
     IOTFL_DATA=/work/shared/datasets python benchmarks/allocator.py [--repeat 3] [--jobs conv iot]
 """
@@ -32,13 +33,13 @@ import peers  # noqa: E402
 
 OUT_MD = HERE / "allocator.md"
 MB = 1 << 20
-SETTINGS = {
-    "glibc default (dynamic thresholds)": "",
-    "mmap threshold 8 MB, trim threshold 128 MB": f"glibc.malloc.mmap_threshold={8 * MB}:glibc.malloc.trim_threshold={128 * MB}",
-    "the same + hugetlb=1 (transparent huge pages for mmapped blocks)":
-        f"glibc.malloc.mmap_threshold={8 * MB}:glibc.malloc.trim_threshold={128 * MB}:glibc.malloc.hugetlb=1",
-    "mmap threshold 1 MB, trim threshold 1 MB": f"glibc.malloc.mmap_threshold={MB}:glibc.malloc.trim_threshold={MB}",
-}  # fmt: skip
+TUNED = f"glibc.malloc.mmap_threshold={8 * MB}:glibc.malloc.trim_threshold={128 * MB}:glibc.malloc.hugetlb=1"
+SETTINGS: dict[str, dict[str, str]] = {
+    "iotfl-sim's default (one arena, freed pages returned after each phase)": {},
+    "glibc's own arenas (IOTFL_MALLOC_ARENAS=default)": {"IOTFL_MALLOC_ARENAS": "default"},
+    "default + GLIBC_TUNABLES mmap threshold 8 MB, trim threshold 128 MB, hugetlb=1": {"GLIBC_TUNABLES": TUNED},
+}
+CHANGED = sorted({k for env in SETTINGS.values() for k in env})  # fmt: skip
 
 
 def flower_peaks(peers_md: Path) -> dict[str, float]:
@@ -67,25 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     peers.become_subreaper()
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
     results: dict[tuple[str, str], list[peers.Result]] = {}
-    saved = os.environ.get("GLIBC_TUNABLES")
+    saved = {k: os.environ.get(k) for k in CHANGED}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for job in args.jobs:  # untimed: the disk cache warm, as in peers.py
                 peers.run_side("iotfl-sim", job, -1, 1, Path(tmp), args)
             for rep in range(args.repeat):
                 for job in args.jobs:
-                    for name, tunables in SETTINGS.items():
-                        os.environ["GLIBC_TUNABLES"] = tunables
+                    for name, env in SETTINGS.items():
+                        for k in CHANGED:
+                            os.environ.pop(k, None)
+                        os.environ.update(env)
                         r = peers.run_side("iotfl-sim", job, rep * 100 + list(SETTINGS).index(name), peers.JOBS[job][1],
                                            Path(tmp), args)
                         results.setdefault((job, name), []).append(r)
                         print(f"rep {rep + 1} {job} {name}: {r.wall_s:.1f} s, CPU {r.cpu_s:.1f} s, peak {r.peak_mb:.0f} MB,"
                               f" load {r.load[0]:.2f}", file=sys.stderr, flush=True)
     finally:
-        if saved is None:
-            os.environ.pop("GLIBC_TUNABLES", None)
-        else:
-            os.environ["GLIBC_TUNABLES"] = saved
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
     ended = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
     flower = flower_peaks(HERE / "peers.md")
     lines = [
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         base_wall, base_peak = min(r.wall_s for r in base), statistics.median(r.peak_mb for r in base)
         target = f"; Flower's median peak in peers.md / 4: **{flower[job] / 4:.0f} MB**" if job in flower else ""
         lines += [f"## {job}{target}", "",
-                  "| GLIBC_TUNABLES | fastest wall s | median wall s | median CPU s | peak MB (median, max) | wall vs default (fastest) | peak vs default (median) | load avg (1 min) each rep |",
+                  "| setting | fastest wall s | median wall s | median CPU s | peak MB (median, max) | wall vs default (fastest) | peak vs default (median) | load avg (1 min) each rep |",
                   "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for name in SETTINGS:
             rs = results[(job, name)]
