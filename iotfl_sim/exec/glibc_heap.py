@@ -17,7 +17,10 @@ and the pages of freed blocks handed back to the system after each training and 
 Measured on the peers jobs (2 cores, 2 worker threads, 3 interleaved runs each, ``benchmarks/allocator.md``), with
 the other memory changes of the same day in place: one arena against glibc's own, median peak PSS 535 MB against
 575 MB on ``conv`` at the same wall time; on the IoT job (``cnn_small``, batches of 10) 379 MB against 382 MB and
-2-4 % more wall time, the price of the threads' many small allocations sharing one lock. Numerics do not change:
+2-4 % more wall time (a later 3-run check: 7-8 % more CPU time), the price of the threads' many small
+allocations sharing one lock. Kept as the default because ``conv``'s peak needs it to stay within a quarter
+of Flower's (issue 22); a per-run choice by training-step size (the lock costs in proportion to allocations per
+FLOP) is the refinement left open. Numerics do not change:
 the allocator decides where tensors live, never their values. Other C libraries (musl, macOS, Windows) are left
 alone.
 """
