@@ -2,12 +2,13 @@
 
 iotfl-sim's peak on the jobs of `benchmarks/peers.py` was above the issue's target (a quarter of Flower's), and most
 of the gap was not live data but heap the allocator kept: each worker thread's own arena with its own high-water
-mark, and long-lived blocks pinning the heap above each phase's temporaries (`mallinfo2` over the conv job: heap
-283 MB growing to 407 MB while at most 324 MB were in use). Since then the command line asks glibc for one arena
-and `sim.learning` returns freed pages after each phase (`iotfl_sim/exec/glibc_heap.py`). This compares that
-default with glibc's own arenas (`IOTFL_MALLOC_ARENAS=default`; the trimming stays) and with GLIBC_TUNABLES a user
-can add: a fixed 8 MB mmap threshold (feature maps in mappings of their own, returned on free) with glibc's
-`hugetlb` tunable (their page faults 2 MB at a time).
+mark, and long-lived blocks pinning the heap above each phase's temporaries (`mallinfo2` over the conv job: heap 283
+MB growing to 407 MB while at most 324 MB were in use). Since then `sim.learning` returns freed pages after each
+phase, and the engine gives the worker threads one arena where an optimizer step is large
+(`iotfl_sim/exec/glibc_heap.py`). This compares that default with one arena always, with glibc's own arenas
+(`IOTFL_MALLOC_ARENAS=default`; the trimming stays) and with GLIBC_TUNABLES a user can add: a fixed 8 MB mmap
+threshold (feature maps in mappings of their own, returned on free) with glibc's `hugetlb` tunable (their page
+faults 2 MB at a time).
 
 For each job this runs `iotfl-sim run` (no executor block, as in peers.py) with each setting below, interleaved
 (every setting, then again), through peers.py's own runner: wall, CPU of the process tree, peak PSS sampled every
@@ -35,7 +36,8 @@ OUT_MD = HERE / "allocator.md"
 MB = 1 << 20
 TUNED = f"glibc.malloc.mmap_threshold={8 * MB}:glibc.malloc.trim_threshold={128 * MB}:glibc.malloc.hugetlb=1"
 SETTINGS: dict[str, dict[str, str]] = {
-    "iotfl-sim's default (one arena, freed pages returned after each phase)": {},
+    "iotfl-sim's default (pages returned after each phase; one arena where a step is >= 4 GFLOP: conv, not iot)": {},
+    "one arena (MALLOC_ARENA_MAX=1)": {"MALLOC_ARENA_MAX": "1"},
     "glibc's own arenas (IOTFL_MALLOC_ARENAS=default)": {"IOTFL_MALLOC_ARENAS": "default"},
     "default + GLIBC_TUNABLES mmap threshold 8 MB, trim threshold 128 MB, hugetlb=1": {"GLIBC_TUNABLES": TUNED},
 }

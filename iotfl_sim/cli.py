@@ -11,7 +11,6 @@ from pathlib import Path
 
 import yaml
 
-from iotfl_sim.exec.glibc_heap import single_malloc_arena
 from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.loader import (
     ScenarioError,
@@ -469,7 +468,6 @@ def os_error_line(e: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    single_malloc_arena()  # before any worker thread allocates (exec.glibc_heap says why)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,4 +1,5 @@
-"""The run's C heap (``exec.glibc_heap``): one malloc arena unless the user chose otherwise, and freed pages handed back."""
+"""The run's C heap (``exec.glibc_heap``): one malloc arena for worker threads with large steps unless the user chose
+otherwise, and freed pages handed back."""
 
 from __future__ import annotations
 
@@ -84,3 +85,33 @@ def test_freed_heap_pages_go_back_to_the_system():
     done = subprocess.run([sys.executable, "-c", TRIM_PROBE], capture_output=True, text=True, env=_env(), timeout=60, check=True)
     before, after = map(int, done.stdout.split())
     assert before - after > 30_000, (before, after)  # most of the 40 MB (40,960 KB) returned
+
+
+@pytest.mark.parametrize(("kind", "threshold", "asked"), [("threads", 0.0, True), ("threads", 1e15, False), ("inline", 0.0, False)])
+def test_worker_threads_share_one_arena_only_where_a_step_is_large(monkeypatch, kind, threshold, asked):
+    import yaml
+    from conftest import base_scenario
+
+    from iotfl_sim.exec import glibc_heap
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+    from iotfl_sim.sim import engine
+
+    calls: list[bool] = []
+    monkeypatch.setattr(engine, "single_malloc_arena", lambda: calls.append(True) or True)
+    monkeypatch.setattr(glibc_heap, "ONE_ARENA_MIN_STEP_FLOPS", threshold)
+    sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": kind, "workers": 2} if kind == "threads" else {"kind": kind})))
+    sim = engine.Simulation(sc, resolve_groups(sc))
+    sim.executor.close()
+    assert sim.executor_choice.kind == kind and calls == ([True] if asked else [])
+
+
+def test_the_rule_sits_between_the_measured_jobs():
+    from iotfl_sim.exec.glibc_heap import one_arena_pays
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from iotfl_sim.fl.submodel import SubmodelSpec
+
+    def step(family: str, classes: int, batch: int) -> float:  # forward and backward: 3 forward passes a sample
+        return 3 * batch * ModelRecipe(family, classes, 1, (28, 28), norm="none", scaler=False).cost(SubmodelSpec(1.0)).flops_forward_per_sample
+
+    assert one_arena_pays(step("conv", 10, 50))  # the peers conv job: 40 MB less peak, the same time
+    assert not one_arena_pays(step("cnn_small", 62, 10))  # the peers IoT job: 7-8 % more CPU, no memory gained

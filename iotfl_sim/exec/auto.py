@@ -36,6 +36,10 @@ class HostWork:
     def seconds(self) -> float:
         return (self.train_flops + self.eval_flops) / HOST_FLOPS_PER_S + self.train_steps * HOST_STEP_S
 
+    def step_flops(self) -> float:
+        """FLOPs of an average optimizer step (forward and backward of one batch)."""
+        return self.train_flops / max(self.train_steps, 1.0)
+
 
 @dataclass(frozen=True)
 class Choice:

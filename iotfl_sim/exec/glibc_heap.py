@@ -1,12 +1,17 @@
-"""The C heap of a run's process, where glibc's malloc serves PyTorch's CPU tensors: one arena for every thread,
-and the pages of freed blocks handed back to the system after each training and evaluation phase.
+"""The C heap of a run's process, where glibc's malloc serves PyTorch's CPU tensors: one arena for the worker
+threads where a training step is large, and the pages of freed blocks handed back to the system after each
+training and evaluation phase.
 
-1. **One arena** (``single_malloc_arena``, which the command line calls before any work starts). glibc gives each
-   thread that allocates an arena of its own (up to 8 per core), and an arena keeps what it has freed. The thread
-   executor's workers (and the main thread, which evaluates and aggregates) then each hold their own high-water
-   mark of tensors, which the run's peak memory counts side by side; with one arena they reuse each other's freed
-   blocks. Many-thread hosts contend for its one lock: ``IOTFL_MALLOC_ARENAS=default`` leaves glibc's choice, and
-   a ``MALLOC_ARENA_MAX`` or a ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES`` wins.
+1. **One arena** (``single_malloc_arena``, which the engine calls before the thread executor's workers start when
+   ``one_arena_pays``). glibc gives each thread that allocates an arena of its own (up to 8 per core), and an
+   arena keeps what it has freed. The workers (and the main thread, which evaluates and aggregates) then each
+   hold their own high-water mark of tensors, which the run's peak memory counts side by side; with one arena
+   they reuse each other's freed blocks, but every allocation takes the one arena's lock. Both effects grow with
+   the step: the memory saved with its feature maps, the lock's share of the time with allocations per FLOP. So
+   one arena where an optimizer step is at least ``ONE_ARENA_MIN_STEP_FLOPS`` (forward and backward of a batch),
+   glibc's own arenas below. ``IOTFL_MALLOC_ARENAS=default`` always leaves glibc's choice, and a
+   ``MALLOC_ARENA_MAX`` or a ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES`` wins. The setting is the process's:
+   the first run that asks for it keeps it for any later run in the same process.
 2. **Free pages returned** (``release_free_heap``, ``malloc_trim(0)``, after each phase in ``sim.learning``). A
    long-lived block (a trained client's state, the new global model) allocated between a phase's large
    temporaries pins the heap above them, so the heap grows round after round while what is in use stays flat;
@@ -14,15 +19,13 @@ and the pages of freed blocks handed back to the system after each training and 
    arena, 2 interleaved runs each: ``conv`` peaks 565 and 593 MB against 583 and 625 MB untrimmed, the IoT job
    unchanged (433-442 MB against 426-450 MB), walls within noise.
 
-Measured on the peers jobs (2 cores, 2 worker threads, 3 interleaved runs each, ``benchmarks/allocator.md``), with
-the other memory changes of the same day in place: one arena against glibc's own, median peak PSS 535 MB against
-575 MB on ``conv`` at the same wall time; on the IoT job (``cnn_small``, batches of 10) 379 MB against 382 MB and
-2-4 % more wall time (a later 3-run check: 7-8 % more CPU time), the price of the threads' many small
-allocations sharing one lock. Kept as the default because ``conv``'s peak needs it to stay within a quarter
-of Flower's (issue 22); a per-run choice by training-step size (the lock costs in proportion to allocations per
-FLOP) is the refinement left open. Numerics do not change:
-the allocator decides where tensors live, never their values. Other C libraries (musl, macOS, Windows) are left
-alone.
+Measured on the peers jobs (2 cores, 2 worker threads, 3 interleaved runs each; ``benchmarks/allocator.md`` and
+a later check of the same), with the other memory changes of the same day in place, one arena against glibc's:
+``conv`` (12 GFLOP a step: MNIST, batches of 50) median peak PSS 535 against 575 MB (559/581 against 598/594 in
+the check) at the same wall time; the IoT job (1.7 GFLOP a step: ``cnn_small`` on FEMNIST, batches of 10) 379
+against 382 MB, and 2-4 % more wall time (7-8 % more CPU time in the check). ``ONE_ARENA_MIN_STEP_FLOPS`` sits
+between the two. Numerics do not change: the allocator decides where tensors live, never their values. Other C
+libraries (musl, macOS, Windows) are left alone.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sys
 
 M_ARENA_MAX = -8  # glibc's <malloc.h>
 OPT_OUT = "IOTFL_MALLOC_ARENAS"
+ONE_ARENA_MIN_STEP_FLOPS = 4e9  # between the peers jobs' 1.7 (one arena slower) and 12 GFLOP (40 MB saved) steps
 
 
 def chosen_elsewhere(environ: dict[str, str] | os._Environ = os.environ) -> bool:
@@ -56,6 +60,11 @@ def _glibc() -> ctypes.CDLL | None:
     except OSError:
         return None
     return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim") else None
+
+
+def one_arena_pays(step_flops: float) -> bool:
+    """Do worker threads whose optimizer steps take ``step_flops`` gain from sharing one arena (module docstring)?"""
+    return step_flops >= ONE_ARENA_MIN_STEP_FLOPS
 
 
 def single_malloc_arena() -> bool:

@@ -35,6 +35,7 @@ from iotfl_sim.algorithms.base import (
 from iotfl_sim.exec.auto import Choice, HostWork, choose
 from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.cores import available_cores
+from iotfl_sim.exec.glibc_heap import one_arena_pays, single_malloc_arena
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -123,10 +124,13 @@ class Simulation:
             if executor_factory is not None:
                 executor = executor_factory(self.numerics.numeric_data(), sc.executor)
             else:
+                work = self._host_work()
                 self.executor_choice = choose(
                     sc.executor.kind, sc.executor.workers, sc.executor.threads, torch.cuda.is_available(),
-                    available_cores(), self._host_work(),
+                    available_cores(), work,
                 )  # fmt: skip
+                if self.executor_choice.kind == "threads" and one_arena_pays(work.step_flops()):
+                    single_malloc_arena()  # before the worker threads allocate (exec.glibc_heap: when and why)
                 executor = self.numerics.make_executor(sc.executor, self.executor_choice)
         self.executor = executor
         self.learning = Learning(sc, self.numerics, self.strategy, self.executor)
