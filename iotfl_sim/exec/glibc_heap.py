@@ -19,13 +19,15 @@ training and evaluation phase.
    arena, 2 interleaved runs each: ``conv`` peaks 565 and 593 MB against 583 and 625 MB untrimmed, the IoT job
    unchanged (433-442 MB against 426-450 MB), walls within noise.
 
-Measured on the peers jobs (2 cores, 2 worker threads, 3 interleaved runs each; ``benchmarks/allocator.md`` and
-a later check of the same), with the other memory changes of the same day in place, one arena against glibc's:
-``conv`` (12 GFLOP a step: MNIST, batches of 50) median peak PSS 535 against 575 MB (559/581 against 598/594 in
-the check) at the same wall time; the IoT job (1.7 GFLOP a step: ``cnn_small`` on FEMNIST, batches of 10) 379
-against 382 MB, and 2-4 % more wall time (7-8 % more CPU time in the check). ``ONE_ARENA_MIN_STEP_FLOPS`` sits
-between the two. Numerics do not change: the allocator decides where tensors live, never their values. Other C
-libraries (musl, macOS, Windows) are left alone.
+Measured on the peers jobs (2 cores, 2 worker threads, 3 interleaved runs each, ``benchmarks/allocator.md``), with
+the other memory changes of the same day in place, one arena (``MALLOC_ARENA_MAX=1``) against glibc's own arenas:
+``conv`` (12 GFLOP a step: MNIST, batches of 50) median peak PSS 544 against 585 MB at 1.03x the wall time (an
+earlier run: 535 against 575 MB, the same wall time); the IoT job (1.7 GFLOP a step: ``cnn_small`` on FEMNIST,
+batches of 10) 374 against 385 MB at 1.01-1.02x the wall time (earlier: 379 against 382 MB and 2-4 % more wall; a
+3-run check: 7-8 % more CPU time). ``ONE_ARENA_MIN_STEP_FLOPS`` sits between the two. The default, set at the
+engine's set-up rather than at the process's start, measured 564 MB on ``conv``. Numerics do not change: the
+allocator decides where tensors live, never their values. Other C libraries (musl, macOS, Windows) are left
+alone.
 """
 
 from __future__ import annotations
