@@ -115,3 +115,21 @@ def test_the_rule_sits_between_the_measured_jobs():
 
     assert one_arena_pays(step("conv", 10, 50))  # the peers conv job: 40 MB less peak, the same time
     assert not one_arena_pays(step("cnn_small", 62, 10))  # the peers IoT job: 7-8 % more CPU, no memory gained
+
+
+def test_a_run_starts_no_thread_before_its_workers(monkeypatch):
+    """A thread started before the workers (tqdm's monitor was one) keeps an arena the one-arena limit hands on."""
+    import threading
+
+    import yaml
+    from conftest import base_scenario
+
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+    from iotfl_sim.sim.runner import run_scenario
+
+    started: list[str] = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), start(self))[1])
+    sc = load_scenario(text=yaml.safe_dump(base_scenario(rounds=1, executor={"kind": "threads", "workers": 2})))
+    run_scenario(sc, resolve_groups(sc), None, {}, progress=True, quiet=True)  # None: no folder written
+    assert started and all(name.startswith("iotfl-worker") for name in started), started

@@ -11,7 +11,9 @@ training and evaluation phase.
    one arena where an optimizer step is at least ``ONE_ARENA_MIN_STEP_FLOPS`` (forward and backward of a batch),
    glibc's own arenas below. ``IOTFL_MALLOC_ARENAS=default`` always leaves glibc's choice, and a
    ``MALLOC_ARENA_MAX`` or a ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES`` wins. The setting is the process's:
-   the first run that asks for it keeps it for any later run in the same process.
+   the first run that asks for it keeps it for any later run in the same process. It limits arenas made after
+   it: one that a thread made before (the run's progress bar starts none; a native thread of a library can)
+   is handed to a worker too, so the workers may use two arenas rather than one.
 2. **Free pages returned** (``release_free_heap``, ``malloc_trim(0)``, after each phase in ``sim.learning``). A
    long-lived block (a trained client's state, the new global model) allocated between a phase's large
    temporaries pins the heap above them, so the heap grows round after round while what is in use stays flat;

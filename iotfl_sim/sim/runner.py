@@ -5,6 +5,7 @@ checkpoint, write the summary) and at once on the second. The round itself is ``
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,20 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
+@functools.cache
+def _bar_class() -> type:
+    from tqdm import tqdm
+
+    # no monitor thread: a thread started before the executor's workers holds a malloc arena of its own, which
+    # exec.glibc_heap's one-arena limit would then hand to a worker instead of the one they share
+    return type("RoundBar", (tqdm,), {"monitor_interval": 0})
+
+
+def round_bar(sc: Scenario, progress: bool | None) -> Any:
+    """The run's progress bar: one tick per round (``progress``: None shows it where stderr is a terminal)."""
+    return _bar_class()(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
+
+
 def run_scenario(
     sc: Scenario,
     groups: list[ResolvedGroup],
@@ -95,9 +110,7 @@ def run_scenario(
     ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``; it appears whole,
     its scenario in it, or not at all). ``executor_factory``: see ``Simulation``. ``quiet``: no note on stderr
     (which executor ``kind: auto`` chose)."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
+    bar = round_bar(sc, progress)
     recorder = None
     path = None
     lock = None
@@ -157,8 +170,6 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
     Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s,
     the scenario's hash, the files' offsets) and the replay of the checkpoint's rounds. A refused resume
     leaves every file of the folder as it was; only then are the files cut back to the checkpoint."""
-    from tqdm import tqdm
-
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 
     path = Path(path)
@@ -182,7 +193,7 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
                 raise CheckpointError(f"{path / 'scenario.resolved.yaml'}: changed since the checkpoint was written; "
                                       "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
             check_offsets(path, meta.get("offsets"), sc.output.events)
-        bar = tqdm(total=sc.rounds, desc=sc.name, unit="round", disable=None if progress is None else not progress)
+        bar = round_bar(sc, progress)
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
         _announce_executor(sim, quiet)
         labels, energy = _labels(sim), _extra_columns(sim)
