@@ -96,6 +96,18 @@ def time_runs(executors: dict, jobs: list[TrainJob], repetitions: int) -> tuple[
     return times, results
 
 
+def max_state_diff(results: list, reference: list) -> float:
+    """The largest absolute difference of any trained state entry, job by job."""
+    return max(
+        (a.state[k] - b.state[k]).abs().max().item() for a, b in zip(results, reference, strict=True) for k in a.state
+    )
+
+
+def step_flops(job: TrainJob) -> float:
+    """Forward FLOPs of one of the job's steps (per sample x batch size)."""
+    return job.recipe.cost(job.spec).flops_forward_per_sample * job.batch_size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[10])
@@ -118,12 +130,8 @@ def main() -> None:
             finally:
                 for p in pools.values():
                     p.close()
-            diff = max(
-                (a.state[k] - b.state[k]).abs().max().item()
-                for a, b in zip(res["fused"], res["inline"], strict=True)
-                for k in a.state
-            )
-            step = jobs[0].recipe.cost(jobs[0].spec).flops_forward_per_sample * jobs[0].batch_size
+            diff = max_state_diff(res["fused"], res["inline"])
+            step = step_flops(jobs[0])
             fuses = FusedExecutor(x, y).can_fuse(jobs)
             rows.append((case[0], n, case[4], case[5], case[6], step, fuses, times, diff))
             print(f"{case[0]:40s} N={n:3d} " + " ".join(f"{k} {min(v):.3f}s" for k, v in times.items()) + f" diff {diff:.1e}")
@@ -174,9 +182,8 @@ def write_md(out: Path, rows: list, args, load_before, load_after) -> None:
         f"(column *fused on a CPU*); kind: fused / pool here: {min(kind):.2f}x to {max(kind):.2f}x. `kind: auto` never "
         "picks the fused trainer on a CPU: it is not bitwise equal to inline, and its gain is small where it exists.",
         "",
-        "The GPU target of the issue (at least 5x on a GPU) was **not measured**: no GPU was available "
-        "to this task. On a GPU the per-step overhead that fusing removes dominates small-model training, "
-        "which is why the issue makes fused the CUDA default; that expectation is untested here.",
+        "On a GPU: `benchmarks/fused_cuda.md` (an H200 against 16 host cores: the fused trainer took 0.08-0.36x "
+        "the time of 16 worker threads).",
         "",
         "max abs diff: float32 rounding of batched vs per-client kernels. Usually about 1e-7; a rare "
         "discrete flip (a max-pool argmax or ReLU sign decided by the last bit) moves a few entries by up "

@@ -86,7 +86,9 @@ def test_choice_by_cores_work_model_and_gpu():
     assert choose("auto", None, 1, False, four, random_medium).kind == "inline"
     assert choose("auto", None, 1, False, one, big).kind == "inline"  # no room for a second worker
     assert choose("auto", None, 1, False, four, None).kind == "inline"  # nothing known: no workers
-    assert choose("auto", None, 1, True, four, big).kind == "fused"
+    gpu = choose("auto", None, 1, True, four, tiny)  # a GPU: fused, whatever the work, with a thread per core beside
+    assert (gpu.kind, gpu.workers) == ("fused", 4) and "CUDA" in gpu.why and "4 usable cores" in gpu.why
+    assert choose("auto", None, 2, True, four, big).workers == 2
     named = choose("pool", 3, 1, True, one, tiny)  # a kind the scenario names is kept as it is, with no why
     assert (named.kind, named.workers, named.why) == ("pool", 3, "")
 

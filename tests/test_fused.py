@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import iotfl_sim.fl.train as train_module
-from iotfl_sim.exec.base import NumericData
+from iotfl_sim.exec.base import EvalJob, NumericData
 from iotfl_sim.exec.fused import FusedExecutor, batch_schedule, fusable_model, group_key
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.objectives import LocalObjective
@@ -132,6 +132,21 @@ def test_fused_equals_inline(data, family: str, norm: str, clip: float | None, m
     recipe = ModelRecipe(family, CLASSES, 1, (size, size), norm=norm)
     jobs = _jobs(recipe, SubmodelSpec(0.25), RAGGED, clip=clip)
     _assert_close(*_both(data if size == 8 else _data(size), jobs), jobs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the fused trainer's GPU path)")
+@pytest.mark.parametrize(("family", "norm"), FAMILY_CASES)
+def test_fused_on_cuda_equals_inline(data, family: str, norm: str, monkeypatch) -> None:
+    """The GPU path (auto's choice on a CUDA machine) within the CPU path's tolerance, results back on the CPU."""
+    monkeypatch.setattr(train_module, "model_layout", lambda m: m)
+    monkeypatch.setattr(train_module, "batch_layout", lambda b: b)
+    size = SIZE.get(family, 8)
+    x, y = data if size == 8 else _data(size)
+    jobs = _jobs(ModelRecipe(family, CLASSES, 1, (size, size), norm=norm), SubmodelSpec(0.25), RAGGED, clip=0.5)
+    ex = FusedExecutor(x, y, device="cuda")
+    assert ex.can_fuse(jobs)
+    _assert_close(ex.run(jobs), InlineExecutor(NumericData(x, y, x, x, y), torch.get_num_threads()).run(jobs), jobs)
+    assert torch.backends.cudnn.allow_tf32  # PyTorch's default, restored after training in full float32
 
 
 def test_fused_equals_inline_float64_ill_conditioned_bn() -> None:
@@ -256,6 +271,54 @@ def test_fallbacks_are_bitwise_inline(data) -> None:
     self_kd = _jobs(recipe, SubmodelSpec(0.25), [10, 9], objective=kd, first_key=5)
     for jobs in (lone, self_kd):
         _assert_bitwise(*_both(data, jobs, fused=False))
+
+
+class _Recording:
+    """An executor that records what it is given and hands it to another."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.trained, self.evaluated, self.closed = inner, [], [], False
+
+    def run(self, jobs):
+        self.trained.append([j.key for j in jobs])
+        return self.inner.run(jobs)
+
+    def evaluate(self, jobs):
+        self.evaluated.append(len(jobs))
+        return self.inner.evaluate(jobs)
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+
+def test_a_host_executor_trains_what_is_not_fused_and_evaluates(data) -> None:
+    """On CUDA the run hands the fused trainer worker threads: the unfused jobs (in job order, one call) go to
+    them, with inline's bits, the fused group never does, and evaluation is theirs."""
+    from iotfl_sim.exec.threads import ThreadExecutor
+
+    x, y = data
+    nd = NumericData(x, y, x, x, y)
+    recipe = ModelRecipe("cnn_small", CLASSES, 1, (8, 8))
+    fused_group = _jobs(recipe, SubmodelSpec(0.25), [12, 9, 16])
+    kd = LocalObjective("self_kd", weight=1.0, teachers=(SubmodelSpec(0.125),))
+    self_kd = _jobs(recipe, SubmodelSpec(0.25), [10, 9], objective=kd, first_key=5)
+    lone = _jobs(recipe, SubmodelSpec(0.5), [11], first_key=9)
+    jobs = [self_kd[0], fused_group[0], lone[0], fused_group[1], self_kd[1], fused_group[2]]
+    host = _Recording(ThreadExecutor(nd, 2, 1))
+    ex = FusedExecutor(x, y, cpu_max_step_flops=None, host=host)
+    got = ex.run(jobs)
+    assert host.trained == [[5, 9, 6]]
+    inline = InlineExecutor(nd, 1)  # the host's workers run one torch thread each
+    ref = inline.run(jobs)
+    _assert_close(got, ref, jobs)
+    unfused = [i for i, j in enumerate(jobs) if j.key in (5, 6, 9)]
+    _assert_bitwise([got[i] for i in unfused], [ref[i] for i in unfused])
+    evals = [EvalJob(recipe, SubmodelSpec(0.25), r.state, 16) for r in ref[:2]]
+    assert ex.evaluate(evals) == inline.evaluate(evals) and host.evaluated == [2]
+    ex.close()
+    inline.close()
+    assert host.closed
 
 
 def test_dropout_model_falls_back_bitwise(data) -> None:

@@ -1,6 +1,7 @@
 """``executor: {kind: auto}`` (the default): which executor a run gets, and why, decided once at its start.
 
-On a CUDA machine: the fused trainer. On a CPU: single-thread workers, one per usable core (``exec.cores``:
+On a CUDA machine: the fused trainer on the GPU, with worker threads on the host's usable cores for what it does
+not fuse (evaluation, FedProx's jobs, models with dropout or buffers). On a CPU: single-thread workers, one per usable core (``exec.cores``:
 affinity and cgroup quota): threads of this process (``exec.threads``: nothing to start or to copy, one process
 in memory), or, when the model has random modules (dropout, which threads cannot run at once with inline's
 bits), a pool of processes if the run's estimated host work pays for starting them (about 2 s, measured in
@@ -55,9 +56,13 @@ def choose(kind: str, workers: int | None, threads: int, cuda: bool, cores: Core
     """The executor for a run whose scenario says ``kind`` (``work``: the estimate; None: unknown, e.g. system-only)."""
     if kind != "auto":
         return Choice(kind, workers, "")
-    if cuda:
-        return Choice("fused", None, "auto: fused trainer (a CUDA GPU is present)")
     n = cores.usable // threads
+    if cuda:
+        return Choice(
+            "fused", max(n, 1),
+            f"auto: fused trainer on the CUDA GPU; evaluation and the jobs it cannot fuse on {max(n, 1)} worker "
+            f"thread(s) x {threads} torch thread(s) ({cores.why()}). Set executor: {{kind: threads}} for inline's bits",
+        )  # fmt: skip
     if n < 2:
         return Choice("inline", None, f"auto: inline ({cores.why()}, {threads} thread(s) per job: no room for a pool)")
     seconds = work.seconds() if work is not None else 0.0

@@ -53,13 +53,19 @@ On a CPU, fusing pays only for tiny steps: it saves per-step Python and kernel d
 under vmap becomes a grouped convolution, which the CPU kernels run 1.4-1.6x slower per FLOP than N plain
 ones (``benchmarks/fused_trainer.md``: conv on MNIST at width 0.5 and 1). So on a CPU a group is fused only
 when one step's forward FLOPs (per sample x batch size) are at most ``CPU_FUSE_MAX_STEP_FLOPS``; larger ones
-train one by one (inline's bits). On CUDA every fusable group is fused. ``kind: fused`` on a CPU runs in a
-pool (``exec.pool``), each worker fusing its share of every group, so it uses every core as the pool does.
+train one by one (inline's bits). On CUDA every fusable group is fused, and the run gives the executor a
+``host``: worker threads on the host's usable cores (``exec.threads``) that train the jobs not fused and
+evaluate, with inline's bits (before, evaluation ran on one host thread: the run pins its torch threads to
+``executor.threads``; ``benchmarks/fused_cuda.md``).
+``kind: fused`` on a CPU runs in a pool (``exec.pool``), each worker fusing its share of every group, so it uses
+every core as the pool does. The per-step losses stay on the device until the group ends: reading one per step
+would make the host wait for the GPU at every step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -67,7 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from iotfl_sim.exec.base import EvalJob, NumericData, Worker
+from iotfl_sim.exec.base import EvalJob, Executor, NumericData, Worker
 from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
@@ -82,6 +88,21 @@ FUSED_OBJECTIVES = ("ce", "masked_ce", "exit_kd")
 # 1.09x, width 0.5 (202) 1.43x, width 1 (800) 1.58x
 CPU_FUSE_MAX_STEP_FLOPS = 50e6
 Tensors = dict[str, torch.Tensor]
+
+
+@contextmanager
+def full_fp32(device: torch.device) -> Iterator[None]:
+    """cuDNN convolutions in full float32 while it lasts: PyTorch lets them use TF32 (10-bit mantissas) by default,
+    which is far outside the fused trainer's tolerance against float32 training on a CPU."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
 
 
 def group_key(job: TrainJob) -> tuple:
@@ -139,13 +160,17 @@ class FusedExecutor:
         device: str | torch.device = "cpu",
         data: NumericData | None = None,
         cpu_max_step_flops: float | None = CPU_FUSE_MAX_STEP_FLOPS,
+        host: Executor | None = None,
     ) -> None:
         """``cpu_max_step_flops``: on a CPU, fuse only groups whose step is at most this many forward FLOPs
-        (None: fuse every fusable group, as on CUDA)."""
+        (None: fuse every fusable group, as on CUDA). ``host``: the executor that trains the jobs not fused and
+        evaluates (on CUDA, worker threads on the host's cores); None: this thread, one job after another, and
+        evaluation only with ``data``."""
         self.cpu_max_step_flops = cpu_max_step_flops
         self.x = x_train
         self.y = y_train
-        self._eval = Worker(data, torch.get_num_threads()) if data is not None else None
+        self._host = host
+        self._eval = Worker(data, torch.get_num_threads()) if data is not None and host is None else None
         self.device = torch.device(device)
         self._skeletons: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
         self._fused: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
@@ -205,20 +230,29 @@ class FusedExecutor:
             else:
                 fallback.extend(positions)
         # job order, so the last inline job (when it is the last job) leaves the global RNG as inline does
-        for i in sorted(fallback):
-            j = jobs[i]
-            results[i] = train_local(self._skeleton(j.recipe, j.spec), j, self.x, self.y, self._skeleton)
+        fallback.sort()
+        if self._host is not None and fallback:
+            for i, res in zip(fallback, self._host.run([jobs[i] for i in fallback]), strict=True):
+                results[i] = res
+        elif fallback:
+            for i in fallback:
+                j = jobs[i]
+                results[i] = train_local(self._skeleton(j.recipe, j.spec), j, self.x, self.y, self._skeleton)
         if jobs and (len(jobs) - 1) not in fallback:
             seed_torch(jobs[-1].seed)
         return [r for r in results if r is not None]
 
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
-        """Evaluation is not fused: the inline executor's per-model evaluation (needs ``data``)."""
+        """Evaluation is not fused: the host executor's, else the inline executor's per-model evaluation."""
+        if self._host is not None:
+            return self._host.evaluate(jobs)
         if self._eval is None:
             raise RuntimeError("FusedExecutor was built without data= (test set), so it cannot evaluate")
         return self._eval.evaluate(jobs)
 
     def close(self) -> None:
+        if self._host is not None:
+            self._host.close()
         self._skeletons.clear()
         self._fused.clear()
         self._unused.clear()
@@ -247,13 +281,18 @@ class FusedExecutor:
         step_fn = self._step_fn(model, first.objective, masks is not None)
         x, y = self._data()
         longest = max(len(s) for s in g.schedules)
-        for t in range(longest):
-            by_size: dict[int, list[int]] = {}
-            for c, sched in enumerate(g.schedules):
-                if t < len(sched):
-                    by_size.setdefault(len(sched[t]), []).append(c)
-            for clients in by_size.values():
-                self._step(g, clients, t, step_fn, x, y)
+        losses: list[tuple[list[int], torch.Tensor]] = []  # read once at the end: a read per step waits for a GPU
+        with full_fp32(dev):
+            for t in range(longest):
+                by_size: dict[int, list[int]] = {}
+                for c, sched in enumerate(g.schedules):
+                    if t < len(sched):
+                        by_size.setdefault(len(sched[t]), []).append(c)
+                for clients in by_size.values():
+                    losses.append((clients, self._step(g, clients, t, step_fn, x, y)))
+        for clients, step_losses in losses:  # step order: each client's sum adds its losses as train_local does
+            for c, v in zip(clients, step_losses.tolist(), strict=True):
+                g.loss_sums[c] += v
         results = []
         for c, j in enumerate(jobs):
             state = {n: (g.params.get(n, g.frozen.get(n)))[c].detach().to("cpu", copy=True) for n in names}
@@ -292,7 +331,8 @@ class FusedExecutor:
 
     def _step(
         self, g: _Group, clients: list[int], t: int, step_fn: Callable, x: torch.Tensor, y: torch.Tensor
-    ) -> None:
+    ) -> torch.Tensor:
+        """One SGD step of ``clients`` (their batch ``t``); returns their losses (on ``device``)."""
         job = g.jobs[0]
         whole = len(clients) == len(g.jobs)
         sel = None if whole else torch.as_tensor(clients, dtype=torch.long, device=self.device)
@@ -324,8 +364,7 @@ class FusedExecutor:
                 p.add_(d, alpha=-job.lr)
                 if sel is not None:
                     g.params[n][sel] = p
-        for c, v in zip(clients, losses.tolist(), strict=True):
-            g.loss_sums[c] += v
+        return losses
 
 
 def _loss(

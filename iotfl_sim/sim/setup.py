@@ -61,8 +61,10 @@ class NumericsSetup:
             return PoolExecutor(data, choice.workers, cfg.threads)
         if choice.kind == "fused" and torch.cuda.is_available():
             from iotfl_sim.exec.fused import FusedExecutor
+            from iotfl_sim.exec.threads import ThreadExecutor
 
-            return FusedExecutor(data.x_train, data.y_train, device="cuda", data=data)
+            host = ThreadExecutor(data, choice.workers, cfg.threads)  # evaluation and the jobs it does not fuse
+            return FusedExecutor(data.x_train, data.y_train, device="cuda", host=host)
         if choice.kind == "fused":  # on a CPU: a pool whose workers fuse their shares, using every core
             from iotfl_sim.exec.pool import PoolExecutor
 
