@@ -92,6 +92,26 @@ def test_inline_executor_pins_and_restores_threads(threads):
     assert torch.get_num_threads() == before
 
 
+def test_a_run_whose_data_cannot_load_gives_the_callers_threads_back(tmp_path, monkeypatch):
+    """The run pins torch's threads before loading its data (exec.glibc_heap: no early OpenMP arenas); a load that
+    fails must not leave the caller's process pinned."""
+    import yaml
+
+    from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups
+    from iotfl_sim.sim.engine import Simulation
+
+    monkeypatch.setenv("IOTFL_DATA", str(tmp_path))  # no MNIST files there
+    sc = load_scenario(text=yaml.safe_dump(base_scenario(data={"dataset": "mnist"}, executor={"threads": 1})))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(ScenarioError, match="mnist"):
+            Simulation(sc, resolve_groups(sc))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (test_sweep's Ray tests)
 def test_ray_executor_gives_the_inline_bits(tmp_path, write_scenario, ray_cluster):
     pytest.importorskip("ray")

@@ -133,3 +133,36 @@ def test_a_run_starts_no_thread_before_its_workers(monkeypatch):
     sc = load_scenario(text=yaml.safe_dump(base_scenario(rounds=1, executor={"kind": "threads", "workers": 2})))
     run_scenario(sc, resolve_groups(sc), None, {}, progress=True, quiet=True)  # None: no folder written
     assert started and all(name.startswith("iotfl-worker") for name in started), started
+
+
+# A fresh process runs a scenario up to the engine's one-arena call and lists the arenas there (malloc_stats, stderr).
+ARENAS_AT_THE_CALL = """
+import ctypes, sys
+import yaml
+from iotfl_sim.exec import glibc_heap
+from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.sim import engine
+glibc_heap.ONE_ARENA_MIN_STEP_FLOPS = 0.0
+asked = engine.single_malloc_arena
+def listing():
+    ctypes.CDLL(None).malloc_stats()
+    return asked()
+engine.single_malloc_arena = listing
+sc = load_scenario(text=sys.argv[1])
+engine.Simulation(sc, resolve_groups(sc)).executor.close()
+"""
+
+
+def test_a_run_makes_no_arena_before_the_one_arena_call(data_root):
+    """Torch ops on several threads before the engine pins them (loading MNIST) started OpenMP threads whose
+    arenas the one-arena limit then handed to the workers: the run pins its threads before it loads anything."""
+    import yaml
+    from conftest import base_scenario
+
+    if data_root is None:
+        pytest.skip("no offline datasets on this machine (IOTFL_DATA)")
+    scenario = yaml.safe_dump(base_scenario(data={"dataset": "mnist"}, executor={"kind": "threads", "workers": 2}))
+    env = _env(OMP_NUM_THREADS="2")  # torch's default on a machine of 2 or more cores
+    done = subprocess.run([sys.executable, "-c", ARENAS_AT_THE_CALL, scenario], capture_output=True, text=True,
+                          env=env, timeout=120, check=True)  # fmt: skip
+    assert sum(line.startswith("Arena ") for line in done.stderr.splitlines()) == 1, done.stderr

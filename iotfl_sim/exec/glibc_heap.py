@@ -12,8 +12,10 @@ training and evaluation phase.
    glibc's own arenas below. ``IOTFL_MALLOC_ARENAS=default`` always leaves glibc's choice, and a
    ``MALLOC_ARENA_MAX`` or a ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES`` wins. The setting is the process's:
    the first run that asks for it keeps it for any later run in the same process. It limits arenas made after
-   it: one that a thread made before (the run's progress bar starts none; a native thread of a library can)
-   is handed to a worker too, so the workers may use two arenas rather than one.
+   it: one that a thread made before is handed to a worker too, so the workers would use two arenas rather than
+   one. A run therefore starts no thread before its workers: its progress bar starts no monitor thread, and the
+   engine pins torch's threads before it loads the data (a torch op on several threads starts OpenMP threads,
+   each with an arena at its first allocation). A thread the caller's own process started earlier still can.
 2. **Free pages returned** (``release_free_heap``, ``malloc_trim(0)``, after each phase in ``sim.learning``). A
    long-lived block (a trained client's state, the new global model) allocated between a phase's large
    temporaries pins the heap above them, so the heap grows round after round while what is in use stays flat;

@@ -90,6 +90,13 @@ class Simulation:
         ``executor_factory``: or one made from the run's data, ``factory(NumericData, scenario.executor)``."""
         self.t_created = time.perf_counter()
         self.sc = sc
+        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
+        # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
+        # before the data are loaded: a torch op on several threads starts OpenMP threads, whose first
+        # allocations give each a malloc arena that the one-arena limit (exec.glibc_heap) could not take back.
+        self._threads_before = torch.get_num_threads()
+        if sc.numerics == "torch":
+            torch.set_num_threads(sc.executor.threads)
         self.recorder = recorder
         self.progress = progress
         self.seed = sc.seed
@@ -99,12 +106,11 @@ class Simulation:
         )
         if sc.numerics == "torch":
             stage(progress, f"loading {sc.data.dataset} and splitting it over {self.fleet.n} devices")
-        self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
-        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
-        # run in this process: pin its torch threads too, so results do not depend on the executor kind.
-        self._threads_before = torch.get_num_threads()
-        if sc.numerics == "torch":
-            torch.set_num_threads(sc.executor.threads)
+        try:
+            self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
+        except BaseException:  # data that cannot be loaded: the caller's thread count back, as before the run
+            torch.set_num_threads(self._threads_before)
+            raise
         self.memory_need = MemoryNeed(sc)
         self.memory_scale = self.memory_need.scale
         loc = sc.local
