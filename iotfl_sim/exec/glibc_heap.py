@@ -29,7 +29,10 @@ the other memory changes of the same day in place, one arena (``MALLOC_ARENA_MAX
 earlier run: 535 against 575 MB, the same wall time); the IoT job (1.7 GFLOP a step: ``cnn_small`` on FEMNIST,
 batches of 10) 374 against 385 MB at 1.01-1.02x the wall time (earlier: 379 against 382 MB and 2-4 % more wall; a
 3-run check: 7-8 % more CPU time). ``ONE_ARENA_MIN_STEP_FLOPS`` sits between the two. The default, set at the
-engine's set-up rather than at the process's start, measured 564 MB on ``conv``. Numerics do not change: the
+engine's set-up rather than at the process's start, measured 564 MB on ``conv`` while OpenMP threads still made
+an arena first; with torch's threads pinned before the data load, 554 MB against 542 MB for one arena from the
+start and 552 MB for glibc's own (medians of 3, each within the others' 520-586 MB range): pinning first took
+most of what glibc's own arenas had cost. Numerics do not change: the
 allocator decides where tensors live, never their values. Other C libraries (musl, macOS, Windows) are left
 alone.
 """
