@@ -166,3 +166,25 @@ def test_a_run_makes_no_arena_before_the_one_arena_call(data_root):
     done = subprocess.run([sys.executable, "-c", ARENAS_AT_THE_CALL, scenario], capture_output=True, text=True,
                           env=env, timeout=120, check=True)  # fmt: skip
     assert sum(line.startswith("Arena ") for line in done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_run_loads_its_data_on_its_pinned_threads(monkeypatch):
+    """Where no MNIST is at hand: the engine has pinned torch's threads when it starts loading the data."""
+    import torch
+    import yaml
+    from conftest import base_scenario
+
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+    from iotfl_sim.sim import engine
+
+    seen: list[int] = []
+    load = engine.prepare_numerics
+    monkeypatch.setattr(engine, "prepare_numerics", lambda *a: (seen.append(torch.get_num_threads()), load(*a))[1])
+    sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": "inline", "threads": 1})))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine.Simulation(sc, resolve_groups(sc)).executor.close()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
