@@ -1,10 +1,10 @@
 """``executor: {kind: auto}`` (the default): which executor a run gets, and why, decided once at its start.
 
 On a CUDA machine: the fused trainer on the GPU, with worker threads on the host's usable cores for what it does
-not fuse (evaluation, FedProx's jobs, models with dropout or buffers). On a CPU: single-thread workers, one per usable core (``exec.cores``:
-affinity and cgroup quota): threads of this process (``exec.threads``: nothing to start or to copy, one process
-in memory), or, when the model has random modules (dropout, which threads cannot run at once with inline's
-bits), a pool of processes if the run's estimated host work pays for starting them (about 2 s, measured in
+not fuse (evaluation, FedProx's jobs, models with dropout or buffers). On a CPU: single-thread workers, one per
+usable core (``exec.cores``: affinity and cgroup quota): threads of this process (``exec.threads``: nothing to
+start or to copy, one process in memory), or, when the model has random modules (dropout, which threads cannot
+run at once with inline's bits), a pool of processes if the run's estimated host work pays for starting them (about 2 s, measured in
 ``benchmarks/executors.md``); inline when the work is too small to gain. Threads and pool compute exactly what
 inline does (same kernels, one thread each, every job whole on one worker), so the choice never changes a result.
 

@@ -90,13 +90,6 @@ class Simulation:
         ``executor_factory``: or one made from the run's data, ``factory(NumericData, scenario.executor)``."""
         self.t_created = time.perf_counter()
         self.sc = sc
-        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
-        # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
-        # before the data are loaded: a torch op on several threads starts OpenMP threads, whose first
-        # allocations give each a malloc arena that the one-arena limit (exec.glibc_heap) could not take back.
-        self._threads_before = torch.get_num_threads()
-        if sc.numerics == "torch":
-            torch.set_num_threads(sc.executor.threads)
         self.recorder = recorder
         self.progress = progress
         self.seed = sc.seed
@@ -104,7 +97,13 @@ class Simulation:
         self.availability = build_availability(
             [g.config.availability for g in groups], self.fleet.group_of, sc.seed, base_dir
         )
+        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
+        # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
+        # before the data are loaded: a torch op on several threads starts OpenMP threads, whose first
+        # allocations give each a malloc arena that the one-arena limit (exec.glibc_heap) could not take back.
+        self._threads_before = torch.get_num_threads()
         if sc.numerics == "torch":
+            torch.set_num_threads(sc.executor.threads)
             stage(progress, f"loading {sc.data.dataset} and splitting it over {self.fleet.n} devices")
         try:
             self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
