@@ -316,6 +316,7 @@ def test_a_host_executor_trains_what_is_not_fused_and_evaluates(data) -> None:
     _assert_bitwise([got[i] for i in unfused], [ref[i] for i in unfused])
     evals = [EvalJob(recipe, SubmodelSpec(0.25), r.state, 16) for r in ref[:2]]
     assert ex.evaluate(evals) == inline.evaluate(evals) and host.evaluated == [2]
+    assert ex._skeletons == {}  # the host trained what is not fused: no CPU model kept here to ask about it
     ex.close()
     inline.close()
     assert host.closed

@@ -174,6 +174,7 @@ class FusedExecutor:
         self.device = torch.device(device)
         self._skeletons: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
         self._fused: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
+        self._fusable: dict[tuple[ModelRecipe, SubmodelSpec], bool] = {}
         self._unused: dict[tuple[ModelRecipe, SubmodelSpec, LocalObjective], frozenset[str]] = {}
         self._data_on_device: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -214,7 +215,10 @@ class FusedExecutor:
             step_flops = first.recipe.cost(first.spec).flops_forward_per_sample * first.batch_size
             if step_flops > self.cpu_max_step_flops:
                 return False
-        return fusable_model(self._skeleton(first.recipe, first.spec))
+        key = (first.recipe, first.spec)
+        if key not in self._fusable:  # asked of a model built for the question and dropped (a host trains the rest)
+            self._fusable[key] = fusable_model(first.recipe.build(first.spec))
+        return self._fusable[key]
 
     def run(self, jobs: list[TrainJob]) -> list[TrainResult]:
         groups: dict[tuple, list[int]] = {}
@@ -255,6 +259,7 @@ class FusedExecutor:
             self._host.close()
         self._skeletons.clear()
         self._fused.clear()
+        self._fusable.clear()
         self._unused.clear()
         self._data_on_device = None
 
