@@ -25,7 +25,8 @@ ROUNDS = 5
 
 
 def scenario(
-    tmp: Path, executor: dict | None = None, rounds_: int = ROUNDS, epochs: int = 1, mode: dict | None = None
+    tmp: Path, executor: dict | None = None, rounds_: int = ROUNDS, epochs: int = 1, mode: dict | None = None,
+    checkpoint_every: int = 1,
 ) -> Path:
     """The run these tests kill; ``mode``: the algorithm and server mode of an asynchronous variant."""
     mode = mode or {}
@@ -33,7 +34,7 @@ def scenario(
     data["local"]["epochs"] = epochs
     data["fleet"]["cost_model"] = "flops"
     data["server"] = {"bn_calibration_samples": 64, **mode.get("server", {})}
-    data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
+    data["output"] = {"progress": False, "checkpoint": {"every_rounds": checkpoint_every, "every_s": None}}
     if executor:
         data["executor"] = executor
     path = tmp / f"scenario-{len(list(tmp.glob('scenario-*')))}.yaml"
@@ -62,9 +63,12 @@ def whole(tmp_path_factory) -> Path:
     return only_run(tmp / "runs")
 
 
-def killed_then_resumed(tmp: Path, faults: list[str], executor: dict | None = None, mode: dict | None = None) -> Path:
+def killed_then_resumed(
+    tmp: Path, faults: list[str], executor: dict | None = None, mode: dict | None = None, checkpoint_every: int = 1
+) -> Path:
     """Run, killed by the first fault; resume, killed by the next; ...; then resume to the end."""
-    first = iotfl("run", str(scenario(tmp, executor, mode=mode)), "--out", str(tmp / "runs"), fault=faults[0])
+    sc = scenario(tmp, executor, mode=mode, checkpoint_every=checkpoint_every)
+    first = iotfl("run", str(sc), "--out", str(tmp / "runs"), fault=faults[0])
     assert first.returncode == -signal.SIGKILL, (first.returncode, first.stderr)
     run = only_run(tmp / "runs")
     for fault in faults[1:]:
@@ -103,6 +107,15 @@ def test_several_kills_and_resumes_in_a_row(tmp_path, whole):
 def test_pool_executor_run_resumes_to_the_same_results(tmp_path, whole, point):
     run = killed_then_resumed(tmp_path, [point], executor={"kind": "pool", "workers": 2})
     assert_same_run(whole, run)  # the pool gives the inline executor's bits
+
+
+@pytest.mark.parametrize("point", ["round_train:4", "eval:7"])
+def test_a_run_evaluating_beside_the_next_round_resumes_to_the_same_results(tmp_path, whole, point):
+    """Worker threads evaluate round r while round r + 1 trains (its row held until then), a checkpoint every two
+    rounds: killed while round 3's row waits for its evaluation (round 4 training; round 4's evaluation, two
+    calibration slices per evaluation), resumed from round 2's checkpoint."""
+    run = killed_then_resumed(tmp_path, [point], executor={"kind": "threads", "workers": 2}, checkpoint_every=2)
+    assert_same_run(whole, run)
 
 
 def _start(tmp: Path, rounds_: int, epochs: int = 1) -> tuple[subprocess.Popen, Path]:

@@ -33,11 +33,11 @@ def _live_updates() -> int:
 )
 def test_no_update_is_alive_during_evaluation_or_the_next_training(monkeypatch, data):
     seen: dict[str, list[int]] = {"evaluate": [], "train": [], "trained": []}
-    evaluate, train = Learning.evaluate, Learning.train_tasks
+    evaluate, train = Learning.start_evaluation, Learning.train_tasks
 
-    def counting_evaluate(self):
+    def counting_evaluate(self, overlap=False):
         seen["evaluate"].append(_live_updates())
-        return evaluate(self)
+        return evaluate(self, overlap)
 
     def counting_train(self, tasks):
         seen["train"].append(_live_updates())
@@ -45,7 +45,7 @@ def test_no_update_is_alive_during_evaluation_or_the_next_training(monkeypatch, 
         seen["trained"].append(len(updates))
         return updates
 
-    monkeypatch.setattr(Learning, "evaluate", counting_evaluate)
+    monkeypatch.setattr(Learning, "start_evaluation", counting_evaluate)
     monkeypatch.setattr(Learning, "train_tasks", counting_train)
     sc = load_scenario(text=yaml.safe_dump(data))
     Simulation(sc, resolve_groups(sc)).run()

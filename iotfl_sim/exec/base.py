@@ -22,7 +22,7 @@ from iotfl_sim.fl.evaluate import (
     batch_figures_group,
     batch_scores_group,
     combine,
-    eval_skeleton,
+    eval_prototype,
     has_batch_norm,
     load_statistics,
     prepared,
@@ -74,6 +74,13 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def overlaps(executor: Any) -> bool:
+    """Can ``executor`` evaluate beside the caller's next work? Those that can say ``overlaps = True`` and have
+    ``evaluate_later(jobs) -> concurrent.futures.Future`` of ``evaluate``'s result, whose jobs must hold weights
+    nobody changes until the result is read (``sim.learning.Learning.start_evaluation`` copies them)."""
+    return bool(getattr(executor, "overlaps", False))
 
 
 class Worker:
@@ -150,8 +157,8 @@ def batch_aligned_slices(n: int, batch_size: int, parts: int) -> list[tuple[int,
 def sharing_groups(jobs: list[EvalJob]) -> list[list[int]]:
     """Indices of ``jobs`` evaluated together: models that share their first layers (``fl.evaluate.shared_layers``)
     go in one group, where their common prefix runs once per batch; each (recipe, spec) at most once per group,
-    since a worker holds one evaluation skeleton per spec."""
-    skeletons = [eval_skeleton(j.recipe, j.spec) for j in jobs]
+    since a worker holds one evaluation skeleton per spec. Reads the models' prototypes, not a thread's skeletons."""
+    skeletons = [eval_prototype(j.recipe, j.spec) for j in jobs]
     groups: list[list[int]] = []
     for i, job in enumerate(jobs):
         for g in groups:
@@ -186,7 +193,7 @@ def parallel_evaluate(
     else:
         calib_tasks, calib_owner = [], []
         for gi, sub in enumerate(members):
-            if any(has_batch_norm(eval_skeleton(j.recipe, j.spec)) for j in sub):
+            if any(has_batch_norm(eval_prototype(j.recipe, j.spec)) for j in sub):
                 for start, stop in batch_aligned_slices(n_calib, sub[0].batch_size, parts) or [(0, 0)]:
                     calib_tasks.append((sub, start, stop))
                     calib_owner.append(gi)

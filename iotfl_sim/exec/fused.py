@@ -65,6 +65,7 @@ would make the host wait for the GPU at every step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -73,7 +74,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from iotfl_sim.exec.base import EvalJob, Executor, NumericData, Worker
+from iotfl_sim.exec.base import EvalJob, Executor, NumericData, Worker, overlaps
 from iotfl_sim.fl.batches import epoch_batches
 from iotfl_sim.fl.data.images import Images
 from iotfl_sim.fl.objectives import LocalObjective, exit_kd_loss, final_logits
@@ -253,6 +254,17 @@ class FusedExecutor:
         if self._eval is None:
             raise RuntimeError("FusedExecutor was built without data= (test set), so it cannot evaluate")
         return self._eval.evaluate(jobs)
+
+    @property
+    def overlaps(self) -> bool:
+        """Evaluation can run beside the next round's fused training where the host executor's can (on CUDA: the
+        GPU trains while the host's threads evaluate)."""
+        return self._host is not None and overlaps(self._host)
+
+    def evaluate_later(self, jobs: list[EvalJob]) -> Future:
+        if self._host is None:
+            raise RuntimeError("FusedExecutor evaluates beside training only with a host executor (see overlaps)")
+        return self._host.evaluate_later(jobs)
 
     def close(self) -> None:
         if self._host is not None:

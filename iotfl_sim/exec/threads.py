@@ -8,6 +8,10 @@ and one copy of PyTorch and of the data in memory. Each thread holds its own ``W
 as the inline executor runs it, so results are inline's bit for bit. Evaluation is cut into batch-aligned
 slices over the threads like the pool's (``exec.base.parallel_evaluate``).
 
+``evaluate_later`` runs an evaluation's slicing and combining on one more thread, so the caller goes on (the
+engine simulates and trains the next round) while the evaluation's slices queue on the workers ahead of the
+next round's training jobs: the workers idle neither in the evaluation's tail nor while the caller simulates.
+
 One thing threads share that processes do not: the global RNG, which ``train_local`` seeds per job for
 random modules (dropout). A round with a job whose model has one (``fl.train.draws_global_rng``) trains on
 the calling thread, one job after another, so its draws are inline's; ``exec.auto`` picks the pool for
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -30,6 +34,8 @@ from iotfl_sim.fl.train import TrainJob, TrainResult, draws_global_rng
 
 
 class ThreadExecutor:
+    overlaps = True  # exec.base.overlaps
+
     def __init__(self, data: NumericData, workers: int | None = None, threads: int = 1) -> None:
         self.workers = workers or available_cores().usable
         self.data, self.threads = data, threads
@@ -40,6 +46,7 @@ class ThreadExecutor:
         self._caller = Worker(data, threads)  # rounds whose models draw from the global RNG
         self._random: dict[tuple, bool] = {}
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="iotfl-worker", initializer=self._start)
+        self._coordinator: ThreadPoolExecutor | None = None  # evaluate_later's thread, made at its first call
 
     def _start(self) -> None:
         torch.set_num_threads(self.threads)  # also this thread's OpenMP team size, which is per thread
@@ -74,7 +81,18 @@ class ThreadExecutor:
     def evaluate(self, jobs: list[EvalJob]) -> list[tuple[float, float]]:
         return parallel_evaluate(jobs, self.n_calib, self.n_test, self.workers, self._map)
 
+    def evaluate_later(self, jobs: list[EvalJob]) -> Future:
+        """``evaluate(jobs)`` on a thread of its own (its torch threads pinned as the caller's, for the combining):
+        the result when the future is read."""
+        if self._coordinator is None:
+            self._coordinator = ThreadPoolExecutor(
+                1, thread_name_prefix="iotfl-eval", initializer=torch.set_num_threads, initargs=(self.threads,)
+            )
+        return self._coordinator.submit(self.evaluate, jobs)
+
     def close(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         for worker in [self._caller, *self._made]:
             worker.clear()

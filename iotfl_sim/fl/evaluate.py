@@ -15,6 +15,7 @@ with the fold's own last-bit rounding). Results are the same whichever executor 
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import torch
@@ -32,16 +33,35 @@ State = dict[str, torch.Tensor]
 
 _SKELETONS = threading.local()  # per thread: the thread executor's workers each load states into their own
 _MAX_SKELETONS = 64
+_PROTOTYPES: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = {}
+_PROTOTYPES_LOCK = threading.Lock()
+
+
+def eval_prototype(recipe: ModelRecipe, spec: SubmodelSpec) -> nn.Module:
+    """The evaluation model of ``spec`` as built, never loaded or run: what ``eval_skeleton`` copies and what
+    questions about its structure (``has_batch_norm``, ``shared_layers``) read. Built once per process: building a
+    model draws from torch's global RNG (its initialisation), a copy draws nothing, so an evaluation running beside
+    the caller's next training (``Learning.start_evaluation``, which builds the prototypes first) cannot move the
+    stream a model with dropout trains from."""
+    key = (recipe, spec)
+    with _PROTOTYPES_LOCK:
+        model = _PROTOTYPES.get(key)
+        if model is None:
+            if len(_PROTOTYPES) >= _MAX_SKELETONS:
+                _PROTOTYPES.clear()
+            model = _PROTOTYPES[key] = model_layout(recipe.build(spec, track_bn=True))
+    return model
 
 
 def eval_skeleton(recipe: ModelRecipe, spec: SubmodelSpec) -> nn.Module:
-    """The evaluation model of ``spec`` (BatchNorm with running statistics), built once per thread and reused."""
+    """The evaluation model of ``spec`` (BatchNorm with running statistics), a copy of its prototype made once per
+    thread and reused."""
     cache: dict[tuple[ModelRecipe, SubmodelSpec], nn.Module] = _SKELETONS.__dict__.setdefault("models", {})
     model = cache.get((recipe, spec))
     if model is None:
         if len(cache) >= _MAX_SKELETONS:
             cache.clear()
-        model = cache[(recipe, spec)] = model_layout(recipe.build(spec, track_bn=True))
+        model = cache[(recipe, spec)] = copy.deepcopy(eval_prototype(recipe, spec))
     return model
 
 

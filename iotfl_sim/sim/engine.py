@@ -33,7 +33,7 @@ from iotfl_sim.algorithms.base import (
     Update,
 )
 from iotfl_sim.exec.auto import Choice, HostWork, choose
-from iotfl_sim.exec.base import NumericData
+from iotfl_sim.exec.base import NumericData, overlaps
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.glibc_heap import one_arena_pays, single_malloc_arena
 from iotfl_sim.fl.cost import opcost
@@ -55,7 +55,7 @@ from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
 from iotfl_sim.sim.hierarchy import GatewayTier
-from iotfl_sim.sim.learning import Learning, TrainTask
+from iotfl_sim.sim.learning import Evaluation, Learning, TrainTask
 from iotfl_sim.sim.memory import InfeasibleFleetError, MemoryNeed
 from iotfl_sim.sim.round import Round, RoundStart
 from iotfl_sim.sim.semi_async import LateUpdates
@@ -139,6 +139,9 @@ class Simulation:
                 executor = self.numerics.make_executor(sc.executor, self.executor_choice)
         self.executor = executor
         self.learning = Learning(sc, self.numerics, self.strategy, self.executor)
+        # round r's evaluation runs while round r + 1 is simulated and trained; its row waits for it (_record)
+        self.overlap_eval = sc.numerics == "torch" and sc.executor.overlap_eval and overlaps(executor)
+        self._unwritten: tuple[dict[str, Any], dict[str, float], Evaluation | None] | None = None
         self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
         self.traffic = Traffic()
@@ -238,7 +241,12 @@ class Simulation:
             # again here: another Simulation built meanwhile may have restored the caller's count at its end
             torch.set_num_threads(self.sc.executor.threads)
         proc = self.env.process(self.async_server.run() if self.async_server is not None else self.server())
-        self.env.run(until=proc)
+        try:
+            self.env.run(until=proc)
+        except BaseException:
+            self._write_held_row(failing=True)  # the last round that ended keeps its row
+            raise
+        self._write_held_row()
         if self.checkpointing.pending is not None:  # the run ended (stalled) before the replay reached the checkpoint
             raise CheckpointError(
                 f"checkpoint of round {self.checkpointing.resume_round}: replaying the run does not reproduce it (it "
@@ -455,16 +463,43 @@ class Simulation:
             checkpointing.end_replay(self)
 
     def _record(self, rnd: int, row: dict[str, Any]) -> None:
-        """Evaluate when due (every ``eval_every`` rounds and after the last), add host times, write the row."""
+        """Evaluate when due (every ``eval_every`` rounds and after the last), add host times, write the row. With
+        ``overlap_eval`` the row is held until its evaluation ends: written before the next round's row, a
+        checkpoint, or the run's end, so every file gets the same lines in the same order."""
+        self._write_held_row()
         sc = self.sc
+        evaluation = None
         if sc.numerics == "torch" and ((rnd + 1) % sc.server.eval_every == 0 or rnd + 1 == sc.rounds):
             t0 = time.perf_counter()
-            row.update(self.learning.evaluate())
+            evaluation = self.learning.start_evaluation(overlap=self.overlap_eval and rnd + 1 < sc.rounds)
             self.host["eval"] += time.perf_counter() - t0
-        row["host_train_s"] = self.host["train"]
-        row["host_eval_s"] = self.host["eval"]
-        row["host_aggregate_s"] = self.host["aggregate"]
-        row["host_other_s"] = time.perf_counter() - self.t_created - sum(self.host.values())
+        host = {  # as at this round's end; host_eval_s is completed when the evaluation is
+            "host_train_s": self.host["train"],
+            "host_eval_s": 0.0,
+            "host_aggregate_s": self.host["aggregate"],
+            "host_other_s": time.perf_counter() - self.t_created - sum(self.host.values()),
+        }
+        self._unwritten = (row, host, evaluation)
+        if evaluation is None or evaluation.pending.done():
+            self._write_held_row()
+
+    def _write_held_row(self, failing: bool = False) -> None:
+        """Write the row ``_record`` holds, once its evaluation ended (waiting for it, which counts as evaluation
+        time). ``failing``: the run is ending on an error; a failed evaluation then leaves the row out."""
+        if self._unwritten is None:
+            return
+        row, host, evaluation = self._unwritten
+        self._unwritten = None
+        if evaluation is not None:
+            t0 = time.perf_counter()
+            try:
+                row.update(evaluation.result())
+            except BaseException:
+                if failing:
+                    return
+                raise
+            self.host["eval"] += time.perf_counter() - t0
+        row.update(host, host_eval_s=self.host["eval"])
         if self.recorder is not None:
             self.recorder.round_row(row)
         self.rows.append(row)
@@ -542,7 +577,8 @@ class Simulation:
         return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *tiers]
 
     def checkpoint(self, done: int) -> None:
-        """Write a checkpoint after ``done`` rounds (``sim.checkpointing``)."""
+        """Write a checkpoint after ``done`` rounds (``sim.checkpointing``), every row it counts written first."""
+        self._write_held_row()
         checkpointing.write(self, done)
 
     def resume_from(self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder) -> None:

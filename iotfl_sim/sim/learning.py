@@ -3,6 +3,7 @@ executor, and the method's models evaluated. Nothing here touches the simulated 
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -10,9 +11,10 @@ import numpy as np
 import torch
 
 from iotfl_sim import faults
-from iotfl_sim.algorithms.base import Assignment, Outcome, State, Strategy, Update
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, Outcome, State, Strategy, Update
 from iotfl_sim.exec.base import EvalJob
 from iotfl_sim.exec.glibc_heap import release_free_heap
+from iotfl_sim.fl.evaluate import eval_prototype
 from iotfl_sim.fl.submodel import SharedCopies, slice_state
 from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.scenario.model import Scenario
@@ -92,8 +94,13 @@ class Learning:
 
     def evaluate(self) -> dict[str, float]:
         """``acc_<label>`` of every evaluation target, ``loss_full``, and ``acc_avg`` over the method's levels."""
-        out: dict[str, float] = {}
-        levels = []
+        return self.start_evaluation().result()
+
+    def start_evaluation(self, overlap: bool = False) -> Evaluation:
+        """``evaluate``, its result read from the returned ``Evaluation``. With ``overlap`` (an executor that
+        ``exec.base.overlaps``) it runs while the caller goes on: its jobs hold copies of the weights, which the
+        next aggregation may replace, and the models' prototypes are built here first (``fl.evaluate.eval_prototype``:
+        no evaluation thread then draws from torch's global RNG)."""
         targets = self.strategy.eval_targets()
         keys, jobs = [], {}
         for target in targets:
@@ -102,9 +109,32 @@ class Learning:
             key = (target.recipe, replace(target.spec, name=""), weights)
             keys.append(key)
             if key not in jobs:
-                jobs[key] = EvalJob(target.recipe, target.spec, target.state, self.sc.server.eval_batch_size)
-        cache = dict(zip(jobs, self.executor.evaluate(list(jobs.values())), strict=True))
-        for target, key in zip(targets, keys, strict=True):
+                state = {k: v.clone() for k, v in target.state.items()} if overlap else target.state
+                jobs[key] = EvalJob(target.recipe, target.spec, state, self.sc.server.eval_batch_size)
+        if overlap:
+            for job in jobs.values():
+                eval_prototype(job.recipe, job.spec)
+            pending = self.executor.evaluate_later(list(jobs.values()))
+        else:
+            pending = Future()
+            pending.set_result(self.executor.evaluate(list(jobs.values())))
+        return Evaluation(targets, keys, list(jobs), pending)
+
+
+@dataclass
+class Evaluation:
+    """An evaluation started by ``Learning.start_evaluation``: ``result()`` waits for it and names its figures."""
+
+    targets: list[EvalTarget]
+    keys: list[tuple]
+    unique: list[tuple]  # the keys of the jobs, in the order the executor got them
+    pending: Future
+
+    def result(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        levels = []
+        cache = dict(zip(self.unique, self.pending.result(), strict=True))
+        for target, key in zip(self.targets, self.keys, strict=True):
             acc, loss = cache[key]
             out[f"acc_{target.label}"] = acc
             if target.label == "full":

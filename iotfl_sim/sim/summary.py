@@ -82,7 +82,10 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             "total": host_total,
         },
         "host_other_fraction": other / host_total if host_total > 0 else 0.0,
-        "executor": {"kind": sim.executor_choice.kind, "workers": sim.executor_choice.workers, "why": sim.executor_choice.why},
+        "executor": {
+            "kind": sim.executor_choice.kind, "workers": sim.executor_choice.workers, "why": sim.executor_choice.why,
+            "overlap_eval": sim.overlap_eval,  # host_eval_s counts only the waits (README "Executors")
+        },
         **tiers,
     }
 
