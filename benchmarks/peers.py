@@ -18,7 +18,11 @@ The peers build iotfl-sim's model in plain PyTorch (`peers_job.PlainCNN`) and re
 iotfl-sim's loader. Repetitions are interleaved (rep 1: every job on every side, then rep 2, ...); the fastest and
 the median are reported. Memory is the peak over the run of the summed PSS of the process and every descendant
 (Ray's gcs_server, raylet, workers and actors included; this script makes itself a child subreaper so daemonized
-descendants stay in the tree), sampled every 0.2 s from /proc; RSS where PSS is unreadable (the report says which).
+descendants stay in the tree), sampled every second from /proc; RSS where PSS is unreadable (the report says which).
+Every second, not faster: reading a process's PSS (smaps_rollup) walks its page tables under its memory-map lock,
+8 ms of CPU per read of the iot job's 400 MB process; at 0.2 s the sampler took 0.6-0.7 CPU s of a 13-14 s iot run
+(5 % of a core, measured 2026-11-27), which a side training on both cores pays in wall time and a one-core side
+(FLGo) does not.
 
 Flower and FLGo live in their own virtual environments, outside the repository (neither is a dependency of
 iotfl-sim). `--setup` creates them with exactly these commands (about 3 minutes, from the package index):
@@ -78,7 +82,7 @@ TORCH = "torch==2.13.0"  # the CPU build on this machine's disk
 READER_NEEDS = ["orjson"]  # iotfl-sim's dataset loader, which every side reads its data with (FEMNIST's json)
 FLGO_NEEDS = ["tqdm", "scipy", "matplotlib", "prettytable", "ujson", "pyyaml", "networkx", "requests", "toolz",
               *READER_NEEDS]
-SAMPLE_S = 0.2
+SAMPLE_S = 1.0  # the module docstring says why not faster
 
 
 def conv_scenario(rounds: int) -> dict:

@@ -287,6 +287,14 @@ class _Recording:
         self.evaluated.append(len(jobs))
         return self.inner.evaluate(jobs)
 
+    @property
+    def overlaps(self) -> bool:
+        return self.inner.overlaps
+
+    def evaluate_later(self, jobs):
+        self.evaluated.append(len(jobs))
+        return self.inner.evaluate_later(jobs)
+
     def close(self) -> None:
         self.closed = True
         self.inner.close()
@@ -316,6 +324,9 @@ def test_a_host_executor_trains_what_is_not_fused_and_evaluates(data) -> None:
     _assert_bitwise([got[i] for i in unfused], [ref[i] for i in unfused])
     evals = [EvalJob(recipe, SubmodelSpec(0.25), r.state, 16) for r in ref[:2]]
     assert ex.evaluate(evals) == inline.evaluate(evals) and host.evaluated == [2]
+    # beside the next round's training (engine: overlap_eval) the host's threads evaluate too; alone, nothing can
+    assert ex.overlaps and ex.evaluate_later(evals).result() == inline.evaluate(evals) and host.evaluated == [2, 2]
+    assert not FusedExecutor(x, y, cpu_max_step_flops=None).overlaps
     assert ex._skeletons == {}  # the host trained what is not fused: no CPU model kept here to ask about it
     ex.close()
     inline.close()

@@ -243,8 +243,9 @@ class Simulation:
         proc = self.env.process(self.async_server.run() if self.async_server is not None else self.server())
         try:
             self.env.run(until=proc)
-        except BaseException:
-            self._write_held_row(failing=True)  # the last round that ended keeps its row
+        except BaseException as e:
+            if not isinstance(e, KeyboardInterrupt):  # a second Ctrl-C stops at once: no waiting for an evaluation
+                self._write_held_row(failing=True)  # the last round that ended keeps its row
             raise
         self._write_held_row()
         if self.checkpointing.pending is not None:  # the run ended (stalled) before the replay reached the checkpoint
