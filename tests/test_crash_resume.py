@@ -114,7 +114,8 @@ def test_a_run_evaluating_beside_the_next_round_resumes_to_the_same_results(tmp_
     """Worker threads evaluate round r while round r + 1 trains (its row held until then), a checkpoint every two
     rounds: killed while round 3's row waits for its evaluation (round 4 training; round 4's evaluation, two
     calibration slices per evaluation), resumed from round 2's checkpoint."""
-    run = killed_then_resumed(tmp_path, [point], executor={"kind": "threads", "workers": 2}, checkpoint_every=2)
+    run = killed_then_resumed(tmp_path, [point], executor={"kind": "threads", "workers": 2, "overlap_eval": True},
+                              checkpoint_every=2)
     assert_same_run(whole, run)
 
 

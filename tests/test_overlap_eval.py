@@ -14,7 +14,7 @@ from test_resume import HOST, only_run, rounds, summary
 from test_thread_executor import _data, _jobs, _same
 
 from iotfl_sim.cli import main
-from iotfl_sim.exec.base import EvalJob, Worker
+from iotfl_sim.exec.base import EvalJob, Worker, overlaps
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.exec.threads import ThreadExecutor
 from iotfl_sim.fl.evaluate import eval_prototype
@@ -91,7 +91,7 @@ def test_overlapped_evaluation_writes_the_files_a_run_without_it_writes(tmp_path
     monkeypatch.setattr(ThreadExecutor, "evaluate_later", lambda self, jobs: later_calls.append(1) or evaluate_later(self, jobs))
     alone = _run(tmp_path, write_scenario, "alone", overlap_eval=False)
     assert later_calls == []
-    beside = _run(tmp_path, write_scenario, "beside")
+    beside = _run(tmp_path, write_scenario, "beside", overlap_eval=True)
     # round 1's evaluation overlaps round 2; round 2's too, but its checkpoint writes its row first; the last
     # round has nothing to overlap
     assert len(later_calls) == 2
@@ -116,7 +116,20 @@ def test_a_round_that_fails_leaves_the_row_of_the_round_whose_evaluation_overlap
 
     monkeypatch.setattr(Learning, "train_tasks", fails_in_round_2)
     with pytest.raises(RuntimeError, match="round 2 breaks"):
-        _run(tmp_path, write_scenario, "failing")
+        _run(tmp_path, write_scenario, "failing", overlap_eval=True)
     (run,) = (tmp_path / "failing").iterdir()
     rows = rounds(run)
     assert [r["round"] for r in rows] == ["1"] and float(rows[0]["acc_full"]) > 0
+
+
+def test_auto_overlaps_only_where_evaluation_and_training_use_different_processors():
+    """On CPU cores the two share cores and caches and overlap measured no faster (benchmarks/overlap_eval.md);
+    the fused trainer on CUDA trains on the GPU while its host threads evaluate."""
+    ex = ThreadExecutor(_data(), workers=2)
+    try:
+        assert [overlaps(ex, s) for s in ("auto", True, False)] == [False, True, False]
+    finally:
+        ex.close()
+    on_gpu = type("OnGpu", (), {"overlaps": True, "overlap_pays": True})()
+    assert [overlaps(on_gpu, s) for s in ("auto", True, False)] == [True, True, False]
+    assert not overlaps(InlineExecutor(_data()), True)  # evaluates when asked, whatever the setting

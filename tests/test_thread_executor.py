@@ -149,7 +149,8 @@ def test_every_method_gives_inline_bits_on_worker_threads(tmp_path, write_scenar
     data["fleet"].setdefault("cost_model", "flops")
     runs = {}
     for kind in ("inline", "threads"):
-        data["executor"] = {"kind": kind} if kind == "inline" else {"kind": kind, "workers": 2}
+        # threads: evaluation beside the next round too (a round's evaluation overlaps the next one's training)
+        data["executor"] = {"kind": kind} if kind == "inline" else {"kind": kind, "workers": 2, "overlap_eval": True}
         assert main(["run", str(write_scenario(data, f"{kind}.yaml")), "--out", str(tmp_path / kind), "--quiet"]) == 0
         runs[kind] = only_run(tmp_path / kind)
     assert rounds(runs["threads"]) == rounds(runs["inline"])

@@ -76,11 +76,17 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def overlaps(executor: Any) -> bool:
-    """Can ``executor`` evaluate beside the caller's next work? Those that can say ``overlaps = True`` and have
-    ``evaluate_later(jobs) -> concurrent.futures.Future`` of ``evaluate``'s result, whose jobs must hold weights
-    nobody changes until the result is read (``sim.learning.Learning.start_evaluation`` copies them)."""
-    return bool(getattr(executor, "overlaps", False))
+def overlaps(executor: Any, setting: bool | str = True) -> bool:
+    """Does ``executor`` evaluate beside the caller's next work, under ``executor.overlap_eval`` = ``setting``?
+    Executors that can say ``overlaps = True`` and have ``evaluate_later(jobs) -> concurrent.futures.Future`` of
+    ``evaluate``'s result, whose jobs must hold weights nobody changes until the result is read
+    (``sim.learning.Learning.start_evaluation`` copies them). ``"auto"``: only those whose evaluation does not
+    share processors with their training (``overlap_pays``: the fused trainer on CUDA); on CPU cores the two
+    compete for the same cores and caches, and overlap measured no faster (``benchmarks/overlap_eval.md``)."""
+    can = bool(getattr(executor, "overlaps", False))
+    if setting == "auto":
+        return can and bool(getattr(executor, "overlap_pays", False))
+    return can and bool(setting)
 
 
 class Worker:

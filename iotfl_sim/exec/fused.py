@@ -261,6 +261,11 @@ class FusedExecutor:
         GPU trains while the host's threads evaluate)."""
         return self._host is not None and overlaps(self._host)
 
+    @property
+    def overlap_pays(self) -> bool:
+        """The GPU trains while the host's threads evaluate: no processor shared (``exec.base.overlaps``)."""
+        return self.device.type != "cpu"
+
     def evaluate_later(self, jobs: list[EvalJob]) -> Future:
         if self._host is None:
             raise RuntimeError("FusedExecutor evaluates beside training only with a host executor (see overlaps)")

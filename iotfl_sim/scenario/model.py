@@ -450,12 +450,13 @@ class Executor(Strict):
         description="torch threads per training or evaluation job, in every executor (results depend on it in the "
         "last bits, so it is pinned: the same seed then gives the same bits whichever executor runs)",
     )
-    overlap_eval: bool = Field(
-        True,
-        description="evaluate round r while the server simulates and trains round r + 1, where the executor can "
-        "(threads, and fused with its host threads on CUDA); every result and file is the same bits either way, "
-        "round r's row is written when its evaluation ends; host_eval_s then counts only the time the server "
-        "waited for evaluations (false: each evaluation runs alone, as a measurement of its cost needs)",
+    overlap_eval: bool | Literal["auto"] = Field(
+        "auto",
+        description="evaluate round r while the server simulates and trains round r + 1: true where the executor "
+        "can (threads, and fused on CUDA, whose host threads evaluate); auto: only where the evaluation does not "
+        "share processors with the training (fused on CUDA; on CPU cores it measured no faster); false: never. "
+        "Every result and file is the same bits either way (round r's row is written when its evaluation ends); "
+        "host_eval_s then counts only the time the server waited for evaluations",
     )
 
     @model_validator(mode="after")

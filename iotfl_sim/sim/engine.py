@@ -140,7 +140,7 @@ class Simulation:
         self.executor = executor
         self.learning = Learning(sc, self.numerics, self.strategy, self.executor)
         # round r's evaluation runs while round r + 1 is simulated and trained; its row waits for it (_record)
-        self.overlap_eval = sc.numerics == "torch" and sc.executor.overlap_eval and overlaps(executor)
+        self.overlap_eval = sc.numerics == "torch" and overlaps(executor, sc.executor.overlap_eval)
         self._unwritten: tuple[dict[str, Any], dict[str, float], Evaluation | None] | None = None
         self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
         self.env = simpy.Environment()
