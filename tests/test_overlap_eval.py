@@ -17,6 +17,7 @@ from iotfl_sim.cli import main
 from iotfl_sim.exec.base import EvalJob, Worker, overlaps
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.exec.threads import ThreadExecutor
+from iotfl_sim.fl import evaluate
 from iotfl_sim.fl.evaluate import eval_prototype
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -98,6 +99,7 @@ def test_overlapped_evaluation_writes_the_files_a_run_without_it_writes(tmp_path
     assert rounds(beside) == rounds(alone) and summary(beside) == summary(alone)
     for name in ("devices.csv", "events.jsonl"):
         assert (beside / name).read_text() == (alone / name).read_text()
+    assert evaluate._PROTOTYPES == {}  # a run's end drops the models it evaluated from
     said = [json.loads((r / "summary.json").read_text())["executor"]["overlap_eval"] for r in (beside, alone)]
     assert said == [True, False]
     header = (beside / "rounds.csv").read_text().splitlines()[0]

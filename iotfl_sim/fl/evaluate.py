@@ -53,6 +53,12 @@ def eval_prototype(recipe: ModelRecipe, spec: SubmodelSpec) -> nn.Module:
     return model
 
 
+def forget_prototypes() -> None:
+    """Drop every prototype: a run's end (``sim.engine``), so a process running many keeps none of their models."""
+    with _PROTOTYPES_LOCK:
+        _PROTOTYPES.clear()
+
+
 def eval_skeleton(recipe: ModelRecipe, spec: SubmodelSpec) -> nn.Module:
     """The evaluation model of ``spec`` (BatchNorm with running statistics), a copy of its prototype made once per
     thread and reused."""

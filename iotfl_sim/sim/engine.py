@@ -37,6 +37,7 @@ from iotfl_sim.exec.base import NumericData, overlaps
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.glibc_heap import one_arena_pays, single_malloc_arena
 from iotfl_sim.fl.cost import opcost
+from iotfl_sim.fl.evaluate import forget_prototypes
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.torch_seed import seed_torch
@@ -263,6 +264,7 @@ class Simulation:
             self.recorder.summary(summary)
         if self.executor is not None:
             self.executor.close()
+        forget_prototypes()
         torch.set_num_threads(self._threads_before)
         return summary
 
