@@ -135,3 +135,44 @@ def test_auto_overlaps_only_where_evaluation_and_training_use_different_processo
     on_gpu = type("OnGpu", (), {"overlaps": True, "overlap_pays": True})()
     assert [overlaps(on_gpu, s) for s in ("auto", True, False)] == [True, True, False]
     assert not overlaps(InlineExecutor(_data()), True)  # evaluates when asked, whatever the setting
+
+
+def test_an_overlapped_evaluation_scores_its_own_rounds_weights_when_a_method_aggregates_in_place(
+    tmp_path, write_scenario, monkeypatch
+):
+    """A method may write its new aggregate into its state's tensors in place. Round 1's evaluation is held here
+    until round 2 has been aggregated; its jobs hold copies, so it still scores round 1's weights (the rows equal a
+    run without overlap, where the evaluation ends before round 2 starts)."""
+    from iotfl_sim.algorithms.fedavg import FedAvg
+
+    aggregated = threading.Event()
+    aggregate, score = FedAvg.aggregate, Worker.score
+
+    def in_place(self, rnd, updates):
+        before = self.state
+        aggregate(self, rnd, updates)
+        for k, v in before.items():
+            v.copy_(self.state[k])
+        self.state = before
+        if rnd == 1:
+            aggregated.set()
+
+    def after_the_next_aggregation(self, *args):  # the test set is one slice: the other worker trains meanwhile
+        assert aggregated.wait(timeout=30)
+        return score(self, *args)
+
+    monkeypatch.setattr(FedAvg, "aggregate", in_place)
+    monkeypatch.setattr(Worker, "score", after_the_next_aggregation)
+
+    def run(name: str, overlap: bool):
+        data = base_scenario(rounds=2)
+        data["server"] = {"eval_every": 1, "eval_batch_size": 400}  # digits' 360 test images: one slice
+        data["fleet"]["cost_model"] = "flops"
+        data["executor"] = {"kind": "threads", "workers": 2, "overlap_eval": overlap}
+        assert main(["run", str(write_scenario(data, f"{name}.yaml")), "--out", str(tmp_path / name), "--quiet"]) == 0
+        return rounds(only_run(tmp_path / name))
+
+    aggregated.set()  # alone: each evaluation ends before the next round starts
+    alone = run("alone", False)
+    aggregated.clear()
+    assert run("beside", True) == alone and alone[0]["acc_full"] != alone[1]["acc_full"]
