@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,7 +76,7 @@ def test_an_evaluation_started_later_draws_nothing_from_the_global_rng():
         ex.close()
 
 
-def _run(tmp_path, write_scenario, name: str, **executor) -> object:
+def _run(tmp_path, write_scenario, name: str, **executor) -> Path:
     data = base_scenario(rounds=3)
     data["server"] = {"eval_every": 1, "bn_calibration_samples": 64}
     data["fleet"]["cost_model"] = "flops"
@@ -90,12 +91,21 @@ def test_overlapped_evaluation_writes_the_files_a_run_without_it_writes(tmp_path
     later_calls = []
     evaluate_later = ThreadExecutor.evaluate_later
     monkeypatch.setattr(ThreadExecutor, "evaluate_later", lambda self, jobs: later_calls.append(1) or evaluate_later(self, jobs))
+    built_off_the_caller = []  # evaluation models (track_bn) built on another thread: they would draw from the RNG
+    build = ModelRecipe.build
+
+    def recording_build(self, spec, *args, **kwargs):
+        if kwargs.get("track_bn") and threading.current_thread() is not threading.main_thread():
+            built_off_the_caller.append(threading.current_thread().name)
+        return build(self, spec, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRecipe, "build", recording_build)
     alone = _run(tmp_path, write_scenario, "alone", overlap_eval=False)
     assert later_calls == []
     beside = _run(tmp_path, write_scenario, "beside", overlap_eval=True)
     # round 1's evaluation overlaps round 2; round 2's too, but its checkpoint writes its row first; the last
     # round has nothing to overlap
-    assert len(later_calls) == 2
+    assert len(later_calls) == 2 and built_off_the_caller == []
     assert rounds(beside) == rounds(alone) and summary(beside) == summary(alone)
     for name in ("devices.csv", "events.jsonl"):
         assert (beside / name).read_text() == (alone / name).read_text()
