@@ -184,14 +184,16 @@ def test_a_file_unpacking_to_more_than_the_bound_is_not_unpacked(tmp_path, monke
     assert n == 2 and _same(table, traced)
 
 
-def _leaf_tree(root, pixel: float = 0.25) -> None:
-    """Two writers' LEAF files per split (the second writer's train image holds ``pixel``)."""
+def _leaf_tree(root, pixel: float = 0.25, unit: int = 784) -> None:
+    """Two writers' LEAF files per split (the second writer's train image holds ``pixel``), the other pixels
+    multiples of 1/``unit``: 1/784 clashes with 0 on the nearest 8-bit code, so no palette fits and the images
+    are kept as floats; 1/255 is LEAF's own grid, kept as codes."""
     import json
 
     for split, users in (("train", ("w0", "w1")), ("test", ("w1", "w2"))):
         folder = root / "femnist" / split
         folder.mkdir(parents=True, exist_ok=True)
-        data_ = {u: {"x": [[i / 784] * 783 + [pixel if (split, u) == ("train", "w1") else 0.5]], "y": [i]}
+        data_ = {u: {"x": [[i / unit] * 783 + [pixel if (split, u) == ("train", "w1") else 0.5]], "y": [i]}
                  for i, u in enumerate(users)}
         (folder / "a.json").write_text(json.dumps({"users": list(users), "num_samples": [1, 1], "user_data": data_}))
 
@@ -232,6 +234,38 @@ def test_femnist_is_parsed_once_per_content_of_its_json(tmp_path, monkeypatch):
     assert n4 == 1 and not _same_dataset(changed, parsed)
     fresh, _ = _femnist(monkeypatch, "off", root)
     assert _same_dataset(changed, fresh)
+
+
+def test_femnist_on_leafs_grid_is_kept_as_codes_and_read_back_to_the_parsed_bits(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    _leaf_tree(root, unit=255)
+    parsed, n1 = _femnist(monkeypatch, "off", root)
+    _femnist(monkeypatch, tmp_path / "cache", root)
+    again, n3 = _femnist(monkeypatch, tmp_path / "cache", root)
+    assert (n1, n3) == (1, 0) and _same_dataset(again, parsed)
+    (table,) = (tmp_path / "cache" / "datasets").glob("*.npz")
+    with np.load(table) as kept:
+        assert kept["codes_train"].dtype == np.uint8 and "x_train" not in kept.files  # 1 byte a pixel, not 4
+    # By hand: train pixels {0, 1/255, 0.5, 0.25}, 783 + 1 of each image; the test image of writer w1 (i = 0)
+    # is 0 but its last pixel 0.5, standardized with the train split's mean and std
+    train = np.array([0.0] * 783 + [0.5] + [1 / 255] * 783 + [0.25], dtype=np.float32).astype(np.float64)
+    mean, std = train.mean(), train.std()
+    assert again.x_test[0, 0, 0, 0].item() == pytest.approx((0 - mean) / std, rel=1e-6)
+    assert again.x_test[0, 0, 27, 27].item() == pytest.approx((0.5 - mean) / std, rel=1e-6)
+
+
+@pytest.mark.parametrize("field, bad", [("table_train", np.zeros(255, np.float32)), ("std", np.zeros((1, 1, 1, 1), np.float32)),
+                                        ("codes_test", np.zeros((2, 1, 28, 27), np.uint8))])  # fmt: skip
+def test_a_femnist_table_with_a_bad_coding_is_parsed_again(tmp_path, monkeypatch, field, bad):
+    root = tmp_path / "data"
+    _leaf_tree(root, unit=255)
+    parsed, _ = _femnist(monkeypatch, tmp_path / "cache", root)
+    (table,) = (tmp_path / "cache" / "datasets").glob("*.npz")
+    with np.load(table) as kept:
+        arrays = {f: kept[f] for f in kept.files}
+    np.savez(table, **{**arrays, field: bad})
+    again, n = _femnist(monkeypatch, tmp_path / "cache", root)
+    assert n == 1 and _same_dataset(again, parsed)
 
 
 def test_a_corrupt_femnist_table_is_parsed_again(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """An on-disk cache of small numpy tables that cost a process seconds to compute, shared by every process on
 the machine: operator traces (``fl.cost.opcost.affine_trace``), per-sample model costs (``fl.cost.footprint.measure_cost``)
 the ``digits`` train/test split (``fl.data.datasets``, which then needs no scikit-learn import) and FEMNIST's
-parsed LEAF json (``fl.data.readers.load_femnist``, keyed by a digest of the json files' bytes).
+parsed and coded LEAF json (``fl.data.readers.load_femnist``, keyed by a digest of the json files' bytes).
 
 Each of them is paid again by every process (each run, each pool worker of a sweep, each test): tracing an
 OFA-MobileNetV3 submodel on the meta device takes about a second of Python, probing FedX's model for its costs
