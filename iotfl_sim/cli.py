@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
@@ -490,5 +492,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def entry() -> NoReturn:
+    """The ``iotfl-sim`` command: ``main``, then exit without the interpreter's final garbage collections.
+
+    With PyTorch loaded they traverse every object it made, 0.4 s of each command's wall time (0.14 s left after
+    ``gc.freeze``, measured on this 2-core host; an IoT run takes 13 s in all). Everything else of a normal exit
+    still happens: atexit handlers (logging, worker pools, Ray), flushing and closing files, module teardown.
+    Only cyclic garbage left at exit is not collected, which CPython does not promise to finalize anyway."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

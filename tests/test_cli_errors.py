@@ -154,3 +154,21 @@ def test_console_exit_status_is_2(write_scenario):
     )
     assert proc.returncode == 2
     assert "rounds" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_command_exits_with_mains_status_and_an_otherwise_normal_interpreter_exit(tmp_path):
+    # The console command skips the final garbage collections (cli.entry): files still open are still flushed
+    # and atexit handlers (logging, worker pools, Ray) still run; os._exit would lose both.
+    script = (
+        "import atexit, sys\n"
+        "from iotfl_sim import cli\n"
+        "cli.main = lambda: 3\n"
+        f"held = open({str(tmp_path / 'held.txt')!r}, 'w')\n"
+        "held.write('written, never closed')\n"
+        f"atexit.register(lambda: open({str(tmp_path / 'atexit.txt')!r}, 'w').write('ran'))\n"
+        "cli.entry()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+    assert (tmp_path / "held.txt").read_text() == "written, never closed"
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
