@@ -9,7 +9,7 @@ Measured here, each the fastest of ``--repeat`` tries (one torch thread, as iotf
 - *matmul peak*: float32 GFLOP/s of square matrix products (512, 1024, 2048), the most this core does;
 - *kernel times*: one training step of ``cnn_small`` in channels_last (forward, cross-entropy, backward,
   gradient clipping, SGD with momentum) at each batch size the job's clients take, and one evaluation
-  forward at ``server.eval_batch_size``;
+  forward at ``server.eval_batch_size`` of the model a run scores with (``fl.scoring_model``: ReLU in place);
 - *start-up*: a new process importing iotfl-sim, loading FEMNIST (its coded arrays from the disk cache, as every
   run after the first reads them) and exiting as the command does: the least any run pays besides its rounds.
 
@@ -55,6 +55,7 @@ from iotfl_sim.exec.cores import available_cores  # noqa: E402
 from iotfl_sim.fl.data.datasets import load_dataset  # noqa: E402
 from iotfl_sim.fl.layout import batch_layout, model_layout  # noqa: E402
 from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
+from iotfl_sim.fl.scoring_model import scoring_model  # noqa: E402
 from iotfl_sim.fl.submodel import SubmodelSpec  # noqa: E402
 
 OUT_MD = HERE / "compute_floor.md"
@@ -101,7 +102,7 @@ def step_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> fl
 
 
 def forward_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> float:
-    model = model_layout(recipe.build(SubmodelSpec(1.0))).eval()
+    model = scoring_model(model_layout(recipe.build(SubmodelSpec(1.0))).eval())  # the twin a run scores with
     x = batch_layout(torch.randn(batch, recipe.in_channels, *recipe.image_size))
 
     def run() -> None:
