@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     ds = load_dataset(sc["data"]["dataset"])
     devices, per_round = sc["fleet"]["groups"][0]["count"], sc["clients_per_round"]
     batch = sc["local"]["batch_size"]
-    recipe = ModelRecipe(sc["model"]["family"], ds.num_classes, ds.in_channels, ds.image_size)
+    model = sc["model"]  # the job's options: without them the recipe would build BatchNorm and HeteroFL's scaler
+    recipe = ModelRecipe(model["family"], ds.num_classes, ds.in_channels, ds.image_size, norm=model["norm"],
+                         scaler=model["scaler"])
     flops_fwd = recipe.cost(SubmodelSpec(1.0)).flops_forward_per_sample
     n_train, n_test = len(ds.y_train), len(ds.y_test)
     small, large = n_train // devices, n_train // devices + 1  # IID sizes
