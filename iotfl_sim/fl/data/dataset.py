@@ -163,32 +163,25 @@ def encode(x_train: np.ndarray, x_test: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def encoded_fields(arrays: dict[str, np.ndarray], shape: tuple[int, ...]) -> dict[str, tuple[str, int]] | None:
-    """The fields (dtype kind, dimensions) ``encode``'s output must hold for images of per-sample ``shape``,
-    given which form each split took in ``arrays``; None where a split is in neither form."""
-    fields = {"mean": ("f", 4), "std": ("f", 4)}
-    for split in SPLITS:
-        if f"codes_{split}" in arrays:
-            fields.update({f"codes_{split}": ("u", 1 + len(shape)), f"table_{split}": ("f", 1)})
-        elif f"x_{split}" in arrays:
-            fields[f"x_{split}"] = ("f", 1 + len(shape))
-        else:
-            return None
-    return fields
-
-
-def valid_encoding(arrays: dict[str, np.ndarray], shape: tuple[int, ...]) -> bool:
-    """Whether ``arrays`` (read back from a cache) holds ``encode``'s fields for images of per-sample ``shape``,
-    of the dtypes ``from_encoded`` needs: statistics finite with std positive, codes bytes into a full palette."""
+def valid_encoding(arrays: dict[str, np.ndarray], shape: tuple[int, ...], others: set[str]) -> bool:
+    """Whether ``arrays`` (read back from a cache) holds exactly ``encode``'s fields for images of per-sample
+    ``shape`` plus the keys ``others``, of the dtypes ``from_encoded`` needs: statistics finite with std
+    positive, each split either codes (bytes into a full palette) or float32 images."""
+    coded = {s: f"codes_{s}" in arrays for s in SPLITS}
+    keys = {"mean", "std", *others}
+    for s in SPLITS:
+        keys |= {f"codes_{s}", f"table_{s}"} if coded[s] else {f"x_{s}"}
+    if set(arrays) != keys:
+        return False
     channels = (1, shape[0], 1, 1)
+    mean, std = arrays["mean"], arrays["std"]
     return (
-        all(arrays.get(k) is not None and arrays[k].dtype == np.float32 and arrays[k].shape == channels
-            for k in ("mean", "std"))
-        and bool(np.all(np.isfinite(arrays["mean"])) and np.all(arrays["std"] > 0) and np.all(np.isfinite(arrays["std"])))
+        all(a.dtype == np.float32 and a.shape == channels and bool(np.all(np.isfinite(a))) for a in (mean, std))
+        and bool(np.all(std > 0))
         and all(
             (arrays[f"codes_{s}"].dtype == np.uint8 and arrays[f"codes_{s}"].shape[1:] == shape
              and arrays[f"table_{s}"].dtype == np.float32 and arrays[f"table_{s}"].shape == (PALETTE,))
-            if f"codes_{s}" in arrays
+            if coded[s]
             else (arrays[f"x_{s}"].dtype == np.float32 and arrays[f"x_{s}"].shape[1:] == shape)
             for s in SPLITS
         )

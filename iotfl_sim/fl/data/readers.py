@@ -27,7 +27,6 @@ from iotfl_sim.fl.data.dataset import (
     DatasetError,
     check_labels,
     encode,
-    encoded_fields,
     fix,
     package,
     package_encoded,
@@ -272,7 +271,7 @@ def femnist_files(name: str, root: Path) -> Path:
 
 
 FEMNIST_SHAPE = (1, 28, 28)
-FEMNIST_LABELS = {f"{a}_{split}": ("i", 1) for split in SPLITS for a in ("y", "g")}
+FEMNIST_LABELS = {f"{a}_{split}" for split in SPLITS for a in ("y", "g")}
 
 
 def load_femnist(name: str, root: Path) -> Dataset:
@@ -342,11 +341,11 @@ def _parse_femnist(name: str, base: Path, root: Path) -> dict[str, np.ndarray]:
 
 
 def _valid_femnist(arrays: dict[str, np.ndarray]) -> bool:
-    fields = encoded_fields(arrays, FEMNIST_SHAPE)
-    if fields is None or not disk_cache.has(arrays, {**fields, **FEMNIST_LABELS}) or not valid_encoding(arrays, FEMNIST_SHAPE):
+    if not valid_encoding(arrays, FEMNIST_SHAPE, FEMNIST_LABELS):
         return False
     return all(
         arrays[f"y_{s}"].dtype == np.int64 and arrays[f"g_{s}"].dtype == np.int64
+        and arrays[f"y_{s}"].ndim == arrays[f"g_{s}"].ndim == 1
         and split_length(arrays, s) == len(arrays[f"y_{s}"]) == len(arrays[f"g_{s}"])
         and (len(arrays[f"g_{s}"]) == 0 or int(arrays[f"g_{s}"].min()) >= 0)
         for s in SPLITS
