@@ -10,6 +10,8 @@ Measured here, each the fastest of ``--repeat`` tries (one torch thread, as iotf
 - *kernel times*: one training step of ``cnn_small`` in channels_last (forward, cross-entropy, backward,
   gradient clipping, SGD with momentum) at each batch size the job's clients take, and one evaluation
   forward at ``server.eval_batch_size`` of the model a run scores with (``fl.scoring_model``: ReLU in place);
+- *side by side*: the same kernel loops on every usable core at once, one thread each with a model of its own
+  (as a run's worker threads train): the slowest thread's time, what sharing caches and memory costs;
 - *start-up*: a new process importing iotfl-sim, loading FEMNIST (its coded arrays from the disk cache, as every
   run after the first reads them) and exiting as the command does: the least any run pays besides its rounds.
 
@@ -20,7 +22,8 @@ three forward passes (the usual rule; the first layer's input gradient is skippe
 
 Floors on ``cores`` usable cores with perfect parallelism and no simulator work at all:
 - FLOP floor = job FLOPs / (cores x matmul peak): no PyTorch CPU program runs the job faster here;
-- kernel floor = kernel times x steps / cores: what these kernels at these batch sizes allow;
+- kernel floor = kernel times x steps / cores: what these kernels at these batch sizes allow (with the
+  side-by-side times: what they allow when every core runs them at once, as a run does);
 each plus the start-up. The peers' fastest walls come from ``benchmarks/peers.md``.
 
 Memory: the proportional set size (PSS, as peers.py measures it) of a new process after importing iotfl-sim,
@@ -40,7 +43,9 @@ import platform
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -56,6 +61,7 @@ from iotfl_sim.fl.data.datasets import load_dataset  # noqa: E402
 from iotfl_sim.fl.layout import batch_layout, model_layout  # noqa: E402
 from iotfl_sim.fl.recipe import ModelRecipe  # noqa: E402
 from iotfl_sim.fl.scoring_model import scoring_model  # noqa: E402
+from iotfl_sim.fl.sgd import PlainSGD  # noqa: E402
 from iotfl_sim.fl.submodel import SubmodelSpec  # noqa: E402
 
 OUT_MD = HERE / "compute_floor.md"
@@ -84,9 +90,10 @@ def matmul_peak(repeat: int) -> float:
     return best
 
 
-def step_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> float:
+def step_run(recipe: ModelRecipe, batch: int, steps: int) -> Callable[[], None]:
+    """``steps`` training steps of a model of its own, warmed up (kernel selection, first allocations)."""
     model = model_layout(recipe.build(SubmodelSpec(1.0)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = PlainSGD(model.parameters(), lr=0.05, momentum=0.9)  # the run's optimizer
     x = batch_layout(torch.randn(batch, recipe.in_channels, *recipe.image_size))
     y = torch.randint(0, recipe.num_classes, (batch,))
 
@@ -97,11 +104,11 @@ def step_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> fl
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
 
-    run()  # warm-up: kernel selection, first allocations
-    return best_of(repeat, run) / steps
+    run()
+    return run
 
 
-def forward_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) -> float:
+def forward_run(recipe: ModelRecipe, batch: int, steps: int) -> Callable[[], None]:
     model = scoring_model(model_layout(recipe.build(SubmodelSpec(1.0))).eval())  # the twin a run scores with
     x = batch_layout(torch.randn(batch, recipe.in_channels, *recipe.image_size))
 
@@ -111,7 +118,33 @@ def forward_seconds(recipe: ModelRecipe, batch: int, steps: int, repeat: int) ->
                 model(x)
 
     run()
-    return best_of(repeat, run) / steps
+    return run
+
+
+def alone_and_side_by_side(make: Callable[[], Callable[[], None]], steps: int, cores: int, repeat: int) -> tuple[float, float]:
+    """Seconds per step of ``make()``'s loop on one thread alone, and with ``cores`` threads each running its own
+    copy at once (the slowest thread's time): what sharing caches and memory with the other core's kernels costs,
+    as a run's worker threads do."""
+    runs = [make() for _ in range(cores)]
+    alone = best_of(repeat, runs[0]) / steps
+
+    def together() -> float:
+        start, times = threading.Barrier(cores), [0.0] * cores
+
+        def one(i: int) -> None:
+            start.wait()
+            t0 = time.perf_counter()
+            runs[i]()
+            times[i] = time.perf_counter() - t0
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(cores)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return max(times)
+
+    return alone, min(together() for _ in range(repeat)) / steps
 
 
 def startup_seconds(repeat: int) -> float:
@@ -172,18 +205,25 @@ def main(argv: list[str] | None = None) -> int:
 
     peak = matmul_peak(args.repeat)
     tails = sorted({s % batch for s in sizes if s % batch})
-    step = {b: step_seconds(recipe, b, 40, args.repeat) for b in (batch, *tails)}
-    fwd_full = forward_seconds(recipe, EVAL_BATCH, 8, args.repeat)
-    fwd_tail = forward_seconds(recipe, n_test % EVAL_BATCH, 8, args.repeat) if n_test % EVAL_BATCH else 0.0
-    startup = startup_seconds(args.repeat)
     cores = available_cores().usable
+    # (alone, side by side) seconds per step
+    step = {b: alone_and_side_by_side(lambda b=b: step_run(recipe, b, 40), 40, cores, args.repeat) for b in (batch, *tails)}
+    tail = n_test % EVAL_BATCH
+    fwd_full = alone_and_side_by_side(lambda: forward_run(recipe, EVAL_BATCH, 8), 8, cores, args.repeat)
+    fwd_tail = alone_and_side_by_side(lambda: forward_run(recipe, tail, 8), 8, cores, args.repeat) if tail else (0.0, 0.0)
+    startup = startup_seconds(args.repeat)
 
-    per_client = sum(count / devices * (size // batch * step[batch] + (step[size % batch] if size % batch else 0.0))
-                     for size, count in sizes.items())
-    train_s = ROUNDS * per_round * per_client
-    eval_s = ROUNDS * (n_test // EVAL_BATCH * fwd_full + fwd_tail)
+    def kernel_seconds(which: int) -> tuple[float, float]:
+        per_client = sum(count / devices * (size // batch * step[batch][which]
+                                            + (step[size % batch][which] if size % batch else 0.0))
+                         for size, count in sizes.items())
+        return ROUNDS * per_round * per_client, ROUNDS * (n_test // EVAL_BATCH * fwd_full[which] + fwd_tail[which])
+
+    train_s, eval_s = kernel_seconds(0)
+    train_2, eval_2 = kernel_seconds(1)
     flop_floor = startup + flops / (cores * peak * 1e9)
     kernel_floor = startup + (train_s + eval_s) / cores
+    shared_floor = startup + (train_2 + eval_2) / cores
     load_after = os.getloadavg()
 
     peers = {side: wall for side, (wall, _) in peers_table("iot").items()}
@@ -200,12 +240,17 @@ def main(argv: list[str] | None = None) -> int:
         f"| samples trained (expected) / tested | {train_samples:,.0f} / {test_samples:,} |",
         f"| job FLOPs (training as 3 forward passes) | {flops / 1e12:.3f} T |",
         f"| matmul peak, one core | {peak:.1f} GFLOP/s |",
-        *[f"| training step at batch {b} | {1e3 * s:.2f} ms ({3 * flops_fwd * b / s / 1e9:.1f} GFLOP/s) |" for b, s in step.items()],
-        f"| evaluation forward at batch {EVAL_BATCH} | {1e3 * fwd_full:.2f} ms ({flops_fwd * EVAL_BATCH / fwd_full / 1e9:.1f} GFLOP/s) |",
-        f"| kernel time of the job on one core: training / evaluation | {train_s:.2f} s / {eval_s:.2f} s |",
+        *[f"| training step at batch {b}, alone / {cores} side by side | {1e3 * s:.2f} / {1e3 * s2:.2f} ms "
+          f"({3 * flops_fwd * b / s / 1e9:.1f} / {3 * flops_fwd * b / s2 / 1e9:.1f} GFLOP/s) |" for b, (s, s2) in step.items()],
+        f"| evaluation forward at batch {EVAL_BATCH}, alone / {cores} side by side | {1e3 * fwd_full[0]:.2f} / "
+        f"{1e3 * fwd_full[1]:.2f} ms ({flops_fwd * EVAL_BATCH / fwd_full[0] / 1e9:.1f} / "
+        f"{flops_fwd * EVAL_BATCH / fwd_full[1] / 1e9:.1f} GFLOP/s) |",
+        f"| kernel time of the job on one core: training / evaluation, alone | {train_s:.2f} s / {eval_s:.2f} s |",
+        f"| the same, {cores} side by side | {train_2:.2f} s / {eval_2:.2f} s |",
         f"| start-up (new process: imports + FEMNIST from the disk cache) | {startup:.2f} s |",
         f"| **FLOP floor** (start-up + FLOPs / ({cores} x peak)) | **{flop_floor:.2f} s** |",
-        f"| **kernel floor** (start-up + kernel time / {cores}) | **{kernel_floor:.2f} s** |", "",
+        f"| **kernel floor** (start-up + kernel time alone / {cores}) | **{kernel_floor:.2f} s** |",
+        f"| **kernel floor, side by side** (start-up + kernel time side by side / {cores}) | **{shared_floor:.2f} s** |", "",
         "From `benchmarks/peers.md` (fastest walls of the IoT job): "
         + ", ".join(f"{side} {wall:.1f} s" for side, wall in peers.items()) + ".", "",
     ]
@@ -213,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         if side in peers:
             need = peers[side] / 3
             lines.append(f"- 3x {side} needs at most **{need:.2f} s**: the FLOP floor is {flop_floor / need:.2f}x that, "
-                         f"the kernel floor {kernel_floor / need:.2f}x"
-                         + (" (out of reach on this host)." if kernel_floor > need else "."))
+                         f"the kernel floor {kernel_floor / need:.2f}x, side by side {shared_floor / need:.2f}x"
+                         + (" (out of reach on this host)." if min(kernel_floor, shared_floor) > need else "."))
     if "iotfl-sim" in peers:
         lines.append(f"- iotfl-sim's fastest run ({peers['iotfl-sim']:.1f} s) is {peers['iotfl-sim'] / kernel_floor:.2f}x "
-                     "the kernel floor: what a simulator adds on top of the arithmetic and the start-up.")
+                     f"the kernel floor, {peers['iotfl-sim'] / shared_floor:.2f}x the side-by-side one: what a simulator "
+                     "adds on top of the arithmetic and the start-up.")
     lines += ["", "## Memory (PSS, MB)", "",
               "| job | after imports | + dataset loaded | iotfl-sim peak (median) | added by the run | Flower peak / 4 | "
               "left for the run at Flower / 4 |", "|---|---|---|---|---|---|---|"]
