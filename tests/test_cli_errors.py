@@ -172,3 +172,19 @@ def test_the_command_exits_with_mains_status_and_an_otherwise_normal_interpreter
     assert proc.returncode == 3, proc.stderr
     assert (tmp_path / "held.txt").read_text() == "written, never closed"
     assert (tmp_path / "atexit.txt").read_text() == "ran"
+
+
+def test_the_command_freezes_the_collector_before_exiting(monkeypatch):
+    # what spares the exit the final collections over PyTorch's objects (cli.entry's docstring)
+    import gc
+
+    from iotfl_sim import cli
+
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    frozen_before = gc.get_freeze_count()
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli.entry()
+        assert ended.value.code == 0 and gc.get_freeze_count() > frozen_before
+    finally:
+        gc.unfreeze()

@@ -111,7 +111,7 @@ def mnist_files(name: str, root: Path) -> tuple[Path, dict[str, Path]]:
 def load_mnist_like(name: str, root: Path) -> Dataset:
     folder, paths = mnist_files(name, root)
     arrays = {key: read_idx(path) for key, path in paths.items()}
-    for split in ("train", "test"):
+    for split in SPLITS:
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise DatasetError(
@@ -265,7 +265,7 @@ def femnist_files(name: str, root: Path) -> Path:
         raise DatasetError(f"{name}: {root / 'femnist' / 'train'} not found; {fix(name, root)}")
     if not (base / "test").is_dir():
         raise DatasetError(f"{name}: {base / 'test'} not found; {fix(name, root)}")
-    for split in ("train", "test"):
+    for split in SPLITS:
         _leaf_files(name, base / split, root)
     return base
 
@@ -334,7 +334,7 @@ def _parse_femnist(name: str, base: Path, root: Path) -> dict[str, np.ndarray]:
 
     # Train first so writer indices follow the train files; a test-only writer gets a fresh index.
     arrays = {}
-    for split in ("train", "test"):
+    for split in SPLITS:
         x, y, g = stack(_read_leaf_split(name, base / split, root))
         arrays.update({f"x_{split}": x, f"y_{split}": y, f"g_{split}": g})
     return arrays
@@ -364,7 +364,7 @@ def har_source(name: str, root: Path) -> tuple[str, Path]:
     official = [root / sub for sub in ("uci_har/UCI HAR Dataset", "UCI HAR Dataset", ".")]
     for base in official:
         if (base / "train" / "Inertial Signals").is_dir():
-            for split in ("train", "test"):
+            for split in SPLITS:
                 for s in HAR_SIGNALS:
                     _need(name, base / split / "Inertial Signals" / f"{s}_{split}.txt", root)
                 for what in ("y", "subject"):
@@ -418,7 +418,7 @@ def _read_txt_matrix(name: str, path: Path, root: Path) -> np.ndarray:
 
 def _load_har_text(name: str, base: Path, root: Path) -> Dataset:
     arrays: dict[str, np.ndarray] = {}
-    for split in ("train", "test"):
+    for split in SPLITS:
         sig_dir = base / split / "Inertial Signals"
         signals = [_read_txt_matrix(name, sig_dir / f"{s}_{split}.txt", root) for s in HAR_SIGNALS]
         if len({s.shape for s in signals}) != 1:
@@ -434,7 +434,7 @@ def _load_har_text(name: str, base: Path, root: Path) -> Dataset:
 
 def _har_package(name: str, where: Path, arrays: dict[str, np.ndarray]) -> Dataset:
     out = {}
-    for split in ("train", "test"):
+    for split in SPLITS:
         x = np.asarray(arrays[f"X_{split}"], dtype=np.float32)
         y = np.asarray(arrays[f"y_{split}"]).astype(np.int64) - 1  # activities are numbered 1..6
         g = np.asarray(arrays[f"subject_{split}"]).astype(np.int64)
