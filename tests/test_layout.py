@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import iotfl_sim.fl.train as train_module
+from iotfl_sim.catalog import MODEL_FAMILIES
+from iotfl_sim.fl.layout import model_layout
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.train import TrainJob, train_local
@@ -51,3 +53,16 @@ def test_the_skeleton_trains_in_channels_last_and_the_state_leaves_contiguous() 
     convs = [p for p in skeleton.parameters() if p.dim() == 4]
     assert convs and all(p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous() for p in convs)
     assert all(v.is_contiguous() for v in result.state.values())
+
+
+@pytest.mark.parametrize("family", MODEL_FAMILIES)
+def test_laying_out_a_laid_out_model_changes_nothing(family: str) -> None:
+    """train_local lays out a reused skeleton at its first job only (fl/train.py): that is the same as laying it
+    out before every job only if a second ``model_layout`` keeps every tensor's strides and storage."""
+    sensor = family in {"mlp", "harwild"}  # HAR's 9 x 128 windows; the others take 32 x 32 RGB images
+    recipe = ModelRecipe(family, 10, 1, (9, 128)) if sensor else ModelRecipe(family, 10, 3, (32, 32))
+    model = model_layout(recipe.build(SubmodelSpec(0.5)))
+    before = [(k, t.stride(), t.data_ptr()) for k, t in model.state_dict(keep_vars=True).items()]
+    after = [(k, t.stride(), t.data_ptr()) for k, t in model_layout(model).state_dict(keep_vars=True).items()]
+    assert before == after
+    assert sensor or any(t.dim() == 4 and not t.is_contiguous() for t in model.state_dict().values())
