@@ -58,6 +58,21 @@ def test_data_size_weights():
     assert new["hidden.weight"][3, 3].item() == 2.0
 
 
+def test_whole_then_part_then_whole_counts_every_weight_where_it_landed():
+    """The count stays one number while contributions cover the whole tensor and becomes a tensor at the first
+    that covers part of it: weights 1 (whole), 2 (the 2 x 2 corner), 4 (whole), hand-averaged per entry."""
+    g = {"w": torch.zeros(3, 3, dtype=torch.float64)}
+    parts = [({"w": torch.full((3, 3), 1.0, dtype=torch.float64)}, 1.0),
+             ({"w": torch.full((2, 2), 10.0, dtype=torch.float64)}, 2.0),
+             ({"w": torch.full((3, 3), 100.0, dtype=torch.float64)}, 4.0)]
+    kept = [st["w"].clone() for st, _ in parts]
+    new = aggregate_nested(g, [Contribution(st, w) for st, w in parts])["w"]
+    corner, rim = (1 * 1.0 + 2 * 10.0 + 4 * 100.0) / 7, (1 * 1.0 + 4 * 100.0) / 5
+    assert torch.equal(new[:2, :2], torch.full((2, 2), corner, dtype=torch.float64))
+    assert torch.equal(new[2], torch.full((3,), rim, dtype=torch.float64)) and torch.equal(new[:, 2], torch.full((3,), rim, dtype=torch.float64))
+    assert all(torch.equal(st["w"], k) for (st, _), k in zip(parts, kept, strict=True))  # float64 states not scaled in place
+
+
 def test_global_state_not_modified_and_real_submodels_nest():
     recipe = ModelRecipe("cnn_small", 10, 1, (8, 8))
     g = recipe.build(SubmodelSpec(1.0)).state_dict()

@@ -37,27 +37,42 @@ def aggregate_nested(
             out[key] = g.clone()
             continue
         total = torch.zeros_like(g, dtype=torch.float64)
-        count = torch.zeros_like(g, dtype=torch.float64)
+        # Every entry's count is the sum of the weights that reached it, added in contribution order. While every
+        # contribution so far covered the whole tensor that sum is one number (``uniform``): the tensor is made
+        # only when a contribution covers part of it (a smaller submodel, label rows), from that number, so each
+        # entry gets the same additions in the same order either way (FedAvg's 100 clients: a third of the ops).
+        count: torch.Tensor | None = None
+        uniform = 0.0
         touched = False
         for c in contributions:
             t = c.state.get(key)
             if t is None:
                 continue
             touched = True
+            rows = key in classifier_keys and c.label_rows is not None
+            if t.shape == g.shape and not rows:
+                total += t.to(torch.float64, copy=True).mul_(c.weight)  # the copy: a float64 t is the client's own
+                if count is None:
+                    uniform += c.weight
+                else:
+                    count += c.weight
+                continue
+            if count is None:
+                count = torch.full_like(g, uniform, dtype=torch.float64)
             region = prefix_index(tuple(t.shape))
-            if key in classifier_keys and c.label_rows is not None:
-                rows = torch.as_tensor(c.label_rows, dtype=torch.long)
-                rows = rows[rows < t.shape[0]]
-                sub_total = total[region]
-                sub_count = count[region]
-                sub_total.index_add_(0, rows, t.index_select(0, rows).to(torch.float64), alpha=c.weight)
-                sub_count.index_add_(0, rows, torch.ones_like(t.index_select(0, rows), dtype=torch.float64), alpha=c.weight)
+            if rows:
+                picked = torch.as_tensor(c.label_rows, dtype=torch.long)
+                picked = picked[picked < t.shape[0]]
+                total[region].index_add_(0, picked, t.index_select(0, picked).to(torch.float64), alpha=c.weight)
+                count[region].index_add_(0, picked, torch.ones_like(t.index_select(0, picked), dtype=torch.float64), alpha=c.weight)
             else:
                 total[region] += c.weight * t.to(torch.float64)
                 count[region] += c.weight
         if not touched:
             out[key] = g.clone()
             continue
+        if count is None:
+            count = torch.full_like(g, uniform, dtype=torch.float64)
         mask = count > 0
         new = g.clone()
         new[mask] = (total[mask] / count[mask]).to(g.dtype)
