@@ -134,16 +134,19 @@ def test_a_round_that_fails_leaves_the_row_of_the_round_whose_evaluation_overlap
     assert [r["round"] for r in rows] == ["1"] and float(rows[0]["acc_full"]) > 0
 
 
-def test_auto_overlaps_only_where_evaluation_and_training_use_different_processors():
-    """On CPU cores the two share cores and caches and overlap measured no faster (benchmarks/overlap_eval.md);
-    the fused trainer on CUDA trains on the GPU while its host threads evaluate."""
+def test_auto_overlaps_where_the_executor_says_it_pays():
+    """The thread executor (the evaluation fills the workers' idle time between rounds, benchmarks/overlap_eval.md)
+    and the fused trainer on CUDA say so; an executor that can overlap but does not say it pays (fused on a CPU)
+    overlaps only when asked; the inline executor never."""
     ex = ThreadExecutor(_data(), workers=2)
     try:
-        assert [overlaps(ex, s) for s in ("auto", True, False)] == [False, True, False]
+        assert [overlaps(ex, s) for s in ("auto", True, False)] == [True, True, False]
     finally:
         ex.close()
     on_gpu = type("OnGpu", (), {"overlaps": True, "overlap_pays": True})()
     assert [overlaps(on_gpu, s) for s in ("auto", True, False)] == [True, True, False]
+    shared = type("Shared", (), {"overlaps": True, "overlap_pays": False})()
+    assert [overlaps(shared, s) for s in ("auto", True, False)] == [False, True, False]
     assert not overlaps(InlineExecutor(_data()), True)  # evaluates when asked, whatever the setting
 
 

@@ -80,9 +80,9 @@ def overlaps(executor: Any, setting: bool | str = True) -> bool:
     """Does ``executor`` evaluate beside the caller's next work, under ``executor.overlap_eval`` = ``setting``?
     Executors that can say ``overlaps = True`` and have ``evaluate_later(jobs) -> concurrent.futures.Future`` of
     ``evaluate``'s result, whose jobs must hold weights nobody changes until the result is read
-    (``sim.learning.Learning.start_evaluation`` copies them). ``"auto"``: only those whose evaluation does not
-    share processors with their training (``overlap_pays``: the fused trainer on CUDA); on CPU cores the two
-    compete for the same cores and caches, and overlap measured no faster (``benchmarks/overlap_eval.md``)."""
+    (``sim.learning.Learning.start_evaluation`` copies them). ``"auto"``: only those that say ``overlap_pays``
+    (the thread executor, measured in ``benchmarks/overlap_eval.md``; the fused trainer on CUDA, whose GPU trains
+    while the host's threads evaluate)."""
     can = bool(getattr(executor, "overlaps", False))
     if setting == "auto":
         return can and bool(getattr(executor, "overlap_pays", False))
