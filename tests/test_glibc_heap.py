@@ -105,16 +105,40 @@ def test_worker_threads_share_one_arena_only_where_a_step_is_large(monkeypatch, 
     assert sim.executor_choice.kind == kind and calls == ([True] if asked else [])
 
 
+@pytest.mark.parametrize(("threshold", "trims"), [(0.0, 4), (1e15, 0)])
+def test_freed_pages_are_returned_after_each_phase_only_where_a_step_is_large(monkeypatch, threshold, trims):
+    """Two rounds, each a training and an evaluation phase: four trims with large steps, none with small ones
+    (re-faulting the returned pages cost the IoT job more than it kept)."""
+    import yaml
+    from conftest import base_scenario
+
+    from iotfl_sim.exec import glibc_heap
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+    from iotfl_sim.sim import engine, learning
+
+    calls: list[bool] = []
+    monkeypatch.setattr(learning, "release_free_heap", lambda: calls.append(True))
+    monkeypatch.setattr(engine, "single_malloc_arena", lambda: True)
+    monkeypatch.setattr(glibc_heap, "ONE_ARENA_MIN_STEP_FLOPS", threshold)
+    sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": "inline"})))
+    sim = engine.Simulation(sc, resolve_groups(sc))
+    try:
+        sim.run()
+    finally:
+        sim.executor.close()
+    assert len(calls) == trims
+
+
 def test_the_rule_sits_between_the_measured_jobs():
-    from iotfl_sim.exec.glibc_heap import one_arena_pays
+    from iotfl_sim.exec.glibc_heap import heap_tuning_pays
     from iotfl_sim.fl.recipe import ModelRecipe
     from iotfl_sim.fl.submodel import SubmodelSpec
 
     def step(family: str, classes: int, batch: int) -> float:  # forward and backward: 3 forward passes a sample
         return 3 * batch * ModelRecipe(family, classes, 1, (28, 28), norm="none", scaler=False).cost(SubmodelSpec(1.0)).flops_forward_per_sample
 
-    assert one_arena_pays(step("conv", 10, 50))  # the peers conv job: 40 MB less peak, the same time
-    assert not one_arena_pays(step("cnn_small", 62, 10))  # the peers IoT job: 7-8 % more CPU, no memory gained
+    assert heap_tuning_pays(step("conv", 10, 50))  # the peers conv job: 40 MB less peak, the same time
+    assert not heap_tuning_pays(step("cnn_small", 62, 10))  # the peers IoT job: 7-8 % more CPU, no memory gained
 
 
 def test_a_run_starts_no_thread_before_its_workers(monkeypatch):

@@ -3,7 +3,7 @@ threads where a training step is large, and the pages of freed blocks handed bac
 training and evaluation phase.
 
 1. **One arena** (``single_malloc_arena``, which the engine calls before the thread executor's workers start when
-   ``one_arena_pays``). glibc gives each thread that allocates an arena of its own (up to 8 per core), and an
+   ``heap_tuning_pays``). glibc gives each thread that allocates an arena of its own (up to 8 per core), and an
    arena keeps what it has freed. The workers (and the main thread, which evaluates and aggregates) then each
    hold their own high-water mark of tensors, which the run's peak memory counts side by side; with one arena
    they reuse each other's freed blocks, but every allocation takes the one arena's lock. Both effects grow with
@@ -16,12 +16,15 @@ training and evaluation phase.
    one. A run therefore starts no thread before its workers: its progress bar starts no monitor thread, and the
    engine pins torch's threads before it loads the data (a torch op on several threads starts OpenMP threads,
    each with an arena at its first allocation). A thread the caller's own process started earlier still can.
-2. **Free pages returned** (``release_free_heap``, ``malloc_trim(0)``, after each phase in ``sim.learning``). A
-   long-lived block (a trained client's state, the new global model) allocated between a phase's large
-   temporaries pins the heap above them, so the heap grows round after round while what is in use stays flat;
-   trimming gives the free pages inside it back (the next phase faults in what it reuses). Measured with one
-   arena, 2 interleaved runs each: ``conv`` peaks 565 and 593 MB against 583 and 625 MB untrimmed, the IoT job
-   unchanged (433-442 MB against 426-450 MB), walls within noise.
+2. **Free pages returned** (``release_free_heap``, ``malloc_trim(0)``, after each phase in ``sim.learning``, where
+   ``heap_tuning_pays``). A long-lived block (a trained client's state, the new global model) allocated between a
+   phase's large temporaries pins the heap above them, so the heap grows round after round while what is in use
+   stays flat; trimming gives the free pages inside it back, and the next phase faults in what it reuses, which
+   costs system time. Measured with one arena, 2 interleaved runs each: ``conv`` peaks 565 and 593 MB against 583
+   and 625 MB untrimmed, the IoT job unchanged (433-442 MB against 426-450 MB), walls within noise. With the
+   IoT job's small steps the trims then cost more than they kept (3 interleaved runs, 2026-11-28): 11.93-12.33 s
+   wall and 0.66-0.88 s of system time trimmed, 11.83-11.96 s and 0.50-0.57 s not, peak RSS 436-438 against
+   444-471 MB (below a quarter of Flower's either way, ``benchmarks/peers.md``), so small steps are not trimmed.
 
 Measured on the peers jobs (2 cores, 2 worker threads, 3 interleaved runs each, ``benchmarks/allocator.md``), with
 the other memory changes of the same day in place, one arena (``MALLOC_ARENA_MAX=1``) against glibc's own arenas:
@@ -71,8 +74,10 @@ def _glibc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim") else None
 
 
-def one_arena_pays(step_flops: float) -> bool:
-    """Do worker threads whose optimizer steps take ``step_flops`` gain from sharing one arena (module docstring)?"""
+def heap_tuning_pays(step_flops: float) -> bool:
+    """Are optimizer steps of ``step_flops`` large enough that worker threads gain from sharing one arena and a run
+    from returning freed pages after each phase (module docstring, 1 and 2)? Below, both cost more time than
+    the memory they save."""
     return step_flops >= ONE_ARENA_MIN_STEP_FLOPS
 
 

@@ -35,7 +35,7 @@ from iotfl_sim.algorithms.base import (
 from iotfl_sim.exec.auto import Choice, HostWork, choose
 from iotfl_sim.exec.base import NumericData, overlaps
 from iotfl_sim.exec.cores import available_cores
-from iotfl_sim.exec.glibc_heap import one_arena_pays, single_malloc_arena
+from iotfl_sim.exec.glibc_heap import heap_tuning_pays, single_malloc_arena
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.evaluate import forget_prototypes
 from iotfl_sim.fl.recipe import ModelRecipe
@@ -126,6 +126,7 @@ class Simulation:
         self.strategy = make_strategy(sc.algorithm)
         self._set_up_strategy()
         self.executor_choice = Choice("custom" if executor is not None or executor_factory is not None else "none", None, "")
+        large_steps = True  # unknown (a caller's executor): freed heap pages are returned after each phase
         if executor is None and sc.numerics != "none":
             if executor_factory is not None:
                 executor = executor_factory(self.numerics.numeric_data(), sc.executor)
@@ -135,11 +136,12 @@ class Simulation:
                     sc.executor.kind, sc.executor.workers, sc.executor.threads, torch.cuda.is_available(),
                     available_cores(), work,
                 )  # fmt: skip
-                if self.executor_choice.kind == "threads" and one_arena_pays(work.step_flops()):
+                large_steps = heap_tuning_pays(work.step_flops())
+                if self.executor_choice.kind == "threads" and large_steps:
                     single_malloc_arena()  # before the worker threads allocate (exec.glibc_heap: when and why)
                 executor = self.numerics.make_executor(sc.executor, self.executor_choice)
         self.executor = executor
-        self.learning = Learning(sc, self.numerics, self.strategy, self.executor)
+        self.learning = Learning(sc, self.numerics, self.strategy, self.executor, trim_heap=large_steps)
         # round r's evaluation runs while round r + 1 is simulated and trained; its row waits for it (_record)
         self.overlap_eval = sc.numerics == "torch" and overlaps(executor, sc.executor.overlap_eval)
         self._unwritten: tuple[dict[str, Any], dict[str, float], Evaluation | None] | None = None

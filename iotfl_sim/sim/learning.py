@@ -38,8 +38,9 @@ class Learning:
     """Trains and evaluates for one run: which device trains which submodel from which weights with which seed
     (never how long it took) decides the numbers."""
 
-    def __init__(self, sc: Scenario, numerics: NumericsSetup, strategy: Strategy, executor: Any) -> None:
+    def __init__(self, sc: Scenario, numerics: NumericsSetup, strategy: Strategy, executor: Any, trim_heap: bool = True) -> None:
         self.sc = sc
+        self.trim_heap = trim_heap  # return freed heap pages after each phase (exec.glibc_heap.heap_tuning_pays)
         self.numerics = numerics
         self.strategy = strategy
         self.executor = executor
@@ -77,7 +78,8 @@ class Learning:
             )
         faults.hit("round_train")
         results = self.executor.run(jobs)
-        release_free_heap()  # the training's temporaries (exec.glibc_heap says why)
+        if self.trim_heap:
+            release_free_heap()  # the training's temporaries (exec.glibc_heap says why)
         labels = self.numerics.labels_per_device
         return [
             Update(
@@ -118,7 +120,7 @@ class Learning:
         else:
             pending = Future()
             pending.set_result(self.executor.evaluate(list(jobs.values())))
-        return Evaluation(targets, keys, list(jobs), pending)
+        return Evaluation(targets, keys, list(jobs), pending, self.trim_heap)
 
 
 @dataclass
@@ -129,6 +131,7 @@ class Evaluation:
     keys: list[tuple]
     unique: list[tuple]  # the keys of the jobs, in the order the executor got them
     pending: Future
+    trim_heap: bool = True  # Learning.trim_heap
 
     def result(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -143,5 +146,6 @@ class Evaluation:
                 levels.append(acc)
         if levels:
             out["acc_avg"] = float(np.mean(levels))
-        release_free_heap()  # the evaluation's feature maps
+        if self.trim_heap:
+            release_free_heap()  # the evaluation's feature maps
         return out
