@@ -1,5 +1,5 @@
-"""The C heap of a run's process, where glibc's malloc serves PyTorch's CPU tensors: one arena for the worker
-threads where a training step is large, and the pages of freed blocks handed back to the system after each
+"""The C heap of a run's process, where glibc's malloc serves PyTorch's CPU tensors: where a training step is
+large, one arena for the worker threads and the pages of freed blocks handed back to the system after each
 training and evaluation phase.
 
 1. **One arena** (``single_malloc_arena``, which the engine calls before the thread executor's workers start when

@@ -85,7 +85,7 @@ def _teacher_fn(model: nn.Module, job: TrainJob, skeleton: Skeleton | None):
 
 
 # Skeletons train_local has laid out: ``model_layout`` is a fixed point (a second call changes no stride and no
-# storage: tests/test_layout.py checks every family) and ``load_state_dict`` copies into the tensors in place,
+# storage: tests/test_layout.py checks every family) and ``load_weights`` copies into the tensors in place,
 # keeping their strides, so a skeleton reused job after job is laid out at its first job only.
 _LAID_OUT: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
