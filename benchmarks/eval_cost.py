@@ -295,10 +295,10 @@ NOTES = [
     "so the pool cuts it into slices over its workers like the test pass; before, calibration was one task per "
     "model, and a run evaluating one model (FedAvg) or one large and one small (a2-b8) left workers idle "
     "meanwhile. The inline executor now loads each model once per evaluation (was twice).",
-    "- Not done: (1) overlapping round r's evaluation with round r + 1's training (docs/architecture.md, "
-    "\"Evaluation through the executor\", says why and what it would take: row r and any checkpoint would have "
-    "to wait for it, the jobs would need copies of the weights, and with both passes sliced the pool has little "
-    "idle time left to fill); (2) sharing HeteroFL's first layer between nested submodels: only the first "
+    "- What this table times is one evaluation alone. In a run, round r's evaluation can also run beside round "
+    "r + 1's training (`executor.overlap_eval`, on by default for worker threads: docs/architecture.md, "
+    "\"Evaluation beside the next round\"; `benchmarks/overlap_eval.md`), which hides part of it without "
+    "making it cheaper. Not done: sharing HeteroFL's first layer between nested submodels: only the first "
     "convolution sees the same inputs (the next one reads fewer channels), and its output channels would have "
     "to be the same bits whether the kernel computes 32 or 64 of them, which oneDNN does not promise.",
     "- The forward passes themselves are the cost: a FedAvg MNIST `conv` evaluation is one pass over 10,000 "
