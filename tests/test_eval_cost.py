@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker, batch_aligned_slices, parallel_evaluate
+from iotfl_sim.fl import evaluate as evaluate_module
 from iotfl_sim.fl.evaluate import batch_figures_group, eval_skeleton, running_statistics
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.scoring_model import scoring_model
@@ -109,7 +110,7 @@ class Counts:
         self.builds = 0
         self.loads: dict[int, int] = {}
         self.forwards = {id(m): 0 for m in models}
-        build, load = ModelRecipe.build, nn.Module.load_state_dict
+        build, load, load_weights = ModelRecipe.build, nn.Module.load_state_dict, evaluate_module.load_weights
 
         def counted_build(recipe, *a, **k):
             self.builds += 1
@@ -119,8 +120,13 @@ class Counts:
             self.loads[id(module)] = self.loads.get(id(module), 0) + 1
             return load(module, *a, **k)
 
+        def counted_load_weights(module, *a, **k):
+            self.loads[id(module)] = self.loads.get(id(module), 0) + 1
+            return load_weights(module, *a, **k)
+
         monkeypatch.setattr(ModelRecipe, "build", counted_build)
         monkeypatch.setattr(nn.Module, "load_state_dict", counted_load)
+        monkeypatch.setattr(evaluate_module, "load_weights", counted_load_weights)
         self._hooks = [m.register_forward_pre_hook(lambda mod, _: self._count(mod)) for m in models]
 
     def _count(self, module: nn.Module) -> None:
@@ -152,12 +158,11 @@ def test_an_evaluation_builds_no_model_loads_each_once_per_task_and_runs_each_ba
     assert counts.builds == 0
     calib_batches, test_batches = 5, 3  # 50 and 30 samples in batches of 10
     tasks_per_model = 1 if parts == 1 else 2 * parts  # evaluate_group, or calibration slices + scoring slices
-    scoring_tasks = 1 if parts == 1 else parts
     assert [counts.loads.get(id(m), 0) for m in models] == [tasks_per_model] * len(models)
-    assert [counts.loads.get(id(t), 0) for t in twins] == [scoring_tasks] * len(twins)  # refilled once per scoring task
+    assert [counts.loads.get(id(t), 0) for t in twins] == [0] * len(twins)  # refilled in place (fl.scoring_model)
     assert [counts.forwards[id(m)] for m in models] == [calib_batches] * len(models)  # calibration: the skeleton
     assert [counts.forwards[id(t)] for t in twins] == [test_batches] * len(twins)  # scoring: its twin
-    assert sum(counts.loads.values()) == (tasks_per_model + scoring_tasks) * len(models)  # no other module loaded
+    assert sum(counts.loads.values()) == tasks_per_model * len(models)  # no other module loaded
 
 
 def test_eval_every_thins_the_accuracy_rows_and_delays_crossings_to_the_next_evaluated_round(tmp_path, write_scenario):

@@ -57,3 +57,16 @@ def test_a_skeleton_reused_after_other_jobs_trains_the_bits_of_a_fresh_one() -> 
     fresh = train_local(RECIPE.build(SubmodelSpec()), _job(_weights(3), 11), x, y)
     assert reused.loss == fresh.loss
     assert all(torch.equal(reused.state[k], fresh.state[k]) for k in fresh.state)
+
+
+def test_a_partial_load_fills_the_names_given_and_leaves_the_rest_but_refuses_a_name_the_model_lacks() -> None:
+    model = RECIPE.build(SubmodelSpec(), track_bn=True)
+    kept = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+    assert kept  # the BatchNorm statistics evaluation's states leave out
+    weights = {k: v for k, v in _weights(1).items() if k in model.state_dict() and k not in kept}
+    load_weights(model, dict(reversed(list(weights.items()))), partial=True)  # any order: copied by name
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in weights.items())
+    assert all(torch.equal(state[k], v) for k, v in kept.items())
+    with pytest.raises(KeyError, match="lacks"):
+        load_weights(model, {**weights, "extra.weight": torch.zeros(1)}, partial=True)

@@ -104,3 +104,14 @@ def test_the_twin_holds_the_models_own_tensors_where_nothing_is_folded():
     shared = {k for k, v in twin.state_dict().items() if v.data_ptr() == folded.state_dict()[k].data_ptr()}
     assert shared == {k for k in twin.state_dict() if not k.endswith(("conv.weight", "conv.bias"))}  # the classifier
     assert shared and all(p.is_contiguous(memory_format=torch.channels_last) for p in twin.parameters() if p.dim() == 4)
+
+
+def test_a_model_whose_tensors_were_replaced_rather_than_written_gets_a_twin_of_its_new_tensors():
+    recipe, spec = ModelRecipe("cnn_small", 10, 1, (8, 8)), SubmodelSpec(1.0)
+    model = _with_statistics(recipe, spec, 2)
+    x = torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(3))
+    scoring_model(model)
+    other = _with_statistics(recipe, spec, 4)
+    model.load_state_dict(other.state_dict(), assign=True)  # new tensor objects: the old twin holds the old ones
+    with torch.inference_mode():
+        assert torch.allclose(scoring_model(model)(x), other(x), rtol=1e-4, atol=1e-4)

@@ -27,6 +27,7 @@ from iotfl_sim.fl.objectives import final_logits
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.scoring_model import scoring_model
 from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.train import load_weights
 
 State = dict[str, torch.Tensor]
 
@@ -123,9 +124,7 @@ def accuracy(model: nn.Module, x: Images, y: torch.Tensor, batch_size: int) -> t
 def prepared(recipe: ModelRecipe, spec: SubmodelSpec, state: State) -> nn.Module:
     """The cached evaluation skeleton of ``spec`` (BN with running statistics) holding ``state``."""
     model = eval_skeleton(recipe, spec)
-    result = model.load_state_dict(state, strict=False)
-    if result.unexpected_keys:
-        raise KeyError(f"state has tensors the model lacks: {result.unexpected_keys}")
+    load_weights(model, state, partial=True)
     return model
 
 
@@ -239,42 +238,94 @@ def _recorder(means: list[torch.Tensor], variances: list[torch.Tensor]):
 def batch_figures_group(models: list[nn.Module], states: list[State], x: Images, batch_size: int) -> list[Figures]:
     """Per model, the ``Figures`` of its BatchNorm layers over the batches of ``x`` (train-mode BatchNorm, the rest in
     eval mode: the Scaler is the identity), the shared prefix run once: a shared layer's figures are listed under
-    every model that shares it. Models without BatchNorm are not run."""
+    every model that shares it. Models without BatchNorm are not run.
+
+    Each layer's statistics point, for batch t, at row t of a table of reset rows (means 0, variances 1), which its
+    momentum-1 update overwrites with the batch's figures: no hook, copy or reset per call. A layer that runs other
+    than once per batch (or not at all) is recorded call by call instead (``_figures_by_hooks``)."""
     named = [_norms(model) for model in models]
     if not any(named):
         return [{} for _ in models]
-    calls = [{k: ([], []) for k in norms} for norms in named]
-    handles, momenta = [], []
-    for model, norms, rec in zip(models, named, calls, strict=True):
-        model.eval()
-        for k, m in norms.items():
-            momenta.append((m, m.momentum))
+    batches = -(-len(x) // batch_size)
+    rows = [
+        {k: (m.running_mean.new_zeros(batches, m.num_features), m.running_var.new_ones(batches, m.num_features)) for k, m in norms.items()}
+        for norms in named
+    ]
+    ran: dict[tuple[int, int], int] = {}
+    with _calibrating(models, named):
+        share = _share_matrix(models, states)
+        for t, start in enumerate(range(0, len(x), batch_size)):
+            for norms, table in zip(named, rows, strict=True):
+                for k, m in norms.items():
+                    m._buffers["running_mean"], m._buffers["running_var"] = table[k][0][t], table[k][1][t]
+            _tree_forward(models, list(range(len(models))), 0, batch_layout(x[start : start + batch_size]), share, {}, ran)
+        counts = [{k: int(m.num_batches_tracked) for k, m in norms.items()} for norms in named]
+    if any(c not in (0, batches) for per_model in counts for c in per_model.values()):
+        return _figures_by_hooks(models, named, states, x, batch_size)
+    figures = [
+        {k: table[k] if per_model[k] else (table[k][0][:0], table[k][1][:0]) for k in table}
+        for table, per_model in zip(rows, counts, strict=True)
+    ]
+    return _shared_figures(figures, ran)
+
+
+class _calibrating:
+    """BatchNorm layers of ``models`` in train mode with momentum 1 and a call counter from 0 (the rest of each model
+    in eval mode: the Scaler is the identity), each layer's statistics, momentum and mode put back on leaving."""
+
+    def __init__(self, models: list[nn.Module], named: list[dict[str, nn.modules.batchnorm._BatchNorm]]) -> None:
+        self.models, self.layers = models, [m for norms in named for m in norms.values()]
+
+    def __enter__(self) -> None:
+        self.saved = [(m.momentum, dict(m._buffers)) for m in self.layers]
+        for model in self.models:
+            model.eval()
+        for m in self.layers:
             m.momentum = 1.0
-            m.reset_running_stats()
+            m._buffers["num_batches_tracked"] = torch.zeros((), dtype=torch.long)
             m.train()
-            handles.append(m.register_forward_hook(_recorder(*rec[k])))
+
+    def __exit__(self, *exc: object) -> None:
+        for m, (momentum, buffers) in zip(self.layers, self.saved, strict=True):
+            m.momentum = momentum
+            m._buffers.update(buffers)
+        for model in self.models:
+            model.eval()
+
+
+def _figures_by_hooks(models: list[nn.Module], named: list[dict[str, nn.modules.batchnorm._BatchNorm]], states: list[State],
+                      x: Images, batch_size: int) -> list[Figures]:
+    """``batch_figures_group`` recorded call by call by a forward hook on every layer, for models with a BatchNorm
+    layer that runs more or fewer times than once per batch."""
+    calls = [{k: ([], []) for k in norms} for norms in named]
+    handles = [m.register_forward_hook(_recorder(*rec[k])) for norms, rec in zip(named, calls, strict=True) for k, m in norms.items()]
     ran: dict[tuple[int, int], int] = {}
     try:
-        share = _share_matrix(models, states)
-        for start in range(0, len(x), batch_size):
-            _tree_forward(models, list(range(len(models))), 0, batch_layout(x[start : start + batch_size]), share, {}, ran)
+        with _calibrating(models, named):
+            for m in (m for norms in named for m in norms.values()):
+                m.reset_running_stats()
+            share = _share_matrix(models, states)
+            for start in range(0, len(x), batch_size):
+                _tree_forward(models, list(range(len(models))), 0, batch_layout(x[start : start + batch_size]), share, {}, ran)
     finally:
         for h in handles:
             h.remove()
-        for m, momentum in momenta:
-            m.momentum = momentum
-        for model in models:
-            model.eval()
-    for (b, j), a in ran.items():
-        if a != b:  # the layer ran once, as model a's: model b's copy saw the same inputs through the same weights
-            prefix = f"features.{j}."
-            for k in calls[b]:
-                if k.startswith(prefix):
-                    calls[b][k] = calls[a][k]
-    return [
+    figures = [
         {k: (_stack(mu, norms[k]), _stack(var, norms[k])) for k, (mu, var) in rec.items()}
         for rec, norms in zip(calls, named, strict=True)
     ]
+    return _shared_figures(figures, ran)
+
+
+def _shared_figures(figures: list[Figures], ran: dict[tuple[int, int], int]) -> list[Figures]:
+    """``figures`` with each shared prefix layer's figures (``_tree_forward``'s ``ran``) under every model sharing it."""
+    for (b, j), a in ran.items():
+        if a != b:  # the layer ran once, as model a's: model b's copy saw the same inputs through the same weights
+            prefix = f"features.{j}."
+            for k in figures[b]:
+                if k.startswith(prefix):
+                    figures[b][k] = figures[a][k]
+    return figures
 
 
 def _stack(values: list[torch.Tensor], m: nn.modules.batchnorm._BatchNorm) -> torch.Tensor:

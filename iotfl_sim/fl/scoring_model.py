@@ -82,19 +82,52 @@ def folded_state(model: nn.Module, units: list[str]) -> dict[str, torch.Tensor]:
     return state
 
 
+class _Twin:
+    """A model's twin and what refills it: the units whose folded weights are recomputed at every call, and every
+    other tensor, which the twin holds as the model's own (checked at every call: a model whose tensors were
+    replaced rather than written in place gets a new twin)."""
+
+    module: nn.Module | None
+
+    def __init__(self, model: nn.Module) -> None:
+        units = conv_units(model)
+        fold = foldable_units(model, units)
+        if not units:  # scored as built (no reference to it here: the cache's key would never be freed)
+            self.module, self.folds, self.shared = None, [], []
+            return
+        twin = _twin(model, units, fold)
+        twin.load_state_dict(folded_state(model, fold), strict=True, assign=True)
+        self.module = model_layout(twin)
+        self.folds = [(model.get_submodule(name), twin.get_submodule(name).conv) for name in fold]
+        folded = {f"{name}.conv.{leaf}" for name in fold for leaf in ("weight", "bias")}
+        self.shared = []  # (the model's module holding it, its name there, the twin's tensor)
+        for key, tensor in twin.state_dict(keep_vars=True).items():
+            if key not in folded:
+                owner, _, leaf = key.rpartition(".")
+                self.shared.append((model.get_submodule(owner), leaf, tensor))
+
+    def holds_models_tensors(self) -> bool:
+        return all(getattr(owner, leaf).data_ptr() == tensor.data_ptr() for owner, leaf, tensor in self.shared)
+
+    @torch.inference_mode()  # the folded tensors may be inference tensors (made in an evaluation): written in it
+    def refold(self) -> None:
+        for unit, conv in self.folds:
+            bn = unit.norm
+            w, b = fuse_conv_bn_weights(unit.conv.weight, unit.conv.bias, bn.running_mean, bn.running_var, bn.eps,
+                                        bn.weight, bn.bias)  # fmt: skip
+            conv.weight.copy_(w)  # in place: the twin's layout stays
+            conv.bias.copy_(b)
+
+
 @torch.no_grad()
 def scoring_model(model: nn.Module) -> nn.Module:
     """The twin that scores for ``model`` in eval mode (``model`` itself when it has no ConvUnit): built once per
     thread per model and given ``model``'s current tensors at every call (the same tensors, not copies, where
-    nothing is folded)."""
-    units = conv_units(model)
-    if not units:
-        return model
-    fold = foldable_units(model, units)
+    nothing is folded; the folded ones recomputed from them)."""
     twins: weakref.WeakKeyDictionary = _TWINS.__dict__.setdefault("twins", weakref.WeakKeyDictionary())
     twin = twins.get(model)
-    if twin is None:
-        twin = twins[model] = _twin(model, units, fold)
-    # assign: the twin holds ``model``'s own tensors (and the folded ones) instead of a copy of the model
-    twin.load_state_dict(folded_state(model, fold), strict=True, assign=True)
-    return model_layout(twin)
+    if twin is None or not twin.holds_models_tensors():
+        twin = twins[model] = _Twin(model)
+    else:
+        twin.refold()
+    return model if twin.module is None else twin.module
