@@ -69,6 +69,27 @@ def test_calibrating_in_slices_keeps_pytorchs_own_statistics_bit_for_bit(norm, s
     assert int(want["0.num_batches_tracked"]) == 11
 
 
+
+class _Twice(nn.Module):
+    """A BatchNorm layer run twice per batch and one never run: what the table of one row per batch cannot hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.unused = nn.BatchNorm1d(4), nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.norm(x) * 3 + 1)
+
+
+def test_a_layer_run_twice_per_batch_or_never_is_recorded_call_by_call_with_pytorchs_own_statistics():
+    g = torch.Generator().manual_seed(2)
+    batches = [torch.randn(6, 4, generator=g) * 5 + 2 for _ in range(3)]
+    model = _Twice()
+    got = running_statistics(batch_figures_group([model], [{}], torch.cat(batches), 6))
+    want = _native(model, batches)
+    assert int(want["norm.num_batches_tracked"]) == 6 and int(want["unused.num_batches_tracked"]) == 0
+    assert _equal(got, want)
+
 def _heterofl(rates: tuple[float, ...]) -> tuple[ModelRecipe, list[EvalJob]]:
     """HeteroFL's nested submodels of one global model (BN, Scaler), each its slice of the global weights."""
     recipe = ModelRecipe("cnn_small", 10, 1, (8, 8), "bn", True)
