@@ -241,8 +241,8 @@ def batch_figures_group(models: list[nn.Module], states: list[State], x: Images,
     every model that shares it. Models without BatchNorm are not run.
 
     Each layer's statistics point, for batch t, at row t of a table of reset rows (means 0, variances 1), which its
-    momentum-1 update overwrites with the batch's figures: no hook, copy or reset per call. A layer that runs other
-    than once per batch (or not at all) is recorded call by call instead (``_figures_by_hooks``)."""
+    momentum-1 update overwrites with the batch's figures: no hook, copy or reset per call. If some layer ran more than
+    once in a batch, or in some batches only, the pass is recorded again call by call (``_figures_by_hooks``)."""
     named = [_norms(model) for model in models]
     if not any(named):
         return [{} for _ in models]
@@ -296,7 +296,7 @@ class _calibrating:
 def _figures_by_hooks(models: list[nn.Module], named: list[dict[str, nn.modules.batchnorm._BatchNorm]], states: list[State],
                       x: Images, batch_size: int) -> list[Figures]:
     """``batch_figures_group`` recorded call by call by a forward hook on every layer, for models with a BatchNorm
-    layer that runs more or fewer times than once per batch."""
+    layer that ran more than once in a batch or in some batches only."""
     calls = [{k: ([], []) for k in norms} for norms in named]
     handles = [m.register_forward_hook(_recorder(*rec[k])) for norms, rec in zip(named, calls, strict=True) for k, m in norms.items()]
     ran: dict[tuple[int, int], int] = {}
