@@ -69,7 +69,6 @@ def test_calibrating_in_slices_keeps_pytorchs_own_statistics_bit_for_bit(norm, s
     assert int(want["0.num_batches_tracked"]) == 11
 
 
-
 class _Twice(nn.Module):
     """A BatchNorm layer run twice per batch and one never run: what the table of one row per batch cannot hold."""
 
@@ -89,6 +88,7 @@ def test_a_layer_run_twice_per_batch_or_never_is_recorded_call_by_call_with_pyto
     want = _native(model, batches)
     assert int(want["norm.num_batches_tracked"]) == 6 and int(want["unused.num_batches_tracked"]) == 0
     assert _equal(got, want)
+
 
 def _heterofl(rates: tuple[float, ...]) -> tuple[ModelRecipe, list[EvalJob]]:
     """HeteroFL's nested submodels of one global model (BN, Scaler), each its slice of the global weights."""

@@ -70,3 +70,10 @@ def test_a_partial_load_fills_the_names_given_and_leaves_the_rest_but_refuses_a_
     assert all(torch.equal(state[k], v) for k, v in kept.items())
     with pytest.raises(KeyError, match="lacks"):
         load_weights(model, {**weights, "extra.weight": torch.zeros(1)}, partial=True)
+    whole = _weights(2)  # a whole state with two tensors of one shape in each other's places: copied by name too
+    names = list(whole)
+    i, j = next((i, j) for i in range(len(names)) for j in range(i + 1, len(names)) if whole[names[i]].shape == whole[names[j]].shape)
+    names[i], names[j] = names[j], names[i]
+    plain = RECIPE.build(SubmodelSpec())
+    load_weights(plain, {k: whole[k] for k in names})
+    assert all(torch.equal(v, whole[k]) for k, v in plain.state_dict().items())
