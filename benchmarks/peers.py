@@ -360,7 +360,7 @@ def report(results: list[Result], args: argparse.Namespace, rounds: dict[str, in
         f"tree. Memory: peak over the run of the summed {'/'.join(kinds)} of the process and all its descendants "
         f"(Ray's processes included), sampled every {SAMPLE_S} s.",
         "The sides draw initial weights, client samples and batches from their own random streams (Flower's are not "
-        "seeded at all), so accuracies after a few rounds differ by as much as iotfl-sim's own seeds differ; the "
+        "seeded at all), so accuracies after a few rounds differ by as much as iotfl-sim's own seeds differ (`benchmarks/peers_seed_spread.md`); the "
         "test loss is the finer check that every side trains the same job.",
         "",
     ]
