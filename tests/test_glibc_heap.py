@@ -98,7 +98,7 @@ def test_worker_threads_share_one_arena_only_where_a_step_is_large(monkeypatch, 
 
     calls: list[bool] = []
     monkeypatch.setattr(engine, "single_malloc_arena", lambda: calls.append(True) or True)
-    monkeypatch.setattr(glibc_heap, "ONE_ARENA_MIN_STEP_FLOPS", threshold)
+    monkeypatch.setattr(glibc_heap, "HEAP_TUNING_MIN_STEP_FLOPS", threshold)
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": kind, "workers": 2} if kind == "threads" else {"kind": kind})))
     sim = engine.Simulation(sc, resolve_groups(sc))
     sim.executor.close()
@@ -119,7 +119,7 @@ def test_freed_pages_are_returned_after_each_phase_only_where_a_step_is_large(mo
     calls: list[bool] = []
     monkeypatch.setattr(learning, "release_free_heap", lambda: calls.append(True))
     monkeypatch.setattr(engine, "single_malloc_arena", lambda: True)
-    monkeypatch.setattr(glibc_heap, "ONE_ARENA_MIN_STEP_FLOPS", threshold)
+    monkeypatch.setattr(glibc_heap, "HEAP_TUNING_MIN_STEP_FLOPS", threshold)
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": "inline"})))
     sim = engine.Simulation(sc, resolve_groups(sc))
     try:
@@ -166,7 +166,7 @@ import yaml
 from iotfl_sim.exec import glibc_heap
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.sim import engine
-glibc_heap.ONE_ARENA_MIN_STEP_FLOPS = 0.0
+glibc_heap.HEAP_TUNING_MIN_STEP_FLOPS = 0.0
 asked = engine.single_malloc_arena
 def listing():
     ctypes.CDLL(None).malloc_stats()

@@ -115,3 +115,26 @@ def test_a_model_whose_tensors_were_replaced_rather_than_written_gets_a_twin_of_
     model.load_state_dict(other.state_dict(), assign=True)  # new tensor objects: the old twin holds the old ones
     with torch.inference_mode():
         assert torch.allclose(scoring_model(model)(x), other(x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_twin_cache_keeps_no_model_alive_even_one_that_owns_a_tensor_itself():
+    import gc
+    import weakref
+
+    from iotfl_sim.fl.models.layers import ConvUnit
+
+    class Rooted(nn.Module):  # a tensor on the model itself: the twin's refill handles then point at the model
+        def __init__(self) -> None:
+            super().__init__()
+            self.unit = ConvUnit(1, 4, bias=True, scaler=nn.Identity(), norm=nn.BatchNorm2d(4))
+            self.scale = nn.Parameter(torch.ones(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.unit(x) * self.scale
+
+    model = Rooted().eval()
+    assert scoring_model(model) is not model
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None

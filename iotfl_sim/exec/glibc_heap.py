@@ -8,7 +8,7 @@ training and evaluation phase.
    hold their own high-water mark of tensors, which the run's peak memory counts side by side; with one arena
    they reuse each other's freed blocks, but every allocation takes the one arena's lock. Both effects grow with
    the step: the memory saved with its feature maps, the lock's share of the time with allocations per FLOP. So
-   one arena where an optimizer step is at least ``ONE_ARENA_MIN_STEP_FLOPS`` (forward and backward of a batch),
+   one arena where an optimizer step is at least ``HEAP_TUNING_MIN_STEP_FLOPS`` (forward and backward of a batch),
    glibc's own arenas below. ``IOTFL_MALLOC_ARENAS=default`` always leaves glibc's choice, and a
    ``MALLOC_ARENA_MAX`` or a ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES`` wins. The setting is the process's:
    the first run that asks for it keeps it for any later run in the same process. It limits arenas made after
@@ -31,7 +31,7 @@ the other memory changes of the same day in place, one arena (``MALLOC_ARENA_MAX
 ``conv`` (12 GFLOP a step: MNIST, batches of 50) median peak PSS 544 against 585 MB at 1.03x the wall time (an
 earlier run: 535 against 575 MB, the same wall time); the IoT job (1.7 GFLOP a step: ``cnn_small`` on FEMNIST,
 batches of 10) 374 against 385 MB at 1.01-1.02x the wall time (earlier: 379 against 382 MB and 2-4 % more wall; a
-3-run check: 7-8 % more CPU time). ``ONE_ARENA_MIN_STEP_FLOPS`` sits between the two. The default, set at the
+3-run check: 7-8 % more CPU time). ``HEAP_TUNING_MIN_STEP_FLOPS`` sits between the two. The default, set at the
 engine's set-up rather than at the process's start, measured 564 MB on ``conv`` while OpenMP threads still made
 an arena first; with torch's threads pinned before the data load, 554 MB against 542 MB for one arena from the
 start and 552 MB for glibc's own (medians of 3, each within the others' 520-586 MB range): pinning first took
@@ -49,7 +49,7 @@ import sys
 
 M_ARENA_MAX = -8  # glibc's <malloc.h>
 OPT_OUT = "IOTFL_MALLOC_ARENAS"
-ONE_ARENA_MIN_STEP_FLOPS = 4e9  # between the peers jobs' 1.7 (one arena slower) and 12 GFLOP (40 MB saved) steps
+HEAP_TUNING_MIN_STEP_FLOPS = 4e9  # between the peers jobs' 1.7 (one arena slower) and 12 GFLOP (40 MB saved) steps
 
 
 def chosen_elsewhere(environ: dict[str, str] | os._Environ = os.environ) -> bool:
@@ -78,7 +78,7 @@ def heap_tuning_pays(step_flops: float) -> bool:
     """Are optimizer steps of ``step_flops`` large enough that worker threads gain from sharing one arena and a run
     from returning freed pages after each phase (module docstring, 1 and 2)? Below, both cost more time than
     the memory they save."""
-    return step_flops >= ONE_ARENA_MIN_STEP_FLOPS
+    return step_flops >= HEAP_TUNING_MIN_STEP_FLOPS
 
 
 def single_malloc_arena() -> bool:

@@ -85,7 +85,8 @@ def folded_state(model: nn.Module, units: list[str]) -> dict[str, torch.Tensor]:
 class _Twin:
     """A model's twin and what refills it: the units whose folded weights are recomputed at every call, and every
     other tensor, which the twin holds as the model's own (checked at every call: a model whose tensors were
-    replaced rather than written in place gets a new twin)."""
+    replaced rather than written in place gets a new twin). The model's modules are held by weak reference: the
+    cache's value must not keep its key (the model itself may own a tensor) alive."""
 
     module: nn.Module | None
 
@@ -98,20 +99,22 @@ class _Twin:
         twin = _twin(model, units, fold)
         twin.load_state_dict(folded_state(model, fold), strict=True, assign=True)
         self.module = model_layout(twin)
-        self.folds = [(model.get_submodule(name), twin.get_submodule(name).conv) for name in fold]
+        self.folds = [(weakref.ref(model.get_submodule(name)), twin.get_submodule(name).conv) for name in fold]
         folded = {f"{name}.conv.{leaf}" for name in fold for leaf in ("weight", "bias")}
         self.shared = []  # (the model's module holding it, its name there, the twin's tensor)
         for key, tensor in twin.state_dict(keep_vars=True).items():
             if key not in folded:
                 owner, _, leaf = key.rpartition(".")
-                self.shared.append((model.get_submodule(owner), leaf, tensor))
+                self.shared.append((weakref.ref(model.get_submodule(owner)), leaf, tensor))
 
     def holds_models_tensors(self) -> bool:
-        return all(getattr(owner, leaf).data_ptr() == tensor.data_ptr() for owner, leaf, tensor in self.shared)
+        owners = [(ref(), leaf, tensor) for ref, leaf, tensor in self.shared]
+        return all(o is not None and getattr(o, leaf).data_ptr() == tensor.data_ptr() for o, leaf, tensor in owners)
 
     @torch.inference_mode()  # the folded tensors may be inference tensors (made in an evaluation): written in it
     def refold(self) -> None:
-        for unit, conv in self.folds:
+        for ref, conv in self.folds:
+            unit = ref()
             bn = unit.norm
             w, b = fuse_conv_bn_weights(unit.conv.weight, unit.conv.bias, bn.running_mean, bn.running_var, bn.eps,
                                         bn.weight, bn.bias)  # fmt: skip
