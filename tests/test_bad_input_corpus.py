@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from iotfl_sim.cli import main
+from iotfl_sim.output.migrations import FORMAT
 from iotfl_sim.scenario import safe_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -527,6 +528,12 @@ RESUME_CASES = {
         ["meta.json", "'rows' is not a list of metric rows"],
     ),
     "meta_round_not_its_folder": (_meta(lambda m: m.update(round=7)), ["meta.json", "round 7, not 1"]),
+    # a checkpoint of a newer release (output.migrations): which format wrote it, which ones this release reads
+    "meta_newer_format": (
+        _meta(lambda m: m.update(format=FORMAT + 1)),
+        ["meta.json", f"checkpoint format {FORMAT + 1}, written by a newer iotfl-sim", f"reads formats 1 to {FORMAT}"],
+    ),
+    "meta_format_not_a_number": (_meta(lambda m: m.update(format="2")), ["meta.json", "format '2', not a checkpoint format number"]),
     "meta_negative_offset": (
         _meta(lambda m: m["offsets"].update({"rounds.csv": -5})),
         ["checkpoints", "offsets are not byte counts"],

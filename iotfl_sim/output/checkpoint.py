@@ -6,11 +6,12 @@
       tape-000000-000010.pt     the strategy's answers recorded in rounds 1-10 (sim/tape.py); never rewritten
       round-000010/
         state.pt                the strategy's state, RNG states (``output.codec``; torch.load weights_only)
-        meta.json               round, metric rows so far, file offsets, digests, SHA-256 of every file above
+        meta.json               format, round, metric rows so far, file offsets, digests, SHA-256 of every file above
 
 A checkpoint folder is written under a temporary name and renamed when whole, so a crash leaves either
 the previous checkpoint or the new one. Loading checks every SHA-256 before it reads a file: a truncated
-or edited checkpoint is refused with a message that says what to do.
+or edited checkpoint is refused with a message that says what to do. ``format`` is the layout's version
+(``output.migrations``: an older one is migrated on resume, a newer one refused).
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ import torch
 from analysis import safe_json
 from iotfl_sim import faults
 from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.output.migrations import FORMAT, version_problem
 from iotfl_sim.output.space import writing
-
-FORMAT = 1
 
 
 def sha256(path: Path) -> str:
@@ -66,7 +66,7 @@ def _load_tensors(path: Path, what: str) -> Any:
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to the user
-        raise CheckpointError(f"{path}: cannot read the {what} ({type(e).__name__}); {_FIX}") from None
+        raise CheckpointError(f"{path}: cannot read the {what} ({type(e).__name__}); {FIX}") from None
 
 
 def _plain(v: Any) -> Any:
@@ -76,7 +76,7 @@ def _plain(v: Any) -> Any:
     raise TypeError(f"not JSON: {type(v).__name__}")
 
 
-_FIX = "remove this checkpoint folder to resume from the one before it, or start a new run"
+FIX = "remove this checkpoint folder to resume from the one before it, or start a new run"
 
 
 def _is_int(v: Any) -> bool:
@@ -119,8 +119,9 @@ def meta_problem(meta: Any, rnd: int) -> str | None:
     value a resume reads is checked here, before anything is loaded or replayed."""
     if not isinstance(meta, dict):
         return f"a JSON {type(meta).__name__}, not an object"
-    if meta.get("format") != FORMAT:
-        return f"format {meta.get('format')!r}, not {FORMAT}"
+    version = version_problem(meta)  # an older format is migrated after loading (output.migrations)
+    if version is not None:
+        return version
     if not (_is_int(meta.get("round")) and meta["round"] == rnd):
         return f"round {meta.get('round')!r}, not {rnd} as its folder's name says"
     for key, (what, ok) in _META.items():
@@ -135,6 +136,7 @@ class CheckpointStore:
     def __init__(self, run_dir: Path, keep: int = 2) -> None:
         self.dir = run_dir / "checkpoints"
         self.keep = keep
+        self.state_file: Path | None = None  # set by load_latest
 
     # ------------------------------------------------------------ writing
 
@@ -207,7 +209,8 @@ class CheckpointStore:
                 p.unlink(missing_ok=True)
 
     def load_latest(self) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, list]]] | None:
-        """(meta, state, tape chunks) of the newest checkpoint, verified; None if there is none. Reads only."""
+        """(meta, state, tape chunks) of the newest checkpoint, verified; None if there is none. Reads only;
+        ``state_file`` names the state file loaded."""
         self.check_folder()
         rounds = self.rounds()
         if not rounds:
@@ -217,25 +220,29 @@ class CheckpointStore:
         try:
             meta = safe_json.read(meta_path)
         except (OSError, ValueError) as e:
-            raise CheckpointError(f"{meta_path}: missing or not readable JSON ({e}); {_FIX}") from None
+            raise CheckpointError(f"{meta_path}: missing or not readable JSON ({e}); {FIX}") from None
+        version = version_problem(meta) if isinstance(meta, dict) and type(meta.get("format")) is int else None
+        if version is not None:  # a format this release cannot read: the folder before it has the same
+            raise CheckpointError(f"{meta_path}: {version}")
         problem = meta_problem(meta, rounds[-1])
         if problem is not None:
-            raise CheckpointError(f"{meta_path}: not a checkpoint description ({problem}); {_FIX}")
+            raise CheckpointError(f"{meta_path}: not a checkpoint description ({problem}); {FIX}")
         state_path = folder / "state.pt"
         self._verify(state_path, meta["state_sha256"])
         tape = []
         for c in meta["tape"]:
             path = self.dir / c["file"]
             if path.parent != self.dir:
-                raise CheckpointError(f"{meta_path}: names a tape file outside the checkpoint folder; {_FIX}")
+                raise CheckpointError(f"{meta_path}: names a tape file outside the checkpoint folder; {FIX}")
             self._verify(path, c.get("sha256"))
             tape.append(_load_tensors(path, "strategy's recorded answers"))
         state = _load_tensors(state_path, "saved state")
+        self.state_file = state_path
         return meta, state, tape
 
     @staticmethod
     def _verify(path: Path, expected: Any) -> None:
         if not path.is_file():
-            raise CheckpointError(f"{path}: missing from the checkpoint; {_FIX}")
+            raise CheckpointError(f"{path}: missing from the checkpoint; {FIX}")
         if sha256(path) != expected:
-            raise CheckpointError(f"{path}: its SHA-256 does not match meta.json (truncated or changed); {_FIX}")
+            raise CheckpointError(f"{path}: its SHA-256 does not match meta.json (truncated or changed); {FIX}")

@@ -32,7 +32,15 @@ import simpy
 from iotfl_sim.algorithms.base import Asynchronous, Outcome, Update
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim.learning import TrainTask
-from iotfl_sim.sim.round import Round, Task, capture_weights, restore_weights, settle, start_task
+from iotfl_sim.sim.round import (
+    Round,
+    Task,
+    WeightsCheck,
+    capture_weights,
+    restore_weights,
+    settle,
+    start_task,
+)
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
@@ -252,8 +260,8 @@ class AsyncServer:
         """The downloaded weights of every task in flight, ending now or buffered (``sim.round.capture_weights``)."""
         return capture_weights(self._holding_weights())
 
-    def restore(self, saved: Any) -> None:
-        restore_weights(self._holding_weights(), saved)
+    def restore(self, saved: Any, check: WeightsCheck | None = None) -> None:
+        restore_weights(self._holding_weights(), saved, check)
 
     def _holding_weights(self) -> list[Task]:
         return [*self.in_flight, *(t for t, _ in self.settling), *(b.task for b in self.buffer)]

@@ -13,13 +13,14 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from iotfl_sim.output import codec
-from iotfl_sim.output.checkpoint import CheckpointStore
+from iotfl_sim.output import codec, migrations, tensor_check
+from iotfl_sim.output.checkpoint import FIX, CheckpointStore
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder, scenario_sha256
 
@@ -38,6 +39,7 @@ class CheckpointState:
     tape_files: list[dict[str, Any]] = field(default_factory=list)  # tape chunks written so far (listed in each checkpoint)
     resume_round: int = 0  # rounds before this one are replayed from the tape
     pending: tuple[dict[str, Any], dict[str, Any]] | None = None  # (meta, state) to restore after the replay
+    source: Path | None = None  # the state file of that checkpoint (named when a value in it is refused)
 
 
 def due(sim: Simulation, done: int) -> bool:
@@ -85,19 +87,79 @@ def write(sim: Simulation, done: int) -> None:
 
 
 def begin_resume(
-    sim: Simulation, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder
+    sim: Simulation, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder,
+    source: Path,
 ) -> None:
-    """Set up a resumed run: replay the checkpoint's rounds from its tape, then load its state. The recorder
-    follows the replay (it skips the event lines already on disk; rows are not replayed)."""
+    """Set up a resumed run: bring the checkpoint (``source``: its state file) to this release's format, check
+    the values it restores against the freshly set-up run, then replay the checkpoint's rounds from its tape
+    and load its state. The recorder follows the replay (it skips the event lines already on disk; rows are
+    not replayed)."""
+    migrations.upgrade(meta, state, type(sim.strategy), source)
+    ck = sim.checkpointing
+    ck.source = source
+    _check_state(sim, state)
     sim.tape.load([codec.decode(chunk) for chunk in tape])
     if sim.tape.counts() != meta.get("tape_counts"):
         raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
-    ck = sim.checkpointing
     ck.resume_round = int(meta["round"])
     ck.pending = (meta, state)
     ck.tape_files = meta["tape"]
     ck.tape_from = ck.resume_round
     sim.recorder = recorder
+
+
+def _refuse(sim: Simulation, problem: str) -> CheckpointError:
+    return CheckpointError(
+        f"{sim.checkpointing.source}: {problem}: not what this run builds (the file was changed and its SHA-256 "
+        f"rewritten, or the run had diverged); {FIX}"
+    )
+
+
+def _decoded(sim: Simulation, v: Any, where: str) -> Any:
+    try:
+        return codec.decode(v)
+    except CheckpointError as e:
+        raise _refuse(sim, f"{where}: {e}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RuntimeError):
+        raise _refuse(sim, f"{where} cannot be decoded") from None
+
+
+def _check_state(sim: Simulation, state: Any) -> None:
+    """Every value of the checkpoint's state that is restored before the replay ends, against the run's own:
+    the strategy's declared attributes as set up now, the RNG states (``output.tensor_check``)."""
+    if not isinstance(state, dict) or not isinstance(state.get("strategy"), dict) or not isinstance(state.get("rng"), dict):
+        raise _refuse(sim, "no 'strategy' and 'rng' entries")
+    strategy = sim.strategy
+    now = {n: getattr(strategy, n) for n in strategy.checkpointed}
+    model = tensor_check.named_tensors(now)
+    for name, saved in state["strategy"].items():
+        if name in now:
+            where = f"strategy[{name!r}]"
+            problem = tensor_check.mismatch(_decoded(sim, saved, where), now[name], where, model)
+            if problem is not None:
+                raise _refuse(sim, problem)
+    rng = state["rng"]
+    for name, ref in (("torch", torch.get_rng_state()), ("numpy", np.random.get_state()), ("python", random.getstate())):
+        where = f"rng[{name!r}]"
+        if name not in rng:
+            raise _refuse(sim, f"no {where}")
+        problem = tensor_check.mismatch(_decoded(sim, rng[name], where), ref, where)
+        if problem is not None:
+            raise _refuse(sim, problem)
+
+
+def _weights_check(sim: Simulation, entry: str) -> Any:
+    """How the weights of a task in flight (``entry``: in_flight, late) are checked: against what its device
+    would download now, the strategy's payload or its slice to the task's submodel."""
+    strategy = sim.strategy
+
+    def check(task: Any, saved: Any, where: str) -> str | None:
+        a = task.assignment
+        sent = strategy.payload(a)
+        sub = strategy.recipe_for(a).shapes(a.spec) if sent else {}
+        return tensor_check.weights_mismatch(saved, sent, sub, f"{entry}{where}")
+
+    return check
 
 
 def end_replay(sim: Simulation) -> None:
@@ -116,15 +178,21 @@ def end_replay(sim: Simulation) -> None:
             "changed since the run started: start a new run"
         )
     codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
-    if sim.async_server is not None:
-        sim.async_server.restore(state.get("in_flight"))
-    if sim.late is not None:
-        sim.late.restore(state.get("late"))
+    try:
+        if sim.async_server is not None:
+            sim.async_server.restore(state.get("in_flight"), _weights_check(sim, "in_flight"))
+        if sim.late is not None:
+            sim.late.restore(state.get("late"), _weights_check(sim, "late"))
+    except CheckpointError as e:
+        raise _refuse(sim, str(e)) from None
     sim.server_work.drain()  # set-up work was charged in round 1 already
     rng = state["rng"]
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(codec.decode(rng["numpy"]))
-    random.setstate(codec.decode(rng["python"]))
+    try:
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(codec.decode(rng["numpy"]))
+        random.setstate(codec.decode(rng["python"]))
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+        raise _refuse(sim, f"rng: {e}") from None
     sim.rows = [dict(r) for r in meta["rows"]]
     sim.view.oracle_users = set(meta["oracle_users"])
     saved = meta["host"]

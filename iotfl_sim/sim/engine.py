@@ -586,6 +586,8 @@ class Simulation:
         self._write_held_row()
         checkpointing.write(self, done)
 
-    def resume_from(self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder) -> None:
-        """Set up a resumed run (``sim.checkpointing.begin_resume``)."""
-        checkpointing.begin_resume(self, meta, state, tape, recorder)
+    def resume_from(
+        self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder, source: Path
+    ) -> None:
+        """Set up a resumed run from the checkpoint whose state file is ``source`` (``sim.checkpointing.begin_resume``)."""
+        checkpointing.begin_resume(self, meta, state, tape, recorder, source)

@@ -193,6 +193,9 @@ class Round:
         }
 
 
+WeightsCheck = Callable[[Task, Any, str], str | None]  # (task, its saved weights, their entry) -> problem
+
+
 def capture_weights(tasks: list[Task]) -> dict[str, Any]:
     """The downloaded weights of ``tasks`` for a checkpoint (a replay rebuilds the tasks, not the weights), each
     distinct state once: {"tasks": [[rnd, device, index]], "states": [...]}."""
@@ -209,16 +212,20 @@ def capture_weights(tasks: list[Task]) -> dict[str, Any]:
     return {"tasks": keys, "states": codec.encode(states)}
 
 
-def restore_weights(tasks: list[Task], saved: Any) -> None:
+def restore_weights(tasks: list[Task], saved: Any, check: WeightsCheck | None = None) -> None:
     """Give replayed ``tasks`` their downloaded weights back (``capture_weights``); a checkpoint whose record does
-    not match the replayed tasks is refused in one line (``CheckpointError``) before anything is written."""
+    not match the replayed tasks, or whose weights ``check`` finds wrong for their task (its words, naming
+    ``states[i]``), is refused in one line (``CheckpointError``) before anything is written."""
     try:
         states = codec.decode(saved["states"])
         by_key = {(t.rnd, t.assignment.device): t for t in tasks}
-        for rnd, device, i in saved["tasks"]:
-            by_key[(rnd, device)].base = states[i]
+        placed = [(by_key[(rnd, device)], i) for rnd, device, i in saved["tasks"]]
+        for task, i in placed:
+            task.base = states[i]
     except (KeyError, IndexError, TypeError, ValueError):
-        raise CheckpointError(
-            "checkpoint: the weights of the devices in flight do not match the replayed run; start a new run"
-        ) from None
+        raise CheckpointError("the saved weights of the devices in flight do not match the replayed run") from None
+    for task, i in placed if check is not None else ():
+        problem = check(task, task.base, f"['states'][{i}]")
+        if problem is not None:
+            raise CheckpointError(f"{problem} (the weights device {task.assignment.device} downloaded at dispatch {task.rnd})")
 

@@ -167,8 +167,9 @@ def _finish(recorder: RunRecorder | None, lock: RunLock | None, ok: bool, path: 
 def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
     """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none).
 
-    Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s,
-    the scenario's hash, the files' offsets) and the replay of the checkpoint's rounds. A refused resume
+    Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s, its
+    format, migrated if older, the scenario's hash, the files' offsets, the values it restores against the
+    run's own) and the replay of the checkpoint's rounds. A refused resume
     leaves every file of the folder as it was; only then are the files cut back to the checkpoint."""
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 
@@ -204,7 +205,7 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
             sim.recorder = recorder
         else:  # the recorder writes nothing until the replay of the checkpoint's rounds has passed its checks
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy, offsets=meta["offsets"])
-            sim.resume_from(meta, state, tape, recorder)
+            sim.resume_from(meta, state, tape, recorder, store.state_file)
         sim.tape.recording = sim.checkpointing.store is not None or loaded is not None
         result = path, _run_interruptible(sim, path)
         ok = True

@@ -17,7 +17,7 @@ from typing import Any
 from iotfl_sim.algorithms.base import Outcome
 from iotfl_sim.scenario.algorithms import Staleness
 from iotfl_sim.sim.learning import TrainTask
-from iotfl_sim.sim.round import Task, capture_weights, restore_weights
+from iotfl_sim.sim.round import Task, WeightsCheck, capture_weights, restore_weights
 
 
 @dataclass
@@ -57,5 +57,5 @@ class LateUpdates:
     def captured(self) -> dict[str, Any]:
         return capture_weights(self.pending)
 
-    def restore(self, saved: Any) -> None:
-        restore_weights(self.pending, saved)
+    def restore(self, saved: Any, check: WeightsCheck | None = None) -> None:
+        restore_weights(self.pending, saved, check)
