@@ -191,7 +191,12 @@ class Simulation:
             predict_train_seconds=self.training_time.predict,
         )
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
+        # the engine gives the method its context (a setup that forgets ``self.ctx = ctx``, or an __init__ that
+        # skips Strategy's, still has ``self.c``, during setup as after it); a setup may replace it with its own
+        self.strategy.ctx = ctx
         self.strategy.setup(ctx)
+        if self.strategy.ctx is None:
+            self.strategy.ctx = ctx
         if (sc.server.mode == "async") != isinstance(self.strategy, Asynchronous):
             kind = type(self.strategy).__name__
             raise ScenarioError(
