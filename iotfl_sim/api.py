@@ -13,6 +13,10 @@
 >>> iotfl_sim.compare("studies/lr_vs_method").tables["time_to_accuracy"]     # doctest: +SKIP
 >>> iotfl_sim.plot("studies/lr_vs_method")             # the figures' paths  # doctest: +SKIP
 
+An argument of the wrong kind raises ``api_args.ArgumentError`` (a ``TypeError``), a file of a run or a study
+that cannot be read back ``api_args.DamagedFile`` (a ``ValueError``), each naming the argument or the file and
+the fix; both are ``ScenarioError``s, the API's bad input.
+
 Everything here only reads what ``iotfl-sim run`` / ``iotfl-sim sweep`` write (see the README's "Outputs"
 and "Studies"); nothing is computed that the files do not hold. ``compare`` and ``plot`` are the commands of
 the same names (``analysis/``). Without pandas, tables are lists of dicts with numbers parsed (empty cells
@@ -72,11 +76,21 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     return pd.DataFrame(rows) if pd is not None else rows
 
 
+def _number_arg(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _targets(given: Any) -> list[float] | None:
     """``targets=`` of the functions below: None, one accuracy or several, as fractions (or percent)."""
     if given is None:
         return None
-    values = [float(given)] if isinstance(given, int | float) else [float(t) for t in given]
+    if not _number_arg(given) and (
+        isinstance(given, str) or not isinstance(given, Sequence) or not all(_number_arg(t) for t in given)
+    ):
+        from iotfl_sim.api_args import ArgumentError
+
+        raise ArgumentError(f"targets: an accuracy or a list of them (targets=[0.5, 0.7]), got {given!r:.80}")
+    values = [float(given)] if _number_arg(given) else [float(t) for t in given]
     bad = [t for t in values if not 0 < t <= 100]
     if bad:
         from iotfl_sim.scenario.loader import ScenarioError
@@ -107,6 +121,20 @@ def _crossing_rows(
     return rows
 
 
+def _damaged(path: Path, what: str) -> Exception:
+    from iotfl_sim.api_args import DamagedFile
+
+    return DamagedFile(f"{path}: {what}; the run may have been stopped while writing it: resume it with iotfl-sim run "
+                       f"--resume {path.parent}, or move the file away")  # fmt: skip
+
+
+def _read_run_table(path: Path) -> Any:
+    try:
+        return read_table(path)
+    except (ValueError, csv.Error) as e:  # pandas' ParserError and EmptyDataError, UnicodeDecodeError: ValueErrors
+        raise _damaged(path, f"not a readable CSV table ({type(e).__name__}: {str(e)[:200]})") from None
+
+
 class Run:
     """A run folder, read lazily: ``rounds`` and ``devices`` (tables), ``summary`` and ``scenario`` (dicts),
     ``events()`` (an iterator over events.jsonl).
@@ -118,7 +146,9 @@ class Run:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        from iotfl_sim import api_args
+
+        self.path = api_args.path("load_run: path", path)
         if not (self.path / "scenario.resolved.yaml").is_file():
             raise FileNotFoundError(f"{self.path}: not a run folder (no scenario.resolved.yaml)")
         self._cache: dict[str, Any] = {}
@@ -134,12 +164,12 @@ class Run:
     @property
     def rounds(self) -> Any:
         """rounds.csv: one row per round (README "Outputs" lists the columns)."""
-        return self._once("rounds", lambda: read_table(self.path / "rounds.csv"))
+        return self._once("rounds", lambda: _read_run_table(self.path / "rounds.csv"))
 
     @property
     def devices(self) -> Any:
         """devices.csv: one row per device (written at the end of a run, or when it is interrupted)."""
-        return self._once("devices", lambda: read_table(self.path / "devices.csv"))
+        return self._once("devices", lambda: _read_run_table(self.path / "devices.csv"))
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -147,16 +177,34 @@ class Run:
 
         def read() -> dict[str, Any]:
             p = self.path / "summary.json"
-            return safe_json.read(p) if p.is_file() else {}
+            if not p.is_file():
+                return {}
+            try:
+                summary = safe_json.read(p)
+            except ValueError as e:
+                summary = f"not readable JSON ({e})"
+            if not isinstance(summary, dict):
+                raise _damaged(p, summary if isinstance(summary, str) else "not a run summary (not a JSON object)")
+            return summary
 
         return self._once("summary", read)
 
     @property
     def scenario(self) -> dict[str, Any]:
         """scenario.resolved.yaml: every default filled in, profiles inlined."""
-        import yaml
+        from iotfl_sim.scenario.loader import ScenarioError, read_yaml
 
-        return self._once("scenario", lambda: yaml.safe_load((self.path / "scenario.resolved.yaml").read_text()))
+        def read() -> dict[str, Any]:
+            p = self.path / "scenario.resolved.yaml"
+            try:
+                doc = read_yaml(p).data  # the YAML reader's limits (size, aliases, depth) and its one-line errors
+            except ScenarioError as e:
+                raise _damaged(p, str(e).removeprefix(f"{p}: ")) from None
+            if not isinstance(doc, dict):
+                raise _damaged(p, "not a scenario (not a YAML mapping)")
+            return doc
+
+        return self._once("scenario", read)
 
     def crossings(self, targets: Any = None, column: str = "acc_full") -> Any:
         """One row per target accuracy: ``target``, ``reached`` and the first rounds.csv row at or above it
@@ -166,6 +214,7 @@ class Run:
 
         >>> run.crossings([0.5, 0.7])[["target", "round", "sim_time_s"]]     # doctest: +SKIP
         """
+        _column(column)
         return _table(_crossing_rows([({}, self.path)], targets, column))
 
     def events(self) -> Iterator[dict[str, Any]]:
@@ -179,6 +228,13 @@ class Run:
                     yield safe_json.loads(line)
                 except ValueError:
                     continue
+
+
+def _column(column: Any) -> None:
+    if not isinstance(column, str):
+        from iotfl_sim.api_args import ArgumentError
+
+        raise ArgumentError(f"crossings: column: a rounds.csv column name such as 'acc_full', got {column!r:.80}")
 
 
 def load_run(path: str | Path) -> Run:
@@ -229,18 +285,20 @@ def run(
     """
     import yaml
 
+    from iotfl_sim import api_args
     from iotfl_sim import methods as registry
     from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups, resolved_dict
     from iotfl_sim.scenario.model import Scenario
     from iotfl_sim.sim.preflight import preflight
     from iotfl_sim.sim.runner import run_scenario
 
-    if executor is not None and not callable(executor):
-        raise ScenarioError(
-            f"run: executor: {type(executor).__name__} is not callable; give a factory (data, cfg) -> executor, "
-            "e.g. your executor class (docs/add_an_executor_or_profile.md)"
-        )
-    for cls in methods:
+    sets = api_args.strings("run: sets", sets, "--set overrides, e.g. sets=['rounds=5', 'local.lr=0.05']")
+    out = api_args.path("run: out", out, optional=True)
+    progress = api_args.flag("run: progress", progress)
+    executor = api_args.callable_or_none(
+        "run: executor", executor, "a factory (data, cfg) -> executor, e.g. your executor class (docs/add_an_executor_or_profile.md)"
+    )
+    for cls in api_args.classes("run: methods", methods):
         try:
             registry.register_method(cls)
         except registry.MethodError as e:
@@ -256,7 +314,7 @@ def run(
         source = str(scenario)
         sc = load_scenario(scenario, sets=sets)
     else:
-        raise ScenarioError(f"run: give a scenario path, a dict or a Scenario, not {type(scenario).__name__}")
+        raise api_args.ArgumentError(f"run: scenario: give a scenario path, a dict or a Scenario, not {type(scenario).__name__}")
     groups = resolve_groups(sc, base_dir / "device_profiles", source)
     preflight(sc, groups, base_dir, source, None if out is None else str(out))
     path, summary = run_scenario(
@@ -287,14 +345,39 @@ class _LazyRuns(Mapping):
         return len(self._dirs)
 
 
+RECORD_KEYS = {"id": str, "run_dir": str, "status": str, "overrides": dict}  # what StudyRuns reads of a record
+
+
+def _study_index(sj: Path) -> dict[str, Any]:
+    """study.json, checked for what ``StudyRuns`` reads: its name and its runs' records."""
+    from iotfl_sim.api_args import DamagedFile
+
+    if not sj.is_file():
+        raise FileNotFoundError(f"{sj.parent}: not a study folder (no study.json); give a folder that iotfl-sim sweep made")
+    fix = "the sweep rewrites it when run again on the same study"
+    try:
+        index = safe_json.read(sj)
+    except ValueError as e:
+        raise DamagedFile(f"{sj}: not readable JSON ({e}); {fix}") from None
+    if not isinstance(index, dict) or not isinstance(index.get("name"), str) or not isinstance(index.get("runs"), list):
+        raise DamagedFile(f"{sj}: not a study index (an object with a 'name' and a 'runs' list); {fix}")
+    for i, r in enumerate(index["runs"]):
+        if not isinstance(r, dict) or any(not isinstance(r.get(k), t) for k, t in RECORD_KEYS.items()):
+            raise DamagedFile(f"{sj}: run record {i} is not a run record ({', '.join(RECORD_KEYS)}); {fix}")
+    return index
+
+
 class StudyRuns:
     """A study folder (``iotfl-sim sweep``): ``records`` (study.json's, one per run), ``runs`` (run id ->
     :class:`Run`, opened lazily) and :meth:`table`."""
 
     def __init__(self, path: str | Path) -> None:
-        p = Path(path)
+        from iotfl_sim import api_args
+
+        p = api_args.path("load_study: path", path)
+        assert p is not None
         self.path = p.parent if p.name == "study.json" else p
-        index = safe_json.read(self.path / "study.json")
+        index = _study_index(self.path / "study.json")
         self.name: str = index["name"]
         self.records: list[dict[str, Any]] = index["runs"]
         self.runs = _LazyRuns(self.path, self.records)
@@ -322,8 +405,8 @@ class StudyRuns:
                 row[k] = summary.get(k)
                 if k == "energy_j":  # then its split: idle is most of a fleet's energy, whatever the method
                     row.update({f"energy_{kind}_j": v for kind, v in (summary.get("energy_by_kind_j") or {}).items()})
-            row["host_s"] = r["host_s"]
-            row["error"] = r["error"]
+            row["host_s"] = r.get("host_s")
+            row["error"] = r.get("error")
             rows.append(row)
         return _table(rows)
 
@@ -337,6 +420,7 @@ class StudyRuns:
         """
         done = [({"id": r["id"], **r["overrides"]}, self.path / r["run_dir"]) for r in self.records
                 if r["status"] == "done" and (self.path / r["run_dir"] / "rounds.csv").is_file()]  # fmt: skip
+        _column(column)
         return _table(_crossing_rows(done, targets, column))
 
 
@@ -355,13 +439,17 @@ def sweep(
     """
     import yaml
 
+    from iotfl_sim import api_args
     from iotfl_sim.study import read_study
     from iotfl_sim.study import sweep as run_study
 
+    out = api_args.path("sweep: out", out)
+    workers = api_args.count("sweep: workers", workers)
+    progress = api_args.flag("sweep: progress", progress)
     if isinstance(study, Mapping):
         spec = read_study(Path.cwd() / "<study>", text=yaml.safe_dump(dict(study), sort_keys=False))
     else:
-        spec = read_study(study)
+        spec = read_study(api_args.path("sweep: study (a study file or a dict)", study))
     res = run_study(spec, out, workers=workers, progress=progress)
     return StudyRuns(res.folder)
 
@@ -387,8 +475,10 @@ class Comparison:
     written: list[Path]
 
 
-def _paths(paths: Any) -> list[Path]:
-    return [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+def _paths(where: str, paths: Any) -> list[Path]:
+    from iotfl_sim import api_args
+
+    return api_args.paths(where, paths)
 
 
 def compare(
@@ -406,9 +496,12 @@ def compare(
     from analysis.compare import build_tables, compare_markdown, selection_targets, write_tables
     from analysis.rundir import PlotInputError
     from analysis.study import require_runs, select
+    from iotfl_sim import api_args
     from iotfl_sim.scenario.loader import ScenarioError
 
-    ps = _paths(paths)
+    ps = _paths("compare: paths", paths)
+    by = api_args.strings("compare: by", by, "scenario keys that define a method, e.g. by=['algorithm.name']")
+    out = api_args.path("compare: out", out, optional=True)
     try:
         sel = select(ps, by or None)
         require_runs(sel, ps, "compare")
@@ -433,10 +526,13 @@ def plot(paths: Any, out: str | Path | None = None, targets: Any = None) -> list
     """
     from analysis.rundir import PlotInputError
     from analysis.study_plots import plot_paths
+    from iotfl_sim import api_args
     from iotfl_sim.scenario.loader import ScenarioError
 
+    ps = _paths("plot: paths", paths)
+    out = api_args.path("plot: out", out, optional=True)
     try:
-        written, _ = plot_paths(_paths(paths), Path(out) if out is not None else None, _targets(targets))
+        written, _ = plot_paths(ps, out, _targets(targets))
     except PlotInputError as e:
         raise ScenarioError(str(e)) from None
     return written

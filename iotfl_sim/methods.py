@@ -114,6 +114,7 @@ def method(name: str, search: Iterable[Path] = ()) -> Method:
     for ep in _entry_points():
         if ep.name == name:
             try:
+                announce_import(ep.module, f"method module (entry point {name})")
                 cls = ep.load()
             except Exception as e:  # noqa: BLE001 - a broken third-party package: one line naming it
                 raise MethodError(f"method {name!r}: its entry point {ep.value!r} failed to load: {type(e).__name__}: {e}") from None
@@ -181,6 +182,7 @@ def _import_path(name: str, search: Iterable[Path]) -> type:
     extra = [str(Path(p)) for p in search if str(Path(p)) not in sys.path]
     sys.path[:0] = extra
     try:
+        announce_import(module_name, "method module")
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         where = f" or in {', '.join(extra)}" if extra else ""
@@ -202,6 +204,38 @@ def _import_path(name: str, search: Iterable[Path]) -> type:
     return cls
 
 
+def announce_import(module_name: str, what: str) -> None:
+    """Say on stderr which module is imported from where, before importing it: a module that hangs at import
+    (a loop or a sleep at its top level) is then named while it hangs, and Ctrl-C ends it (``interrupted``).
+    Nothing is said for a module already imported, or one that is not there (the import's error says so)."""
+    if module_name in sys.modules:
+        return
+    where = _origin(module_name)
+    if where is not None:
+        print(f"note: importing {what} {module_name} from {where} ...", file=sys.stderr, flush=True)
+
+
+def _origin(module_name: str) -> str | None:
+    """The file (or package folder) ``module_name`` would be imported from, found without running any module's
+    code (a submodule of a package not imported yet is located by its top-level package); None: not found."""
+    import importlib.machinery
+    import importlib.util
+
+    parent = module_name.rpartition(".")[0]
+    try:
+        if not parent or parent in sys.modules:
+            spec = importlib.util.find_spec(module_name)
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(module_name.partition(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.origin in (None, "built-in", "frozen"):  # a namespace package, or a module built into the interpreter
+        return next(iter(spec.submodule_search_locations or ()), spec.origin or "a namespace package")
+    return spec.origin if spec.name == module_name else str(Path(spec.origin).parent)
+
+
 def _check_strategy(cls: Any, what: str) -> None:
     # by the bases' names: the registry (read by the configuration layer) imports no strategy code
     def derives(c: Any, module: str, qualname: str) -> bool:
@@ -209,6 +243,12 @@ def _check_strategy(cls: Any, what: str) -> None:
 
     if not derives(cls, "iotfl_sim.algorithms.base", "Strategy"):
         raise MethodError(f"{what}: {cls!r} is not a subclass of iotfl_sim.Strategy")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))  # what Python would refuse to instantiate
+    if missing:
+        raise MethodError(
+            f"{what}: {cls.__qualname__} does not define {', '.join(missing)}, which every method must; define "
+            f"{'it' if len(missing) == 1 else 'them'} in {cls.__qualname__} (docs/write_a_method.md)"
+        )
     config = getattr(cls, "Config", None)
     if not derives(config, "iotfl_sim.scenario.algorithms.base", "MethodConfig"):
         raise MethodError(f"{what}: {cls.__qualname__}.Config must be a subclass of iotfl_sim.MethodConfig, got {config!r}")

@@ -143,3 +143,114 @@ def test_compare_and_plot_are_in_the_api(tmp_path, no_pandas):
     assert iotfl_sim.plot(folder / "runs" / "fedavg-s0", out=tmp_path / "one")  # a run folder: the run figures
     with pytest.raises(ScenarioError, match="no finished run"):
         iotfl_sim.compare(tmp_path / "cmp")
+
+
+def _no_run_written(out):
+    return not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    "call, needles",
+    [
+        (lambda sc, out: iotfl_sim.run(sc, out=out, sets="rounds=2"), ["run: sets", "the str 'rounds=2'", "['rounds=2']"]),
+        (lambda sc, out: iotfl_sim.run(sc, out=out, sets=["seed=1", 2]), ["run: sets", "item 1 is the int 2"]),
+        (lambda sc, out: iotfl_sim.run(sc, out=3), ["run: out", "a path", "the int 3"]),
+        (lambda sc, out: iotfl_sim.run(sc, out=out, progress="yes"), ["run: progress", "True or False"]),
+        (lambda sc, out: iotfl_sim.run(sc, out=out, methods=iotfl_sim.Run), ["run: methods", "the class Run", "[Run]"]),
+        (lambda sc, out: iotfl_sim.run(sc, out=out, executor=3), ["run: executor", "int is not callable"]),
+        (lambda sc, out: iotfl_sim.run([sc], out=out), ["run: scenario", "not list"]),
+        (lambda sc, out: iotfl_sim.load_run(None), ["load_run: path", "the NoneType None"]),
+        (lambda sc, out: iotfl_sim.load_study(1.5), ["load_study: path", "the float 1.5"]),
+        (lambda sc, out: iotfl_sim.sweep("s.yaml", out=out, workers=0), ["sweep: workers", "at least 1", "the int 0"]),
+        (lambda sc, out: iotfl_sim.sweep({"name": "s"}, out=out, workers=2.5), ["sweep: workers", "the float 2.5"]),
+        (lambda sc, out: iotfl_sim.compare(out, by="algorithm.name"), ["compare: by", "['algorithm.name']"]),
+        (lambda sc, out: iotfl_sim.compare(7), ["compare: paths", "the int 7"]),
+        (lambda sc, out: iotfl_sim.plot([out, None]), ["plot: paths[1]", "the NoneType None"]),
+        (lambda sc, out: iotfl_sim.plot(out, targets="0.5"), ["targets", "a list of them", "'0.5'"]),
+    ],
+)
+def test_an_argument_of_the_wrong_kind_is_one_exception_naming_it(tmp_path, call, needles):
+    """A string where a list goes (``sets="rounds=2"`` was read one character at a time), a number where a path
+    goes, ...: a TypeError (and a ScenarioError, the API's bad input) naming the argument and the fix; nothing
+    is written."""
+    out = tmp_path / "runs"
+    with pytest.raises(TypeError) as got:
+        call(base_scenario(numerics="none"), out)
+    assert isinstance(got.value, ScenarioError)
+    assert all(n in str(got.value) for n in needles), str(got.value)
+    assert len(str(got.value).splitlines()) == 1
+    assert _no_run_written(out)
+
+
+@pytest.mark.parametrize("made", [None, "inline", object()])
+def test_an_executor_factory_that_returns_no_executor_is_named_before_training(tmp_path, made):
+    def my_factory(data, cfg):
+        return made
+
+    out = tmp_path / "runs"
+    with pytest.raises(ScenarioError) as got:
+        iotfl_sim.run(base_scenario(rounds=1), out=out, executor=my_factory)
+    text = str(got.value)
+    assert "run: executor: the factory" in text and "my_factory" in text and "not an executor" in text, text
+    assert type(made).__name__ in text and "no run, evaluate, close" in text, text
+    assert _no_run_written(out)
+
+
+def test_an_executor_factory_returning_an_object_without_close_names_what_it_lacks(tmp_path):
+    class Half:
+        def run(self, jobs):
+            return []
+
+        def evaluate(self, jobs):
+            return []
+
+    with pytest.raises(ScenarioError, match=r"the factory .*<lambda> returned .*\(Half\), not an executor: it has no close;"):
+        iotfl_sim.run(base_scenario(rounds=1), out=tmp_path / "runs", executor=lambda data, cfg: Half())
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    return iotfl_sim.run(base_scenario(numerics="none"), out=tmp_path_factory.mktemp("one")).path
+
+
+DAMAGE = {
+    "summary_truncated": ("summary.json", lambda b: b[: len(b) // 2], "summary", "not readable JSON"),
+    "summary_a_list": ("summary.json", lambda b: b"[1, 2]", "summary", "not a run summary"),
+    "summary_deep": ("summary.json", lambda b: b"[" * 500 + b"]" * 500, "summary", "nested more than 100 levels"),
+    "scenario_broken": ("scenario.resolved.yaml", lambda b: b"name: [unclosed\n", "scenario", "scenario.resolved.yaml"),
+    "scenario_a_list": ("scenario.resolved.yaml", lambda b: b"- 1\n", "scenario", "not a scenario"),
+    "rounds_not_text": ("rounds.csv", lambda b: b"\xff\xfe\x00garbage\x00" * 10, "rounds", "not a readable CSV table"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_run_file_is_one_exception_naming_it(one_run, tmp_path, case):
+    """load_run(run).summary on a truncated summary.json raised a raw JSONDecodeError naming no file."""
+    import shutil
+
+    name, damage, attribute, needle = DAMAGE[case]
+    run = tmp_path / "run"
+    shutil.copytree(one_run, run)
+    (run / name).write_bytes(damage((run / name).read_bytes()))
+    with pytest.raises(ValueError) as got:
+        getattr(iotfl_sim.load_run(run), attribute)
+    assert isinstance(got.value, ScenarioError)
+    text = str(got.value)
+    assert str(run / name) in text and needle in text and len(text.splitlines()) == 1, text
+
+
+@pytest.mark.parametrize(
+    "index, needle",
+    [
+        ('{"name": "st", "runs": [', "not readable JSON"),
+        ('{"name": "st"}', "not a study index"),
+        ('{"name": "st", "runs": [{"id": "a"}]}', "run record 0 is not a run record"),
+    ],
+)
+def test_a_damaged_study_index_is_one_exception_naming_it(tmp_path, index, needle):
+    (tmp_path / "study.json").write_text(index)
+    with pytest.raises(ValueError, match=needle) as got:
+        iotfl_sim.load_study(tmp_path)
+    assert str(tmp_path / "study.json") in str(got.value) and isinstance(got.value, ScenarioError)
+    with pytest.raises(FileNotFoundError, match="not a study folder"):
+        iotfl_sim.load_study(tmp_path / "elsewhere")

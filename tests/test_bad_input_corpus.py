@@ -538,6 +538,15 @@ RESUME_CASES = {
         _meta(lambda m: m["offsets"].update({"rounds.csv": -5})),
         ["checkpoints", "offsets are not byte counts"],
     ),
+    "sources_invalid": (lambda run: (run / "sources.json").write_text("{"), ["sources.json", "not readable JSON", "start a new run"]),
+    "sources_not_files": (
+        lambda run: (run / "sources.json").write_text('{"files": [{"path": 1}]}'),
+        ["sources.json", "not the list of source files", "start a new run"],
+    ),
+    "sources_file_gone": (
+        lambda run: (run / "sources.json").write_text(json.dumps({"files": [{"path": str(run / "gone_method.py"), "module": "gone_method", "sha256": "0" * 64}]})),
+        ["gone_method.py (module gone_method) is gone since the run started", "put it back"],
+    ),
     "summary_invalid": (lambda run: (run / "summary.json").write_text("{"), ["summary.json", "not readable JSON", "move it away"]),
     "summary_deep": (lambda run: (run / "summary.json").write_text(DEEP), ["summary.json", "nested more than 100 levels"]),
     "summary_a_list": (lambda run: (run / "summary.json").write_text("[1]"), ["summary.json", "not a run summary"]),

@@ -140,8 +140,11 @@ def _validate_error(tmp_path, capsys, name: str) -> str:
     path.write_text(yaml.safe_dump(sc, sort_keys=False))
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    return err
+    *before, line = err.strip().splitlines()
+    # the one error line, after at most the note naming the module being imported (and from where)
+    assert line.startswith("error: ") and "Traceback" not in err, err
+    assert len(before) <= 1 and all(x.startswith("note: importing method module ") for x in before), err
+    return line
 
 
 def test_a_bad_import_path_is_one_line_naming_algorithm_name(tmp_path, capsys):

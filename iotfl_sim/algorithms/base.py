@@ -259,7 +259,8 @@ class Strategy(ABC):
 
     @abstractmethod
     def setup(self, ctx: StrategyContext) -> None:
-        """Build the method's models and state from ``ctx`` (keep ``self.ctx = ctx``); runs once."""
+        """Build the method's models and state from ``ctx``; runs once. The engine has set ``self.ctx = ctx``
+        before calling it (``self.c`` works here already), so a method need not keep it itself."""
 
     @abstractmethod
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
@@ -314,9 +315,14 @@ class Strategy(ABC):
 
     @property
     def c(self) -> StrategyContext:
-        """The set-up context (``setup`` must have run)."""
-        assert self.ctx is not None, "setup() has not run"
-        return self.ctx
+        """The set-up context: the engine sets ``self.ctx`` before it calls ``setup``."""
+        ctx = getattr(self, "ctx", None)  # None too when a subclass's __init__ skipped Strategy's
+        if ctx is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: no context yet: the engine sets self.ctx before it calls setup(ctx); outside "
+                "the engine (a test, a notebook), set strategy.ctx = ctx before calling setup(ctx)"
+            )
+        return ctx
 
     def aggregated(self, outcomes: list[Outcome]) -> bool:
         """Whether the engine aggregated the round these outcomes close: at least ``min_participants`` tasks

@@ -76,6 +76,11 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def missing_methods(executor: Any) -> list[str]:
+    """The methods of ``Executor`` that ``executor`` lacks (or has as something not callable): [] for an executor."""
+    return [m for m in ("run", "evaluate", "close") if not callable(getattr(executor, m, None))]
+
+
 def overlaps(executor: Any, setting: bool | str = True) -> bool:
     """Does ``executor`` evaluate beside the caller's next work, under ``executor.overlap_eval`` = ``setting``?
     Executors that can say ``overlaps = True`` and have ``evaluate_later(jobs) -> concurrent.futures.Future`` of

@@ -63,8 +63,9 @@ def new_run_dir(parent: str | Path, name: str) -> Path:
 NEW_SUFFIX = ".new"  # a run folder being made by ``new_run_dir_whole``: never a run
 
 
-def new_run_dir_whole(final: Path, resolved: dict, base_dir: Path | None) -> Path:
-    """Make the run folder ``final`` (which must not exist) with its scenario in it, under a temporary name
+def new_run_dir_whole(final: Path, resolved: dict, base_dir: Path | None, sources: str | None = None) -> Path:
+    """Make the run folder ``final`` (which must not exist) with its scenario in it (and ``sources``, the text of
+    its ``sources.json``: ``output.sources``), under a temporary name
     renamed when whole: a folder under a study's run id is always a run (a sweep resumes it), never half made."""
     import shutil
     import tempfile
@@ -76,6 +77,8 @@ def new_run_dir_whole(final: Path, resolved: dict, base_dir: Path | None) -> Pat
     try:
         write_scenario(tmp, resolved)
         write_origin(tmp, base_dir)
+        if sources is not None:
+            write_atomic(tmp / "sources.json", sources)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # made by this process a moment ago

@@ -10,6 +10,7 @@ devices reach the engine through ``sim.device.TaskHost``, checkpoints and replay
 from __future__ import annotations
 
 import math
+import reprlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,7 @@ from iotfl_sim.algorithms.base import (
     Update,
 )
 from iotfl_sim.exec.auto import Choice, HostWork, choose
-from iotfl_sim.exec.base import NumericData, overlaps
+from iotfl_sim.exec.base import NumericData, missing_methods, overlaps
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.glibc_heap import heap_tuning_pays, single_malloc_arena
 from iotfl_sim.fl.cost import opcost
@@ -130,6 +131,7 @@ class Simulation:
         if executor is None and sc.numerics != "none":
             if executor_factory is not None:
                 executor = executor_factory(self.numerics.numeric_data(), sc.executor)
+                self._check_made(executor_factory, executor)
             else:
                 work = self._host_work()
                 self.executor_choice = choose(
@@ -164,6 +166,18 @@ class Simulation:
         self.interrupted = False
         self.hierarchy = GatewayTier(self) if sc.hierarchy is not None else None  # device -> gateway -> cloud
 
+    def _check_made(self, factory: ExecutorFactory, made: Any) -> None:
+        """Refuse, before any training, what a caller's executor factory returned when it is not an executor."""
+        missing = missing_methods(made)
+        if missing:
+            torch.set_num_threads(self._threads_before)  # as before the run (the run ends here)
+            name = getattr(factory, "__qualname__", None) or repr(factory)
+            raise ScenarioError(
+                f"run: executor: the factory {name} returned {reprlib.repr(made)} ({type(made).__name__}), not an "
+                f"executor: it has no {', '.join(missing)}; return an object with run(jobs), evaluate(jobs) and "
+                "close() (docs/add_an_executor_or_profile.md)"
+            )
+
     def _set_up_strategy(self) -> None:
         """The method's ``setup``, then the set-up checks of what it will assign (models analysed, memory)."""
         sc = self.sc
@@ -191,7 +205,12 @@ class Simulation:
             predict_train_seconds=self.training_time.predict,
         )
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
+        # the engine gives the method its context (a setup that forgets ``self.ctx = ctx``, or an __init__ that
+        # skips Strategy's, still has ``self.c``, during setup as after it); a setup may replace it with its own
+        self.strategy.ctx = ctx
         self.strategy.setup(ctx)
+        if self.strategy.ctx is None:
+            self.strategy.ctx = ctx
         if (sc.server.mode == "async") != isinstance(self.strategy, Asynchronous):
             kind = type(self.strategy).__name__
             raise ScenarioError(

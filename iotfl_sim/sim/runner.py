@@ -19,9 +19,11 @@ from iotfl_sim.output.run_dir import (
     new_run_dir_whole,
     read_origin,
     scenario_sha256,
+    write_atomic,
     write_origin,
     write_scenario,
 )
+from iotfl_sim.output.sources import SOURCES, check_sources, sources_text, user_sources
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
@@ -119,12 +121,16 @@ def run_scenario(
         # fails on bad input before any folder is made
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir, executor_factory=executor_factory)
         _announce_executor(sim, quiet)
+        if run_dir is not None or out_parent is not None:
+            # the user's files the run's code comes from, by SHA-256: a resume refuses them changed
+            sources = sources_text(user_sources(_code_roots(sim, executor_factory)))
         if run_dir is not None:
-            path = new_run_dir_whole(Path(run_dir), resolved, base_dir)
+            path = new_run_dir_whole(Path(run_dir), resolved, base_dir, sources)
         elif out_parent is not None:
             path = new_run_dir(out_parent, sc.name)
             write_scenario(path, resolved)
             write_origin(path, base_dir)
+            write_atomic(path / SOURCES, sources)
         if path is not None:
             lock = RunLock(path)
             recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_extra_columns(sim))
@@ -139,6 +145,17 @@ def run_scenario(
     finally:
         bar.close()
         _finish(recorder, lock, ok, path)
+
+
+def _code_roots(sim: Simulation, executor_factory: ExecutorFactory | None) -> list[Any]:
+    """Where the run's code comes from (``output.sources``): the module ``algorithm.name`` names by import path,
+    the method's class, its wire, and a caller's executor factory and the executor it made."""
+    import sys
+
+    name = sim.sc.algorithm.name
+    named = sys.modules.get(name.partition(":")[0]) if ":" in name else None
+    custom = sim.executor if executor_factory is not None else None
+    return [named, sim.strategy, sim.strategy.wire, executor_factory, custom]
 
 
 def _os_error(e: OSError, path: Path | None) -> Exception:
@@ -167,9 +184,10 @@ def _finish(recorder: RunRecorder | None, lock: RunLock | None, ok: bool, path: 
 def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
     """Continue the run in folder ``path`` from its last checkpoint (from the start if it has none).
 
-    Every check comes before any write: the lock, the summary, the scenario, the checkpoint (its SHA-256s, its
-    format, migrated if older, the scenario's hash, the files' offsets, the values it restores against the
-    run's own) and the replay of the checkpoint's rounds. A refused resume
+    Every check comes before any write: the lock, the summary, the user's source files the run loaded
+    (``sources.json``), the scenario, the checkpoint (its SHA-256s, its format, migrated if older, the
+    scenario's hash, the files' offsets, the values it restores against the run's own) and the replay of the
+    checkpoint's rounds. A refused resume
     leaves every file of the folder as it was; only then are the files cut back to the checkpoint."""
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 
@@ -183,6 +201,7 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
     try:
         if _summary_complete(path):
             raise ScenarioError(f"--resume {path}: this run is already complete (summary.json); nothing to resume")
+        check_sources(path)  # before the scenario is read: an edited method module is not even imported
         base_dir = read_origin(path)  # the scenario's own folder: where a method named by import path may live
         sc = load_scenario(path / "scenario.resolved.yaml", search=[base_dir] if base_dir is not None else [])
         groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))
