@@ -93,6 +93,18 @@ def test_choice_by_cores_work_model_and_gpu():
     assert (named.kind, named.workers, named.why) == ("pool", 3, "")
 
 
+
+def test_the_fused_trainer_on_a_cpu_records_its_worker_count_and_nothing_else_does():
+    """On a CPU the fused trainer's pool cuts every group into one share per worker, so the count decides the bits:
+    the run records it (``Choice.pinned``, written into scenario.resolved.yaml). Nowhere else does a count matter."""
+    three, work = Cores(3, 4, None), HostWork(1e15, 1e4, 0)
+    cpu = choose("fused", None, 1, False, three, work)
+    assert (cpu.kind, cpu.workers, cpu.pinned()) == ("fused", 3, {"workers": 3})  # the usable cores, as pool's default
+    assert choose("fused", 5, 1, False, three, work).pinned() == {"workers": 5}  # a count the scenario names is kept
+    assert choose("fused", None, 1, True, three, work).pinned() == {}  # on CUDA the host threads give inline's bits
+    for kind in ("inline", "threads", "pool", "auto"):
+        assert choose(kind, None, 1, False, three, work).pinned() == {}, kind
+
 def _run(tmp_path, write_scenario, name: str, executor: dict | None, quiet: bool = True) -> tuple[list[dict], dict]:
     extra = {} if executor is None else {"executor": executor}
     data = base_scenario(

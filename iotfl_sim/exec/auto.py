@@ -47,6 +47,15 @@ class Choice:
     kind: str  # inline, threads, pool, ray or fused
     workers: int | None
     why: str  # one line, for the run's start and its summary ("" when the scenario named the kind)
+    pins_workers: bool = False  # the results depend on ``workers`` (see ``pinned``)
+
+    def pinned(self) -> dict[str, int]:
+        """Executor settings left to this machine that decide the run's numbers, which the run records in its
+        ``scenario.resolved.yaml`` so that rerunning or resuming that file reproduces them: the worker count of the
+        fused trainer on a CPU, whose pool cuts every fused group into one share per worker (a vmapped group's
+        kernels sum in another order than two halves'). Its default is the usable cores, which in a sweep are
+        the run's share (``exec.cores``), alone all of them."""
+        return {"workers": self.workers} if self.pins_workers and self.workers is not None else {}
 
     def label(self) -> str:
         return self.kind if self.workers is None else f"{self.kind}, {self.workers} workers"
@@ -54,6 +63,8 @@ class Choice:
 
 def choose(kind: str, workers: int | None, threads: int, cuda: bool, cores: Cores, work: HostWork | None) -> Choice:
     """The executor for a run whose scenario says ``kind`` (``work``: the estimate; None: unknown, e.g. system-only)."""
+    if kind == "fused" and not cuda:  # a pool whose workers fuse a share each: their count decides the bits
+        return Choice(kind, workers or cores.usable, "", pins_workers=True)
     if kind != "auto":
         return Choice(kind, workers, "")
     n = cores.usable // threads
