@@ -77,6 +77,7 @@ SLOW_TESTS = (
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_device_setting",
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_digits",
     "test_sweep.py::test_index_failures_and_rerun",
+    "test_sweep_alone.py",
     "test_thread_determinism.py",
     "test_user_methods.py::test_a_module_that_hangs_at_import_is_named_and_ctrl_c_ends_it",
 )

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from conftest import base_scenario
 
@@ -86,12 +85,72 @@ def test_choice_by_cores_work_model_and_gpu():
     assert choose("auto", None, 1, False, four, random_medium).kind == "inline"
     assert choose("auto", None, 1, False, one, big).kind == "inline"  # no room for a second worker
     assert choose("auto", None, 1, False, four, None).kind == "inline"  # nothing known: no workers
-    gpu = choose("auto", None, 1, True, four, tiny)  # a GPU: fused, whatever the work, with a thread per core beside
+    long = HostWork(auto.HOST_FLOPS_PER_S * 4 * auto.FUSED_PAYS_AFTER_S, 0, 0)  # 4 cores: the GPU pays
+    gpu = choose("auto", None, 1, True, four, long)  # fused, with a host thread per core beside
     assert (gpu.kind, gpu.workers) == ("fused", 4) and "CUDA" in gpu.why and "4 usable cores" in gpu.why
-    assert choose("auto", None, 2, True, four, big).workers == 2
+    assert choose("auto", None, 2, True, four, long).workers == 2
+    small = choose("auto", None, 1, True, four, tiny)  # too little to pay for the GPU's start: the CPU's choice
+    assert small.kind == "inline" and "Not the CUDA GPU's fused trainer" in small.why
     named = choose("pool", 3, 1, True, one, tiny)  # a kind the scenario names is kept as it is, with no why
     assert (named.kind, named.workers, named.why) == ("pool", 3, "")
 
+
+
+def test_the_fused_trainer_on_a_cpu_records_its_worker_count_and_nothing_else_does():
+    """On a CPU the fused trainer's pool cuts every group into one share per worker, so the count decides the bits:
+    the run records it (``Choice.pinned``, written into scenario.resolved.yaml). Nowhere else does a count matter."""
+    three, work = Cores(3, 4, None), HostWork(1e15, 1e4, 0)
+    cpu = choose("fused", None, 1, False, three, work)
+    assert (cpu.kind, cpu.workers, cpu.pinned()) == ("fused", 3, {"workers": 3})  # the usable cores, as pool's default
+    assert choose("fused", 5, 1, False, three, work).pinned() == {"workers": 5}  # a count the scenario names is kept
+    assert choose("fused", None, 1, True, three, work).pinned() == {}  # on CUDA the host threads give inline's bits
+    for kind in ("inline", "threads", "pool", "auto"):
+        assert choose(kind, None, 1, False, three, work).pinned() == {}, kind
+
+
+def _job(forward_per_sample: float, samples: float, clients: int, rounds: int, batch: int) -> HostWork:
+    """A job's estimate as the engine makes it (``Simulation._host_work``): 3x forward FLOPs per trained sample."""
+    tasks = clients * rounds
+    return HostWork(3 * forward_per_sample * samples * tasks, -(-samples // batch) * tasks, 0.0)
+
+
+# the two jobs of benchmarks/fused_cuda.md (peers.py): forward FLOPs per sample from its trainer table (MFLOP per
+# step / batch 10), samples per client as the runs split them (FEMNIST over 1,000 devices; MNIST over 100)
+IOT = _job(58.26e6, 14.7, clients=100, rounds=5, batch=10)  # fused 1.23x (1.46x loaded) the threads' wall time
+CONV = _job(79.95e6, 600, clients=10, rounds=3, batch=50)  # fused 1.01x (0.86x loaded)
+H200_HOST = Cores(16, 16, None)
+
+
+def test_on_cuda_auto_takes_the_fused_trainer_only_where_its_benchmark_shows_it_pays():
+    # by hand: IoT 3 x 58.26e6 x 14.7 x 500 / 40e9 = 32.1 s + 1,000 steps x 2 ms = 34.1 s; on 16 threads 2.1 s;
+    # conv 3 x 79.95e6 x 600 x 30 / 40e9 = 107.9 s + 360 x 2 ms = 108.7 s, on 16 threads 6.8 s; threshold 6 s
+    assert IOT.train_seconds() == pytest.approx(34.1, abs=0.1) and CONV.train_seconds() == pytest.approx(108.7, abs=0.1)
+    iot, conv = choose("auto", None, 1, True, H200_HOST, IOT), choose("auto", None, 1, True, H200_HOST, CONV)
+    assert (iot.kind, iot.workers) == ("threads", 16) and "2.1 s on 16 host thread(s)" in iot.why
+    assert (conv.kind, conv.workers) == ("fused", 16) and "6.8 s on 16 host thread(s)" in conv.why
+    # fewer host cores train slower: on 4 the IoT job's 8.5 s of threads pays for the GPU's start
+    assert choose("auto", None, 1, True, Cores(4, 4, None), IOT).kind == "fused"
+    # a dropout model cannot be fused: the host's choice (a pool), however long the job
+    random = HostWork(CONV.train_flops * 100, CONV.train_steps, 0.0, draws_rng=True)
+    assert choose("auto", None, 1, True, H200_HOST, random).kind == "pool"
+
+
+def test_a_sweeps_share_of_the_cores_does_not_change_auto_between_gpu_and_host():
+    """A point and the same point alone must pick the same trainer (fused and threads differ in the last bits): the
+    rule counts the cores a run alone gets, not its share in a sweep."""
+    halved = Cores(8, 16, None, shared=2)
+    assert halved.unshared == 16 and Cores(3, 8, 2.5).unshared == 2  # the quota rounded down, as usable is
+    between = HostWork(auto.HOST_FLOPS_PER_S * 1.5 * 8 * auto.FUSED_PAYS_AFTER_S, 0, 0)  # 0.75x on 16, 1.5x on 8
+    for work in (IOT, CONV, between):
+        assert choose("auto", None, 1, True, halved, work).kind == choose("auto", None, 1, True, H200_HOST, work).kind
+    assert choose("auto", None, 1, True, halved, between).kind == "threads"
+    assert choose("auto", None, 1, True, halved, IOT).workers == 8  # its host threads do use only its share
+
+
+def test_auto_never_takes_the_fused_trainer_on_a_cpu():
+    for work in (None, IOT, CONV, HostWork(1e18, 1e9, 1e18), HostWork(1e18, 1e9, 1e18, draws_rng=True)):
+        for cores in (Cores(1, 1, None), H200_HOST, Cores(64, 64, None)):
+            assert choose("auto", None, 1, False, cores, work).kind != "fused"
 
 def _run(tmp_path, write_scenario, name: str, executor: dict | None, quiet: bool = True) -> tuple[list[dict], dict]:
     extra = {} if executor is None else {"executor": executor}
@@ -109,14 +168,12 @@ def _run(tmp_path, write_scenario, name: str, executor: dict | None, quiet: bool
     return rows, json.loads((path / "summary.json").read_text())
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="with a CUDA GPU, auto is the fused trainer")
 def test_a_run_without_executor_block_says_why_inline(tmp_path, write_scenario, capsys):
     rows, summary = _run(tmp_path, write_scenario, "small", None, quiet=False)
     assert summary["executor"]["kind"] == "inline" and "estimated host work" in summary["executor"]["why"]
     assert capsys.readouterr().err.count("note: executor: auto: inline") == 1
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="with a CUDA GPU, auto is the fused trainer")
 @pytest.mark.skipif(available_cores().usable < 2, reason="auto takes worker threads only with 2 or more usable cores")
 def test_a_default_run_that_takes_threads_gives_inline_bits(tmp_path, write_scenario, monkeypatch):
     monkeypatch.setattr(auto, "THREADS_PAY_AFTER_S", 0.0)  # this tiny run would pay: auto takes worker threads

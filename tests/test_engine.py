@@ -139,7 +139,7 @@ def _metrics(sim: Simulation) -> list[dict]:
 
 
 def test_same_seed_same_metrics_other_seed_differs():
-    # bitwise is the CPU promise: on a CUDA machine auto picks the fused trainer, equal only within tolerance
+    # bitwise is the CPU promise: on a CUDA machine auto may pick the fused trainer, equal only within tolerance
     # (seen on an H200: two runs of this scenario gave different rows), so the test names the inline one
     data = base_scenario(rounds=2, executor={"kind": "inline"})
     data["fleet"]["groups"][0]["profile"]["memory"]["sigma_mb"] = 1.0

@@ -124,7 +124,7 @@ def test_eval_subset_scores_a_fixed_seeded_subset(tmp_path, write_scenario):
     from iotfl_sim.scenario.loader import load_scenario
     from iotfl_sim.sim.setup import prepare_numerics
 
-    # inline named: on a CUDA machine the default (auto) is the fused trainer, which holds its data otherwise
+    # inline named: on a CUDA machine the default (auto) may be the fused trainer, which holds its data otherwise
     data = base_scenario(server={"eval_subset": 50}, executor={"kind": "inline"})
     sc = load_scenario(write_scenario(data))
     a, b = prepare_numerics(sc, sc.num_devices()), prepare_numerics(sc, sc.num_devices())

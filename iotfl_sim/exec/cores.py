@@ -8,7 +8,9 @@ and rounded down (1.5 CPUs of quota keep one worker busy without throttling; nev
 
 A sweep that runs N runs at once on this machine tells each of them so (``SHARE_ENV``, set by
 ``study.dispatch``): each then counts its share, the usable cores divided by N, so that N runs with
-``executor: auto`` do not start N x cores workers.
+``executor: auto`` do not start N x cores workers. ``Cores.unshared`` is the count before the share, what a run
+alone gets: ``exec.auto`` decides between the GPU and the host by it, so that a run's numbers never depend on
+whether it runs in a sweep.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ class Cores:
     affinity: int  # cores the scheduler may run this process on
     quota: float | None  # cgroup CPU quota in cores; None: no limit
     shared: int = 1  # runs sharing them (SHARE_ENV)
+
+    @property
+    def unshared(self) -> int:
+        """The usable cores before the sweep's share: what this machine gives a run alone."""
+        return _capped(self.affinity, self.quota)
 
     def why(self) -> str:
         limit = "no cgroup CPU limit" if self.quota is None else f"cgroup CPU limit {self.quota:g}"
@@ -114,11 +121,15 @@ def cgroup_quota(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> f
     return None
 
 
+def _capped(affinity: int, quota: float | None) -> int:
+    """``affinity`` capped by the cgroup ``quota`` rounded down (see the module docstring); at least 1."""
+    return affinity if quota is None else max(1, min(affinity, math.floor(quota + 1e-9)))
+
+
 def available_cores(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> Cores:
     """The cores this process may keep busy: affinity, capped by the cgroup quota (rounded down), divided among
     the runs sharing them (``SHARE_ENV``); at least 1."""
     affinity = _affinity()
     quota = cgroup_quota(root, proc_cgroup)
-    usable = affinity if quota is None else max(1, min(affinity, math.floor(quota + 1e-9)))
     shared = _shared()
-    return Cores(max(1, usable // shared), affinity, quota, shared)
+    return Cores(max(1, _capped(affinity, quota) // shared), affinity, quota, shared)

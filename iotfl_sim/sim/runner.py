@@ -9,6 +9,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from iotfl_sim.exec.auto import Choice
 from iotfl_sim.output.checkpoint import CheckpointStore
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import (
@@ -121,6 +122,7 @@ def run_scenario(
         # fails on bad input before any folder is made
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir, executor_factory=executor_factory)
         _announce_executor(sim, quiet)
+        resolved = _pinned(resolved, sim.executor_choice)
         if run_dir is not None or out_parent is not None:
             # the user's files the run's code comes from, by SHA-256: a resume refuses them changed
             sources = sources_text(user_sources(_code_roots(sim, executor_factory)))
@@ -145,6 +147,13 @@ def run_scenario(
     finally:
         bar.close()
         _finish(recorder, lock, ok, path)
+
+
+def _pinned(resolved: dict, choice: Choice) -> dict:
+    """``resolved`` with the executor settings this machine chose that decide the run's numbers
+    (``Choice.pinned``): rerunning or resuming the run's file, alone, in a sweep or elsewhere, reproduces them."""
+    pins = choice.pinned()
+    return {**resolved, "executor": {**resolved["executor"], **pins}} if pins else resolved
 
 
 def _code_roots(sim: Simulation, executor_factory: ExecutorFactory | None) -> list[Any]:
