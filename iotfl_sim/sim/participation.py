@@ -48,18 +48,28 @@ def amount(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
+def _fits(sim: Simulation) -> tuple[np.ndarray, np.ndarray]:
+    """(each candidate's training need, whether it fits each device's most possible free memory: devices x
+    candidates)."""
+    needs = np.array([sim.memory_need(r, s) for r, s in sim.strategy.candidate_specs()], dtype=np.float64)
+    if sim.memory_ignored:
+        return needs, np.ones((sim.fleet.n, len(needs)), dtype=bool)
+    return needs, sim.fleet.max_free_memory()[:, None] >= needs[None, :]
+
+
+def can_take_part(sim: Simulation) -> np.ndarray:
+    """Per device: whether it can ever take part (module docstring)."""
+    _, fits = _fits(sim)
+    possible = sim.strategy.possible_specs()
+    return (fits if possible is None else fits & np.asarray(possible, dtype=bool)).any(1)
+
+
 def reach(sim: Simulation) -> list[GroupReach]:
     """Per fleet group, in the scenario's order: how many devices can ever take part (module docstring)."""
-    specs = sim.strategy.candidate_specs()
     fleet = sim.fleet
-    needs = np.array([sim.memory_need(r, s) for r, s in specs], dtype=np.float64)
+    needs, fits = _fits(sim)
     most = fleet.max_free_memory()
-    if sim.memory_ignored:
-        fits = np.ones((fleet.n, len(specs)), dtype=bool)
-    else:
-        fits = most[:, None] >= needs[None, :]
-    possible = sim.strategy.possible_specs()
-    can = (fits if possible is None else fits & np.asarray(possible, dtype=bool)).any(1)
+    can = can_take_part(sim)
     counts = np.bincount(fleet.group_of, weights=can, minlength=len(fleet.groups)).astype(np.int64)
     any_fit = np.bincount(fleet.group_of, weights=fits.any(1), minlength=len(fleet.groups))
     out = []
