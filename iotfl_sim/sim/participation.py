@@ -70,16 +70,16 @@ def reach(sim: Simulation) -> list[GroupReach]:
     needs, fits = _fits(sim)
     most = fleet.max_free_memory()
     can = can_take_part(sim)
-    counts = np.bincount(fleet.group_of, weights=can, minlength=len(fleet.groups)).astype(np.int64)
-    any_fit = np.bincount(fleet.group_of, weights=fits.any(1), minlength=len(fleet.groups))
-    out = []
-    for i, g in enumerate(fleet.groups):
-        members = fleet.group_of == i
-        out.append(
-            GroupReach(g.name, int(members.sum()), int(counts[i]), bool(any_fit[i] == 0), float(needs.min()),
-                       float(most[members].max()) if members.any() else 0.0)  # fmt: skip
-        )
-    return out
+    k = len(fleet.groups)
+    size = np.bincount(fleet.group_of, minlength=k)
+    counts = np.bincount(fleet.group_of, weights=can, minlength=k).astype(np.int64)
+    any_fit = np.bincount(fleet.group_of, weights=fits.any(1), minlength=k)
+    roomiest = np.zeros(k)
+    np.maximum.at(roomiest, fleet.group_of, most)
+    return [
+        GroupReach(g.name, int(size[i]), int(counts[i]), bool(any_fit[i] == 0), float(needs.min()), float(roomiest[i]))
+        for i, g in enumerate(fleet.groups)
+    ]
 
 
 def participation(sim: Simulation) -> tuple[list[str], list[str]]:
