@@ -219,3 +219,25 @@ def test_an_old_study_folder_resumes_and_its_study_json_then_records_the_definit
     assert main(["sweep", str(tmp_path / "st.yaml"), "--out", str(tmp_path / "studies")]) == 0
     assert {p: p.stat().st_mtime_ns for p in old.glob("runs/*/rounds.csv")} == mtimes  # nothing rerun
     assert json.loads((old / "study.json").read_text())["grid"] == {"seed": [1, 2]}
+
+
+def test_a_user_method_whose_possible_specs_has_the_wrong_shape_is_one_line(tmp_path, capsys):
+    (tmp_path / "odd_shape.py").write_text(
+        "import numpy as np\n"
+        "from iotfl_sim.strategy import Strategy, SubmodelSpec\n\n"
+        "class OddShape(Strategy):\n"
+        "    def setup(self, ctx):\n"
+        "        self.ctx = ctx\n"
+        "        self.spec = SubmodelSpec(1.0, name='full')\n"
+        "    def possible_specs(self):\n"
+        "        return np.ones((3, 4), dtype=bool)  # 5 devices, 1 candidate\n"
+        "    def select(self, rnd, fleet, rng):\n        return []\n"
+        "    def payload(self, a):\n        return {}\n"
+        "    def aggregate(self, rnd, updates):\n        pass\n"
+        "    def eval_targets(self):\n        return []\n"
+    )
+    assert main(["validate", write(tmp_path, tiny_fleet(algorithm={"name": "odd_shape:OddShape"}))]) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("error: ")]  # (other lines: what is imported from where)
+    assert line.startswith("error: algorithm odd_shape:OddShape: possible_specs() gave an array of shape (3, 4)")
+    assert "(5, 1)" in line and "Traceback" not in err

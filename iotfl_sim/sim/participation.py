@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from iotfl_sim.scenario.loader import ScenarioError
+
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
 
@@ -61,7 +63,16 @@ def can_take_part(sim: Simulation) -> np.ndarray:
     """Per device: whether it can ever take part (module docstring)."""
     _, fits = _fits(sim)
     possible = sim.strategy.possible_specs()
-    return (fits if possible is None else fits & np.asarray(possible, dtype=bool)).any(1)
+    if possible is None:
+        return fits.any(1)
+    try:
+        possible = np.broadcast_to(np.asarray(possible, dtype=bool), fits.shape)
+    except ValueError:
+        raise ScenarioError(
+            f"algorithm {sim.sc.algorithm.name}: possible_specs() gave an array of shape {np.shape(possible)}, not one "
+            f"row per device and one column per candidate_specs() entry {fits.shape}; fix the method's possible_specs"
+        ) from None
+    return (fits & possible).any(1)
 
 
 def reach(sim: Simulation) -> list[GroupReach]:
