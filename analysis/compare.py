@@ -17,7 +17,9 @@ Conventions (also in the README):
   (downloads and uploads of tasks whose update was not used) rounds.csv's last ``bytes_wasted``; up to a
   target, the crossing row's ``comm_waste_cum`` and ``bytes_wasted``. Failures per reason are summary.json's
   ``failures`` (else the sums of rounds.csv's ``failed_<reason>``); the fleet's energy by kind (compute,
-  radio, idle) rounds.csv's last ``energy_<kind>_j``.
+  radio, idle) rounds.csv's last ``energy_<kind>_j``;
+* participation is the share of the fleet that trained at least once: devices.csv's rows with ``completed``
+  >= 1 over its rows.
 """
 
 from __future__ import annotations
@@ -173,6 +175,7 @@ class RunMetrics:
     server_s: dict[str, float] = field(default_factory=dict)  # kind of server work -> simulated seconds in the run
     bytes_wasted: float = math.nan
     energy_by_kind: dict[str, float] = field(default_factory=dict)  # compute / radio / idle -> joules
+    trained: tuple[int, int] | None = None  # (devices that completed a task, fleet size): devices.csv
 
 
 def _last_finite(a: np.ndarray | None) -> float:
@@ -234,6 +237,7 @@ def run_metrics(run: Run, targets: Sequence[float], column: str = "acc_full") ->
         server_s=server,
         bytes_wasted=_last_finite(run.column("bytes_wasted")),
         energy_by_kind={k: v for k, v in by_kind.items() if math.isfinite(v)},
+        trained=run.trained,
     )
 
 
@@ -292,8 +296,11 @@ def _accuracy_table(name: str, title: str, cols: Sequence[str], metrics: dict[st
     return t
 
 
-def selection_targets(sel: Selection, given: Sequence[float] | None = None) -> Targets:
-    """The targets of a selection's tables and figures: ``given``, else its runs' own (``analysis.targets``)."""
+def selection_targets(sel: Selection, given: Sequence[float] | Targets | None = None) -> Targets:
+    """The targets of a selection's tables and figures: ``given``, else its runs' own (``analysis.targets``);
+    ``given`` already resolved (a ``Targets``) stays as it is, so its notes keep saying where it came from."""
+    if isinstance(given, Targets):
+        return given
     return resolve_targets((r for m in sel.methods for r in m.runs), given)
 
 
@@ -305,13 +312,15 @@ def _every_run(metrics: Metrics) -> Iterator[RunMetrics]:
 
 
 def build_tables(
-    sel: Selection, targets: Sequence[float] | None = None, column: str = "acc_full"
+    sel: Selection, targets: Sequence[float] | Targets | None = None, column: str = "acc_full"
 ) -> list[Table]:
-    """Accuracy, time / bytes / energy / waste to each target, and costs (waste, energy by kind, failures)
-    per method. ``targets``: None takes the runs' own ``server.target_accuracies``."""
+    """Accuracy, participation, time / bytes / energy / waste to each target, and costs (waste, energy by
+    kind, failures) per method. ``targets``: None takes the runs' own ``server.target_accuracies``; a
+    ``Targets`` from ``selection_targets`` is used as resolved."""
     chosen = selection_targets(sel, targets)
     metrics: Metrics = {m.label: [run_metrics(r, chosen.values, column) for r in m.runs] for m in sel.methods}
-    tables = [*accuracy_tables(metrics), *to_target_tables(metrics, chosen, column), costs_table(metrics)]
+    tables = [*accuracy_tables(metrics), *[t for t in (participation_table(metrics),) if t is not None]]
+    tables += [*to_target_tables(metrics, chosen, column), costs_table(metrics)]
     tables += [t for t in (energy_table(metrics), server_table(metrics), failures_table(metrics)) if t is not None]
     for t in tables:
         t.mark_best()
@@ -340,6 +349,27 @@ def accuracy_tables(metrics: Metrics) -> list[Table]:
                                       [*head, *ls], group,
                                       "Each submodel level evaluated on the whole test set; mean ± sample std over seeds."))  # fmt: skip
     return tables
+
+
+def participation_table(metrics: Metrics) -> Table | None:
+    """The share of the fleet that trained at least once: a method that leaves devices out (memory, its own
+    eligibility rule) compares training on part of the fleet. None when no run's devices.csv has ``completed``."""
+    if not any(rm.trained for rm in _every_run(metrics)):
+        return None
+    cols = {"trained (% of fleet)": lambda t: 100.0 * t[0] / t[1] if t[1] else math.nan,
+            "devices trained": lambda t: float(t[0]), "fleet": lambda t: float(t[1])}  # fmt: skip
+    return Table(
+        "participation",
+        "Participation: devices that trained at least once",
+        list(cols),
+        {m: {c: Cell([f(rm.trained) if rm.trained else math.nan for rm in ms]) for c, f in cols.items()}
+         for m, ms in metrics.items()},  # fmt: skip
+        lambda v, ref=None: f"{v:.0f}" if math.isfinite(v) and v == int(v) else _num(v, ref),
+        better="none",
+        note="Devices with at least one completed task (devices.csv's `completed`) over the devices in the fleet "
+        "(its rows). Below 100 %, the method's figures come from training on part of the fleet; `iotfl-sim "
+        "validate` names the groups that can never take part.",
+    )
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,14 @@ pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:.7em;overflow:auto;max-h
 """
 
 
+# a study folder written before study.json kept the study's definition
+NOT_RECORDED = (
+    '<p class="note" data-block="not-recorded">Not recorded: this study folder was written before study.json kept '
+    "the study's base scenario, grid and zip (its study.yaml is the study file as given); running "
+    "<code>iotfl-sim sweep</code> on the study file again records them.</p>"
+)
+
+
 def _e(s: object) -> str:
     return html.escape(str(s), quote=True)
 
@@ -97,7 +105,7 @@ def build_report(sel: Selection, targets: Sequence[float] | None = None, title: 
     name = title or (studies[0].name if studies else "runs")
     chosen = selection_targets(sel, targets)
     targets = chosen.values
-    tables = build_tables(sel, targets)
+    tables = build_tables(sel, chosen)
     figs = []
     for fname, fig in iter_study_figures(sel, targets):
         b64 = base64.b64encode(figure_png(fig)).decode("ascii")
@@ -138,10 +146,16 @@ def build_report(sel: Selection, targets: Sequence[float] | None = None, title: 
     parts += [_table_html(t) for t in tables]
     for st in studies:
         parts.append(f"<h2>Study set-up: {_e(st.name)}</h2>")
-        parts.append("<h3>Grid</h3><pre data-block=\"grid\">" + _e(yaml.safe_dump({"grid": st.grid, "zip": st.zip},
-                     sort_keys=False)) + "</pre>")  # fmt: skip
-        parts.append("<h3>Resolved base scenario</h3><pre data-block=\"base\">"
-                     + _e(yaml.safe_dump(st.base, sort_keys=False)) + "</pre>")  # fmt: skip
+        if st.grid is None and st.zip is None:
+            parts.append(f"<h3>Grid</h3>{NOT_RECORDED}")
+        else:
+            grid = {"grid": st.grid or {}, "zip": st.zip or {}}
+            parts.append(f'<h3>Grid</h3><pre data-block="grid">{_e(yaml.safe_dump(grid, sort_keys=False))}</pre>')
+        if st.base is None:
+            parts.append(f"<h3>Resolved base scenario</h3>{NOT_RECORDED}")
+        else:
+            parts.append("<h3>Resolved base scenario</h3><pre data-block=\"base\">"
+                         + _e(yaml.safe_dump(st.base, sort_keys=False)) + "</pre>")  # fmt: skip
         parts.append("<h3>Host time per run</h3>")
         parts.append(_host_table([st]))
     parts.append("</body></html>")

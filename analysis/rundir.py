@@ -32,6 +32,8 @@ __all__ = [
     "KindEvents",
     "declared_targets",
     "read_resolved",
+    "read_devices",
+    "trained_devices",
 ]
 
 RUN_DIR_CONTENTS = (
@@ -84,6 +86,11 @@ class Run:
             server = read_resolved(self.path).get("server")
             mode = server.get("mode") if isinstance(server, dict) else None
         return mode if isinstance(mode, str) and mode else None
+
+    @property
+    def trained(self) -> tuple[int, int] | None:
+        """(devices with at least one completed task, devices in the fleet) from devices.csv (``trained_devices``)."""
+        return trained_devices(self.devices)
 
     def column(self, name: str) -> np.ndarray | None:
         """A rounds.csv column, or None when absent or entirely empty."""
@@ -246,6 +253,21 @@ def _read_table(path: Path, columns: Iterable[str] | None) -> dict[str, np.ndarr
     return out
 
 
+def read_devices(path: Path, columns: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """devices.csv (or a table like it) as column arrays, only ``columns`` (None: all); {} when the file is
+    missing. Raises PlotInputError naming the file when it cannot be read."""
+    return _read_table(path, columns) if path.is_file() else {}
+
+
+def trained_devices(devices: dict[str, np.ndarray]) -> tuple[int, int] | None:
+    """(devices with at least one completed task, devices) from devices.csv's columns: the share of the fleet
+    that trained at least once. None without a ``completed`` column (no devices.csv, or one written before it)."""
+    done = devices.get("completed")
+    if done is None or done.dtype.kind not in "fiu":
+        return None
+    return int(np.count_nonzero(np.nan_to_num(done.astype(float)) > 0)), int(done.size)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # names
 
@@ -358,10 +380,7 @@ def load_run(path: str | Path, device_columns: Iterable[str] | None = None) -> R
             "that `iotfl-sim run` printed"
         )
 
-    devices: dict[str, np.ndarray] = {}
-    devices_path = path / "devices.csv"
-    if devices_path.is_file():
-        devices = _read_table(devices_path, device_columns)
+    devices = read_devices(path / "devices.csv", device_columns)
 
     summary: dict[str, Any] = {}
     summary_path = path / "summary.json"

@@ -4,7 +4,8 @@ group the runs into *methods* whose seeds are compared.
 Reads only the documented study and run-folder formats (never the simulator itself):
 
     <study>/study.json   {"name", "base", "grid", "zip", "runs": [{"id", "overrides", "status", "run_dir",
-                          "error", "host_s"}]}
+                          "error", "host_s"}]} (study folders written before it kept base, grid and zip:
+                          only name and runs)
     <study>/index.csv    the same records (read when study.json is absent)
     <study>/runs/<id>/   a normal run folder
 
@@ -54,11 +55,14 @@ class StudyRun:
 
 @dataclass
 class Study:
+    """A study folder as read. ``base`` (the resolved base scenario), ``grid`` and ``zip`` are None where the
+    index does not record them (study folders written before study.json kept them, or read from index.csv)."""
+
     path: Path
     name: str
-    base: dict[str, Any]
-    grid: dict[str, list[Any]]
-    zip: dict[str, list[Any]]
+    base: dict[str, Any] | None
+    grid: dict[str, list[Any]] | None
+    zip: dict[str, list[Any]] | None
     runs: list[StudyRun]
 
     @property
@@ -228,14 +232,22 @@ def load_study(path: str | Path) -> Study:
                 host_s=float(host) if isinstance(host, int | float) else None,
             )
         )
-    return Study(
-        path=path,
-        name=str(data.get("name") or path.name),
-        base=data.get("base") or {},
-        grid=data.get("grid") or {},
-        zip=data.get("zip") or {},
-        runs=runs,
-    )
+    base, grid, zipped = (_definition_part(sj, data, key) for key in ("base", "grid", "zip"))
+    return Study(path=path, name=str(data.get("name") or path.name), base=base, grid=grid, zip=zipped, runs=runs)
+
+
+def _definition_part(sj: Path, data: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """study.json's ``base`` (an object), ``grid`` or ``zip`` (objects of lists); None when not recorded."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise PlotInputError(f"{sj}: '{key}' is {type(value).__name__}, expected an object; {_REWRITE}")
+    if key != "base":
+        bad = next((k for k, v in value.items() if not isinstance(v, list)), None)
+        if bad is not None:
+            raise PlotInputError(f"{sj}: '{key}.{short(bad, 60)}' is {type(value[bad]).__name__}, expected a list of values; {_REWRITE}")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -391,8 +391,9 @@ class StudyRuns:
     def table(self) -> Any:
         """One row per run: ``id``, ``status``, one column per override key, then the summary's figures
         (``acc_*`` final accuracies, ``best_acc_full``, ``sim_time_s``, ``energy_j`` and its split
-        ``energy_compute_j`` / ``energy_radio_j`` / ``energy_idle_j``, ``comm_waste``, ``bytes_wasted`` ...) and ``host_s``;
-        a run without a summary has empty figures.
+        ``energy_compute_j`` / ``energy_radio_j`` / ``energy_idle_j``, ``comm_waste``, ``bytes_wasted`` ...),
+        ``devices_trained`` and ``trained_share`` (devices.csv: devices that completed a task, and their share of
+        the fleet) and ``host_s``; a run without a summary (or devices.csv) has those figures empty.
 
         >>> iotfl_sim.load_study("studies/lr").table().groupby("algorithm.name")["acc_full"].mean()  # doctest: +SKIP
         """
@@ -405,10 +406,24 @@ class StudyRuns:
                 row[k] = summary.get(k)
                 if k == "energy_j":  # then its split: idle is most of a fleet's energy, whatever the method
                     row.update({f"energy_{kind}_j": v for kind, v in (summary.get("energy_by_kind_j") or {}).items()})
+            row["devices_trained"], row["trained_share"] = self._trained(r["run_dir"])
             row["host_s"] = r.get("host_s")
             row["error"] = r.get("error")
             rows.append(row)
         return _table(rows)
+
+    def _trained(self, run_dir: str) -> tuple[int | None, float | None]:
+        """(devices that completed a task, their share of the fleet) from the run's devices.csv; Nones when the
+        run has none (yet) or it cannot be read."""
+        from analysis.rundir import PlotInputError, read_devices, trained_devices
+
+        try:
+            trained = trained_devices(read_devices(self.path / run_dir / "devices.csv", ["completed"]))
+        except PlotInputError:
+            return None, None
+        if not trained or not trained[1]:
+            return None, None
+        return trained[0], trained[0] / trained[1]
 
     def crossings(self, targets: Any = None, column: str = "acc_full") -> Any:
         """One row per finished run (status ``done``) and target accuracy: ``id``, the overrides, ``target``,
@@ -508,7 +523,7 @@ def compare(
     except PlotInputError as e:
         raise ScenarioError(str(e)) from None
     chosen = selection_targets(sel, _targets(targets))
-    tables = build_tables(sel, chosen.values)
+    tables = build_tables(sel, chosen)
     written = write_tables(sel, tables, Path(out)) if out is not None else []
     by_name = {}
     for t in tables:

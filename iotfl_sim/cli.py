@@ -36,17 +36,21 @@ def _scenario_and_groups(args: argparse.Namespace):
 def _checked(args: argparse.Namespace, progress: bool | None = False):
     """The scenario and its groups, after every check `run` makes before training (run and validate).
     ``progress`` (run's bar setting, before the scenario's own): say on stderr what the slow part is doing. Both
-    print the memory each submodel needs and how many devices hold it (``preflight.memory_fit``)."""
+    print the memory each submodel needs and how many devices hold it (``preflight.memory_fit``), and how many
+    devices of each group can ever take part (``sim.participation``)."""
     sc, groups = _scenario_and_groups(args)
     from iotfl_sim.sim.console import say
 
     if progress is not False:
         say(sc.name, "loading PyTorch and checking the scenario (data files, the method's set-up)",
             progress if progress is not None else sc.output.progress)  # fmt: skip
+    from iotfl_sim.sim.participation import participation
     from iotfl_sim.sim.preflight import memory_fit, preflight  # torch: only once the scenario itself is sound
 
     sim = preflight(sc, groups, Path(args.scenario).resolve().parent, str(args.scenario), getattr(args, "out", None))
     notes, warnings = memory_fit(sim)
+    reach_notes, reach_warnings = participation(sim)
+    notes, warnings = notes + reach_notes, warnings + reach_warnings
     for line in [*(f"note: {n}" for n in notes), *(f"warning: {w}" for w in warnings)]:
         print(line, file=sys.stderr)
     return sc, groups

@@ -20,6 +20,7 @@ from iotfl_sim.algorithms.base import (
     Asynchronous,
     DeviceState,
     EvalTarget,
+    Exclusive,
     FleetView,
     GlobalModel,
     InferWork,
@@ -43,7 +44,7 @@ from iotfl_sim.methods import register_method
 from iotfl_sim.scenario.algorithms import MethodConfig
 
 __all__ = [
-    "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "EvalTarget", "FleetView", "GlobalModel", "InferWork", "LocalObjective",
+    "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "EvalTarget", "Exclusive", "FleetView", "GlobalModel", "InferWork", "LocalObjective",
     "MethodConfig", "ModelRecipe", "Outcome", "QsgdWire", "QsgdWork", "State", "Strategy", "StrategyContext",
     "SubmodelSpec", "TrainWork", "Update", "Wire", "average", "register_method", "select_uniform",
 ]  # fmt: skip

@@ -449,6 +449,16 @@ STUDY_CASES = {
         ["study.json", "nested more than 100 levels"],
     ),
     "study_json_no_runs": (_study_edit("study.json", '{"name": "x"}'), ["study.json", "'runs' list"]),
+    "study_json_base_not_object": (
+        _study_edit("study.json", '{"name": "x", "base": [1, 2], "runs": []}'), ["study.json", "'base' is list, expected an object"]
+    ),
+    "study_json_grid_not_object": (
+        _study_edit("study.json", '{"name": "x", "grid": "seed", "runs": []}'), ["study.json", "'grid' is str, expected an object"]
+    ),
+    "study_json_zip_values_not_a_list": (
+        _study_edit("study.json", '{"name": "x", "zip": {"local.lr": 0.1}, "runs": []}'),
+        ["study.json", "'zip.local.lr' is float, expected a list of values"],
+    ),
     "index_csv_ragged": (
         _study_edit("index.csv", "id,overrides,status,run_dir\nfedavg-s0,{},done,runs/fedavg-s0,extra\n"),
         ["index.csv", "line 2 has 5 cells, the header 4"],

@@ -186,3 +186,44 @@ def test_report_uses_the_runs_own_targets(tmp_path: Path, monkeypatch) -> None:
     html = report.build_report(select([study]))
     assert "target accuracies 50%, 70% (the runs&#x27; server.target_accuracies)" in html
     assert "<th>50%</th><th>70%</th>" in html and "<th>60%</th>" not in html
+
+
+def _tables_only(monkeypatch):
+    import analysis.report as report
+
+    monkeypatch.setattr(report, "iter_study_figures", lambda sel, targets: iter(()))  # the tables are the point
+    return report
+
+
+def _time_note(html: str) -> str:
+    part = html[html.index("<h3>Simulated time to reach") :]
+    return part[: part.index("</p>")]
+
+
+def test_the_time_to_accuracy_note_says_where_the_targets_came_from(tmp_path: Path, monkeypatch) -> None:
+    """No --targets: the note names the runs' own targets, not "given (--targets)" (issue 44, item 14)."""
+    from analysis.study import select
+
+    report = _tables_only(monkeypatch)
+    study = make_study(tmp_path / "t", targets={"fedavg": [0.5, 0.7], "heterofl": [0.5, 0.7]})
+    note = _time_note(report.build_report(select([study])))
+    assert "Targets: the runs&#x27; server.target_accuracies." in note and "given" not in note
+    assert "Targets: given (--targets)." in _time_note(report.build_report(select([study]), targets=[0.6]))
+    bare = make_study(tmp_path / "bare")  # no run declares any: the fallback, said so
+    assert "no run declares server.target_accuracies" in _time_note(report.build_report(select([bare])))
+
+
+def test_a_study_json_without_the_definition_is_reported_as_not_recorded(tmp_path: Path, monkeypatch) -> None:
+    """A study folder written before study.json kept base, grid and zip: the report says so, never `{}`."""
+    import json
+
+    from analysis.study import select
+
+    report = _tables_only(monkeypatch)
+    study = make_study(tmp_path / "old")
+    data = json.loads((study / "study.json").read_text())
+    (study / "study.json").write_text(json.dumps({"name": data["name"], "runs": data["runs"]}))
+    html = report.build_report(select([study]))
+    assert html.count('data-block="not-recorded"') == 2 and "{}" not in html
+    assert "Not recorded: this study folder was written before study.json kept" in html
+    assert "<td>fedavg</td>" in html  # the tables are all there

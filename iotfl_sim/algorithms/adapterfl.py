@@ -178,6 +178,10 @@ class ModelPoolRounds(Strategy):
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipes[x], self.specs[x]) for x in self.labels]
 
+    def possible_specs(self) -> np.ndarray:
+        """A device of level L may be given any model up to L (``select_by_fit`` fills a slot from above)."""
+        return np.arange(len(self.labels))[None, :] <= self.level[:, None]
+
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         pool = np.flatnonzero(fleet.selectable_mask())
         pairs = select_by_fit(pool, self.level, self.c.clients_per_round, len(self.labels), rng)

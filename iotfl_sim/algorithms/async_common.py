@@ -9,6 +9,7 @@ from iotfl_sim.algorithms.base import (
     Assignment,
     Asynchronous,
     EvalTarget,
+    Exclusive,
     FleetView,
     Strategy,
     select_uniform,
@@ -16,7 +17,7 @@ from iotfl_sim.algorithms.base import (
 from iotfl_sim.fl.submodel import SubmodelSpec
 
 
-class AsyncFullModel(Asynchronous, Strategy):
+class AsyncFullModel(Exclusive, Asynchronous, Strategy):
     """The shared half of an asynchronous full-model method: subclasses give ``buffer_size`` and ``apply``."""
 
     def setup(self, ctx) -> None:

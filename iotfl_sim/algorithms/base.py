@@ -24,7 +24,7 @@ from iotfl_sim.scenario.algorithms import MethodConfig
 
 State = dict[str, torch.Tensor]
 __all__ = [
-    "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "GlobalModel", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
+    "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "Exclusive", "GlobalModel", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
     "Strategy", "StrategyContext", "TrainWork", "Update", "Wire", "Work",
 ]
 
@@ -297,6 +297,15 @@ class Strategy(ABC):
         model (default: the scenario's model at full width)."""
         return [(self.c.recipe, SubmodelSpec(1.0, name="full"))]
 
+    def possible_specs(self) -> np.ndarray | None:
+        """Which of ``candidate_specs()`` each device could ever train, after ``adapt``: a bool array (devices x
+        candidates, in ``candidate_specs``' order), set once after ``setup``. ``validate`` and ``run`` set it
+        against each device's most possible free memory to count who can ever take part
+        (``sim.participation``). Answer soundly: False only where the method's own rules (an eligibility
+        mask, a fixed level) never let that device train that candidate. Default None: any device may be given
+        any candidate (memory alone then rules a device out)."""
+        return None
+
     def adapt(self, assignment: Assignment, device: DeviceState) -> Assignment | None:
         """Device-side adaptation when a task arrives (e.g. pruning to fit free memory); None: the device
         declines (the task fails as ``refused``). Default: train the task as assigned."""
@@ -352,6 +361,23 @@ class Strategy(ABC):
     @staticmethod
     def slice_for(state: State, recipe: ModelRecipe, spec: SubmodelSpec) -> State:
         return slice_state(state, recipe.shapes(spec))
+
+
+class Exclusive:
+    """For a method with one model (one candidate) that it gives only to the devices of ``self.eligible`` (a
+    bool per device, set in ``setup``; exclusive learning): its ``possible_specs``. Put it before the base:
+    ``class MyMethod(Exclusive, Strategy)``."""
+
+    eligible: np.ndarray
+
+    def possible_specs(self) -> np.ndarray:
+        return self.eligible[:, None]
+
+
+def fixed_level_specs(level_of: np.ndarray, levels: int) -> np.ndarray:
+    """``Strategy.possible_specs`` of a method that gives each device one fixed candidate: ``level_of`` its
+    index into ``candidate_specs()`` (-1: none, the device is never selected)."""
+    return np.asarray(level_of)[:, None] == np.arange(levels)[None, :]
 
 
 class Asynchronous(ABC):

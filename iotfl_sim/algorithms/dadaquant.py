@@ -72,6 +72,7 @@ import torch
 from iotfl_sim.algorithms.base import (
     Assignment,
     EvalTarget,
+    Exclusive,
     FleetView,
     GlobalModel,
     Outcome,
@@ -146,7 +147,7 @@ def quantize_update(delta: State, q: int, generator: torch.Generator) -> tuple[S
     return out, nbits
 
 
-class DAdaQuant(GlobalModel, Strategy):
+class DAdaQuant(Exclusive, GlobalModel, Strategy):
     Config = DAdaQuantConfig
     checkpointed = ("state", "last_update", "schedule", "wire")
 

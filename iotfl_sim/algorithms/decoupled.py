@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, Strategy, Update, select_uniform
+from iotfl_sim.algorithms.base import (
+    Assignment,
+    EvalTarget,
+    FleetView,
+    Strategy,
+    Update,
+    fixed_level_specs,
+    select_uniform,
+)
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
@@ -39,6 +47,9 @@ class Decoupled(Strategy):
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipes[x], self.specs[x]) for x in self.levels]
+
+    def possible_specs(self) -> np.ndarray:
+        return fixed_level_specs(self.level_of, len(self.levels))
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)

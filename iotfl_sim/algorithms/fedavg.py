@@ -22,6 +22,7 @@ import numpy as np
 from iotfl_sim.algorithms.base import (
     Assignment,
     EvalTarget,
+    Exclusive,
     FleetView,
     GlobalModel,
     Strategy,
@@ -36,7 +37,7 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedAvgConfig
 
 
-class FedAvg(GlobalModel, Strategy):
+class FedAvg(Exclusive, GlobalModel, Strategy):
     Config = FedAvgConfig
     checkpointed = ("state", "wire")
 

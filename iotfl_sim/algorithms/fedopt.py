@@ -36,6 +36,7 @@ from iotfl_sim.scenario.algorithms import FedOptConfig
 from iotfl_sim.strategy import (
     Assignment,
     EvalTarget,
+    Exclusive,
     FleetView,
     Outcome,
     Strategy,
@@ -63,7 +64,7 @@ def server_step(
     return x + cfg.server_lr * m / (torch.sqrt(v) + cfg.tau), m, v
 
 
-class FedOpt(Strategy):
+class FedOpt(Exclusive, Strategy):
     Config = FedOptConfig
     checkpointed = ("state", "m", "v")
 

@@ -26,6 +26,7 @@ from iotfl_sim.scenario.algorithms import FedProxConfig
 from iotfl_sim.strategy import (
     Assignment,
     EvalTarget,
+    Exclusive,
     FleetView,
     LocalObjective,
     Strategy,
@@ -36,7 +37,7 @@ from iotfl_sim.strategy import (
 )
 
 
-class FedProx(Strategy):
+class FedProx(Exclusive, Strategy):
     Config = FedProxConfig
     checkpointed = ("state",)
 

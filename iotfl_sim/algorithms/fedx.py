@@ -79,6 +79,7 @@ from iotfl_sim.algorithms.base import (
     TrainWork,
     Update,
     Wire,
+    fixed_level_specs,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions
@@ -196,6 +197,9 @@ class FedX(GlobalModel, Strategy):
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.specs[x]) for x in self.levels]
+
+    def possible_specs(self) -> np.ndarray:
+        return fixed_level_specs(np.where(self.eligible, self.level_of, -1), len(self.levels))
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)

@@ -206,22 +206,28 @@ class FlexFL(GlobalModel, Strategy):
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, p.spec) for p in reversed(self.pool)]  # largest (the global model) first
 
+    def possible_specs(self) -> np.ndarray:
+        """A device is sent the largest level its declared resource holds, and AdaPrune may cut it down to any
+        pool model up to that one."""
+        level = self.level_of(np.asarray(self.c.declared_free_memory, dtype=np.float64))
+        top = np.array([self.index[p.name] for p in self.levels] + [-1])[level]  # level -1: index -1, nothing
+        pool = np.array([self.index[p.name] for p in reversed(self.pool)])  # candidate_specs' order
+        return pool[None, :] <= top[:, None]
+
+    def level_of(self, free: np.ndarray) -> np.ndarray:
+        """Largest level model each declared resource in ``free`` holds (-1: none)."""
+        level = np.full(len(free), -1, dtype=np.int64)
+        for i, p in enumerate(self.levels):
+            level[self.fits(self.recipe, p.spec, free)] = i
+        return level
+
     # ------------------------------------------------------------ rounds
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         declared = np.asarray(fleet.declared_free_memory(), dtype=np.float64)
-
-        def level_of(ids: np.ndarray) -> np.ndarray:
-            """Largest level model the declared resource of each of ``ids`` holds (-1: none)."""
-            free = declared[ids]
-            level = np.full(len(free), -1, dtype=np.int64)
-            for i, p in enumerate(self.levels):
-                level[self.fits(self.recipe, p.spec, free)] = i
-            return level
-
-        chosen = select_uniform(fleet, self.c.clients_per_round, rng, lambda ids: level_of(ids) >= 0)
+        chosen = select_uniform(fleet, self.c.clients_per_round, rng, lambda ids: self.level_of(declared[ids]) >= 0)
         out = []
-        for d, lv in zip(chosen, level_of(chosen), strict=True):
+        for d, lv in zip(chosen, self.level_of(declared[chosen]), strict=True):
             p = self.levels[int(lv)]
             out.append(Assignment(int(d), p.spec, level=p.name, extras={"dispatched": p.name}))
         return out

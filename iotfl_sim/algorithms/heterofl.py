@@ -30,6 +30,7 @@ from iotfl_sim.algorithms.base import (
     LocalObjective,
     Strategy,
     Update,
+    fixed_level_specs,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import classifier_keys, contributions
@@ -88,6 +89,15 @@ class HeteroFL(GlobalModel, Strategy):
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.specs[x]) for x in self.levels]
+
+    def possible_specs(self) -> np.ndarray:
+        """``fix``: each eligible device its one level; ``dynamic``: any level of the mix (with ``by_capacity``
+        only the levels its declared memory holds)."""
+        if self.cfg.mode == "fix":
+            return fixed_level_specs(np.where(self.eligible, self.fixed, -1), len(self.levels))
+        if self.cfg.assign == "by_capacity":
+            return self.fits_level.copy()
+        return np.broadcast_to(self.props > 0, (self.c.num_devices, len(self.levels))).copy()
 
     def selection_filter(self, fleet: FleetView) -> Eligible:
         """Which devices this method may select besides the view's selectable ones (``select_uniform``)."""

@@ -173,6 +173,12 @@ class HeteroFLIoT(HeteroFL):
         self.carry = np.zeros(len(self.levels))  # paced: each level's fractional pace left over
         self.dispatched = np.zeros(len(self.levels), dtype=np.int64)  # paced: tasks sent to each level so far
 
+    def possible_specs(self) -> np.ndarray:
+        """Proportional or paced ``dynamic``: any eligible device any level of the mix, quotas ignoring fit."""
+        if self.cfg.selection != "random" and self.cfg.mode == "dynamic":
+            return self.eligible[:, None] & (self.props > 0)[None, :]
+        return super().possible_specs()
+
     # -- which nodes still have energy
 
     def selection_filter(self, fleet: FleetView) -> Eligible:

@@ -71,6 +71,7 @@ from iotfl_sim.algorithms.base import (
     LocalObjective,
     Strategy,
     Update,
+    fixed_level_specs,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions, refuse_zero_widths
@@ -193,6 +194,9 @@ class ScaleFL(GlobalModel, Strategy):
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, s) for s in self.specs]
+
+    def possible_specs(self) -> np.ndarray:
+        return fixed_level_specs(np.where(self.eligible, self.fixed, -1), len(self.specs))
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)

@@ -421,6 +421,13 @@ class Fleet:
         u = stream(self.seed, "memory", d, rnd).normal(0.0, sigma)
         return float(max(0.0, self.mem_free[d] - abs(u)))
 
+    def max_free_memory(self) -> np.ndarray:
+        """The most free memory each device can ever have when a task arrives (memory units): the declared
+        r_M for Gaussian memory (r_M - |u| never exceeds it) and for a fixed one; unbounded (inf) for an OU
+        process with a spread, whose value is Gaussian at every instant."""
+        ou = (self.ou_tau > 0) & (self.mem_sigma > 0)
+        return np.where(ou, np.inf, self.mem_free)
+
     def _ou_advance(self, d: int, t: float) -> float:
         mean, sd, tau = self.mem_free[d], self.mem_sigma[d], self.ou_tau[d]
         rng = stream(self.seed, "memory_ou", d, int(self.ou_draws[d]))

@@ -14,7 +14,9 @@ Beyond the scenario's own validation (``scenario.loader``), a run checks:
 - that the run folder can be made under the output folder (``--out`` or ``output.dir``).
 
 Both commands then print :func:`memory_fit`: for a method with several submodels, each one's training memory
-need and how many devices declare that much free, and a warning when every device holds every submodel.
+need and how many devices declare that much free, and a warning when every device holds every submodel; and,
+for every method, how many devices of each group can ever take part (``sim.participation``), with a warning
+for a group that never can.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from iotfl_sim.output.loggers import check_available
 from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.sim.participation import amount, memory_unit
 from iotfl_sim.sim.setup import load_data, nominal_train_samples, split_clients
 
 if TYPE_CHECKING:
@@ -158,7 +161,7 @@ def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
     specs = sim.strategy.candidate_specs()
     if len(specs) < 2 or sim.memory_ignored:
         return [], []
-    unit, scale = ("% of the full model", 1.0) if sim.memory_need.relative else ("MB", sim.memory_need.scale)
+    unit, scale = memory_unit(sim)
     free = sim.fleet.mem_free
     name = sim.sc.algorithm.name
     families = {r.family for r, _ in specs}
@@ -172,12 +175,12 @@ def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
             label = f"{recipe.family} {label}"
         notes.append(
             f"memory: {name} submodel {label} (width {spec.rate:g}{'' if spec.depth is None else f', depth {spec.depth}'}) "
-            f"needs {_amount(need / scale)} {unit} to train; {int((free >= need).sum())} of {sim.fleet.n} devices declare that much free"
+            f"needs {amount(need / scale)} {unit} to train; {int((free >= need).sum())} of {sim.fleet.n} devices declare that much free"
         )
     if (free >= max(needs)).all():
         warnings = [
             f"memory: every device declares room for every submodel of {name} (the largest needs "
-            f"{_amount(max(needs) / scale)} {unit}, the tightest device has {_amount(free.min() / scale)} {unit} free), so memory "
+            f"{amount(max(needs) / scale)} {unit}, the tightest device has {amount(free.min() / scale)} {unit} free), so memory "
             "never tells devices apart and the method has nothing to adapt to; to make memory bind, lower the groups' "
             "memory.free_mb, raise local.batch_size or the model, or use fleet.memory_units: relative (README: "
             "Making memory bind)"
@@ -185,7 +188,3 @@ def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
     else:
         warnings = []
     return notes, warnings
-
-
-def _amount(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"

@@ -128,7 +128,7 @@ def _sweep_locked(
     todo = [r for r in records if r["status"] != "done"]
     for r in todo:  # the index says what is left before anything starts
         r["status"] = "pending"
-    write_index(folder, study.spec.name, records)
+    write_index(folder, study, records)
     wanted = workers or study.spec.workers  # None: one per usable core here, or per CPU of the Ray cluster
     n = max(1, min(wanted or available_cores().usable, len(todo)))
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=study.spec.name, unit="run",
@@ -151,7 +151,7 @@ def _sweep_locked(
         for r in records:  # whatever happened, the index ends consistent: nothing is left "running"
             if r["status"] == "running":
                 r["status"] = "interrupted"
-        write_index(folder, study.spec.name, records)
+        write_index(folder, study, records)
     return SweepResult(folder, records, run.stop)
 
 
@@ -207,7 +207,7 @@ class _Sweep:
             self.bar.set_postfix({"failed": sum(x["status"] == "failed" for x in self.records)}, refresh=False)
 
     def write(self) -> None:
-        write_index(self.folder, self.study.spec.name, self.records)
+        write_index(self.folder, self.study, self.records)
 
     def on_processes(self, todo: list[dict[str, Any]], n: int) -> None:
         import concurrent.futures as cf

@@ -26,9 +26,14 @@ def _record(point: Point) -> dict[str, Any]:
             "run_dir": f"runs/{point.id}", "error": None, "host_s": None}  # fmt: skip
 
 
-def write_index(folder: Path, name: str, records: list[dict[str, Any]]) -> None:
-    """study.json and index.csv, each written atomically."""
-    write_atomic(folder / "study.json", json.dumps({"name": name, "runs": records}, indent=2) + "\n")
+def definition(study: Study) -> dict[str, Any]:
+    """What study.json keeps of the study besides its runs: its name, the resolved base scenario, grid and zip."""
+    return {"name": study.spec.name, "base": study.base_resolved, "grid": study.spec.grid, "zip": study.spec.zip_}
+
+
+def write_index(folder: Path, study: Study, records: list[dict[str, Any]]) -> None:
+    """study.json (the study's ``definition`` and its run records) and index.csv, each written atomically."""
+    write_atomic(folder / "study.json", json.dumps({**definition(study), "runs": records}, indent=2) + "\n")
     keys = list(dict.fromkeys(k for r in records for k in r["overrides"]))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -112,10 +117,7 @@ def prepare(study: Study, out: str | Path) -> tuple[Path, list[dict[str, Any]]]:
     folder = study_folder(study, out)
     resolved_path = folder / "study.resolved.yaml"
     resolved = {
-        "name": study.spec.name,
-        "base": study.base_resolved,
-        "grid": study.spec.grid,
-        "zip": study.spec.zip_,
+        **definition(study),
         "executor": study.spec.executor if study.spec.executor is not None else DEFAULT_EXECUTOR,
     }
     if resolved_path.is_file():
