@@ -43,6 +43,7 @@ from analysis.figure_kit import (
     target_lines,
     time_unit,
 )
+from analysis.folder_hint import not_a_run_message
 from analysis.mode_plots import fig_backhaul_bytes, fig_staleness, fig_updates_per_hour
 from analysis.rundir import (
     FAILURE_EVENTS,
@@ -130,6 +131,9 @@ def load_plot_runs(paths: Sequence[str | Path]) -> list[Run]:
     """Run folders as the figures read them (devices.csv: only the columns they use), labels made unique."""
     if not paths:
         raise PlotInputError("no run directory given; a run directory must contain rounds.csv")
+    for p in map(Path, paths):
+        if p.is_dir() and not (p / "rounds.csv").exists():
+            raise PlotInputError(not_a_run_message(p))
     loaded = [load_run(p, DEVICE_COLUMNS_FIRST if i == 0 else DEVICE_COLUMNS) for i, p in enumerate(paths)]
     disambiguate_labels(loaded)
     return loaded
