@@ -52,10 +52,11 @@ MAX_STALENESS = 1_000_000
 MAX_LINE_BYTES = 2**20  # an event line is ~100 bytes
 _BLOCK = 4 * 2**20
 
-_DEVICE_RE = re.compile(rb'"device"\s*:\s*(-?\d+)(?![0-9.eE])')
+# (at most 18 digits: a damaged line's number of thousands of digits is not converted, which Python refuses)
+_DEVICE_RE = re.compile(rb'"device"\s*:\s*(-?\d{1,18})(?![0-9.eE])')
 _T_RE = re.compile(rb'"t"\s*:\s*([-+0-9.eE]+)')
 _APPLY_RE = re.compile(rb'"event"\s*:\s*"apply"')
-_STALENESS_RE = re.compile(rb'"staleness"\s*:\s*(\d+)(?![0-9.eE])')
+_STALENESS_RE = re.compile(rb'"staleness"\s*:\s*(\d{1,18})(?![0-9.eE])')
 
 
 class _LineBlocks:

@@ -133,3 +133,17 @@ def test_a_line_of_megabytes_is_skipped_without_holding_it(tmp_path: Path) -> No
     assert [e["round"] for e in ev.timeline.by_device[3]] == [0] * 7 + [1] * 7
     assert ev.staleness.tolist() == [0, 0, 0, 2]
     assert peak < 16 * 2**20, f"{peak / 2**20:.1f} MB"
+
+
+def test_a_number_of_thousands_of_digits_in_a_damaged_line_is_skipped(tmp_path: Path) -> None:
+    """Python refuses to convert an integer of over 4,300 digits (ValueError, a traceback out of `plot`): such a
+    device id or staleness is not a number the run wrote, and its line is skipped like any other damaged one."""
+    run = write_async_run(tmp_path / "run", 2, devices=2)
+    huge = "9" * 5000
+    with open(run / "events.jsonl", "a") as f:
+        f.write(f'{{"t": 30.0, "round": 2, "device": {huge}, "event": "apply", "staleness": {huge}}}\n')
+        f.write(f'{{"t": 31.0, "round": 2, "device": 0, "event": "apply", "staleness": {huge}}}\n')
+    d = scan_events(run / "events.jsonl", [0, 1], fill=5, count_staleness=True)
+    assert d.staleness.tolist() == [2, 2]  # staleness d % 4 of devices 0 and 1, two waves; the damaged ones left out
+    assert set(d.timeline.by_device) == {-1, 0, 1}  # (the server, -1, seen first among the others)
+    assert "timeline.png" in build_figures([load_run(run)])
