@@ -3,8 +3,9 @@
 A long run's event log holds millions of lines (hundreds of MB). The figures need two things from it:
 
 - the timeline (Gantt chart): the events of a sample of devices and of the server, chosen before reading
-  (``sample_devices``, from devices.csv) or, without devices.csv, the first devices seen; at most
-  ``MAX_TIMELINE_EVENTS`` of them, past which the timeline shows the run up to that instant;
+  (``sample_devices``, from devices.csv) or, without devices.csv, the first devices seen; up to the instant one
+  of its rows holds ``MAX_ROW_BARS`` bars or all of them ``MAX_TIMELINE_EVENTS`` events (the timeline then shows
+  the run up to that instant);
 - the staleness of every applied update (asynchronous runs only): counts, not events.
 
 ``event_digest(run)`` reads both in one pass and keeps the result with the run, so every figure of a run shares
@@ -47,7 +48,7 @@ MAX_TIMELINE_EVENTS = 20_000
 _BAR_STARTS = frozenset({"dispatch", "train_start", "train_end"})  # events that start a bar on a device's row
 # where reading stops whatever is left (staleness counted over the first 2 GiB; a few seconds a GiB)
 MAX_SCAN_BYTES = 2 * 2**30
-# staleness beyond this is not a count a run could reach (a damaged line): a figure with that many bins
+# a staleness above this is not one a run reaches (a damaged line): left out, it would make that many bins
 MAX_STALENESS = 1_000_000
 MAX_LINE_BYTES = 2**20  # an event line is ~100 bytes
 _BLOCK = 4 * 2**20
