@@ -17,6 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from analysis.event_log import MAX_SCAN_BYTES, event_digest, may_apply_updates
 from analysis.figure_kit import (
     bytes_unit,
     finish_axes,
@@ -29,7 +30,7 @@ from analysis.figure_kit import (
     run_title,
     time_unit,
 )
-from analysis.rundir import Run, read_events_of_kind
+from analysis.rundir import Run
 
 __all__ = ["fig_staleness", "fig_updates_per_hour", "fig_backhaul_bytes", "staleness_counts", "updates_rate"]
 
@@ -46,22 +47,13 @@ MAX_RATE_WINDOWS = 30
 # staleness of applied updates, from events.jsonl
 
 
-def may_apply_updates(run: Run) -> bool:
-    """Whether the run can have ``apply`` events: it says it is not synchronous, or its rounds.csv has the
-    asynchronous columns (the events file of a synchronous run, millions of lines, is then never scanned)."""
-    return run.server_mode not in (None, "sync") or "updates_applied" in run.rounds or "staleness_mean" in run.rounds
-
-
 def staleness_counts(run: Run) -> tuple[np.ndarray, bool] | None:
     """(counts, truncated): ``counts[s]`` = updates applied with staleness ``s`` (server versions between
     the download and the apply), over every ``apply`` event of the run; None when it has none."""
-    if not may_apply_updates(run):
+    if not may_apply_updates(run):  # (the log of a synchronous run is not read for it)
         return None
-    read = read_events_of_kind(run.events_path, ("apply",))
-    values = [
-        s for e in read.events if isinstance(s := e.get("staleness"), int) and not isinstance(s, bool) and s >= 0
-    ]
-    return (np.bincount(values), read.truncated) if values else None
+    digest = event_digest(run)
+    return None if digest.staleness is None else (digest.staleness, digest.staleness_truncated)
 
 
 def fig_staleness(runs: Sequence[Run], colors: list) -> Figure | None:
@@ -99,7 +91,7 @@ def fig_staleness(runs: Sequence[Run], colors: list) -> Figure | None:
     ax.set_ylabel("share of applied updates (%)")
     title = "Staleness of applied updates"
     if any(p is not None and p[1] for p in per_run):
-        title += " (event log truncated)"
+        title += f" (the event log's first {MAX_SCAN_BYTES / 2**30:g} GiB)"
     run_title(ax, title, runs)
     return fig
 

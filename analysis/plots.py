@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from analysis.event_log import MAX_TIMELINE_DEVICES, SERVER, event_digest
 from analysis.figure_kit import (
     bytes_unit,
     energy_unit,
@@ -42,6 +43,7 @@ from analysis.figure_kit import (
     target_lines,
     time_unit,
 )
+from analysis.folder_hint import not_a_run_message
 from analysis.mode_plots import fig_backhaul_bytes, fig_staleness, fig_updates_per_hour
 from analysis.rundir import (
     FAILURE_EVENTS,
@@ -49,7 +51,6 @@ from analysis.rundir import (
     Run,
     disambiguate_labels,
     load_run,
-    read_device_events,
 )
 from analysis.targets import resolve_targets
 
@@ -57,7 +58,6 @@ __all__ = ["PlotInputError", "plot_runs", "load_plot_runs", "plot_loaded", "buil
 
 PNG_SOFTWARE = "iotfl-sim analysis.plots"
 DPI = 150
-MAX_TIMELINE_DEVICES = 20
 # every timeline bar is drawn at least this fraction of the time axis wide: a 2 s task next to hour-long
 # LoRaWAN uploads would otherwise be thinner than a pixel (phases after a widened bar shift right to follow it)
 MIN_BAR_FRACTION = 0.004
@@ -75,7 +75,6 @@ PHASE_COLORS = {
     "download": "#5DA5DA", "train": "#60BD68", "upload": "#FAA43A",
     **{f"server: {k}": c for k, c in SERVER_KIND_COLORS.items()}, **HIERARCHY_COLORS,
 }  # fmt: skip
-SERVER = -1  # the device id of the server's own events (server_work, and the hierarchy's)
 # the hierarchy's lanes, top to bottom: (lane, its events' kind); their spans may overlap (gateways work in
 # parallel), so a lane's bars are widened where they stand instead of pushed apart
 HIERARCHY_LANES = (("cloud", "cloud_aggregate"), ("gateways", "gateway_aggregate"), ("backhaul", "backhaul"))
@@ -132,6 +131,9 @@ def load_plot_runs(paths: Sequence[str | Path]) -> list[Run]:
     """Run folders as the figures read them (devices.csv: only the columns they use), labels made unique."""
     if not paths:
         raise PlotInputError("no run directory given; a run directory must contain rounds.csv")
+    for p in map(Path, paths):
+        if p.is_dir() and not (p / "rounds.csv").exists():
+            raise PlotInputError(not_a_run_message(p))
     loaded = [load_run(p, DEVICE_COLUMNS_FIRST if i == 0 else DEVICE_COLUMNS) for i, p in enumerate(paths)]
     disambiguate_labels(loaded)
     return loaded
@@ -438,37 +440,6 @@ def fig_energy_by_class(runs: Sequence[Run], colors: list) -> Figure | None:
 # timeline (Gantt chart) of a few devices of the first run, from events.jsonl
 
 
-def sample_devices(devices: dict[str, np.ndarray], k: int = MAX_TIMELINE_DEVICES) -> list[int]:
-    """Up to k device ids spread over the fleet: devices that had tasks, about a quarter with failures."""
-    ids_col = devices.get("device")
-    if ids_col is None or ids_col.dtype.kind != "f" or ids_col.size == 0:
-        return []
-    ok_ids = np.isfinite(ids_col)
-    ids = (
-        ids_col.astype(np.int64, copy=False)
-        if ok_ids.all()
-        else np.where(ok_ids, ids_col, -1).astype(np.int64)
-    )
-    active = ok_ids.copy()
-    tasks = devices.get("tasks")
-    if tasks is not None and tasks.dtype.kind == "f":
-        active &= np.nan_to_num(tasks) > 0
-    failed = np.zeros(ids.size, dtype=bool)
-    for col, v in devices.items():
-        if col.startswith("failed_") and v.dtype.kind == "f":
-            failed |= np.nan_to_num(v) > 0
-    failing, fine = ids[active & failed], ids[active & ~failed]
-    n_fail = min(failing.size, max(k // 4, k - fine.size))
-    n_fine = min(fine.size, k - n_fail)
-
-    def spread(a: np.ndarray, m: int) -> list[int]:
-        if m <= 0:
-            return []
-        return [int(v) for v in a[np.unique(np.linspace(0, a.size - 1, m).round().astype(int))]]
-
-    return sorted(set(spread(failing, n_fail) + spread(fine, n_fine)))
-
-
 def failure_cause(ev: dict[str, Any]) -> str:
     """A failure event's cause as ``FAILURE_STYLE`` names it (``dropped`` events carry theirs as ``reason``)."""
     kind = str(ev.get("event"))
@@ -592,9 +563,8 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     if not run.events_path.is_file():
         return None
     k = MAX_TIMELINE_DEVICES
-    sampled = sample_devices(run.devices, k)
-    ev = read_device_events(run.events_path, [*sampled, SERVER], fill=k)
-    rows = [d for d in sampled if d in ev.by_device]
+    ev = event_digest(run).timeline
+    rows = [d for d in ev.sampled if d in ev.by_device and d != SERVER]
     rows += [d for d in ev.first_seen if d not in rows and d != SERVER][: max(0, k - len(rows))]
     rows = sorted(rows)
     data: dict[int | str, tuple[dict[str, list[tuple[float, float]]], list[tuple[float, str]], list[float]]]
@@ -711,7 +681,8 @@ def fig_timeline(runs: Sequence[Run], colors: list) -> Figure | None:
     others = ["the server"] * (SERVER in rows) + ["the gateways"] * any(isinstance(d, str) for d in rows)
     title = f"Device timeline ({what}" + (f" and {' and '.join(others)})" if others else ")")
     if ev.truncated:
-        title += f", first {t_max / div:.3g} {unit} (event log truncated)"
+        shown = t_max / div
+        title += f", the first {shown:{',.0f' if 100 <= shown < 1e6 else '.3g'}} {unit} of the run"
     run_title(ax, title, [run])
     if present:  # under the run's name: what the class after each device id stands for
         ax.set_ylabel("device · class")

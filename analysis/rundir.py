@@ -1,4 +1,4 @@
-"""Read a run directory (rounds.csv, devices.csv, events.jsonl, summary.json) into numpy arrays.
+"""Read a run directory (rounds.csv, devices.csv, summary.json) into numpy arrays; events.jsonl: event_log.py.
 
 Depends only on the documented run-directory format, never on ``iotfl_sim`` itself, so it also works
 on folders copied off a cluster or written by an older version of the simulator.
@@ -10,7 +10,7 @@ import csv
 import itertools
 import re
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,10 +26,6 @@ __all__ = [
     "Run",
     "load_run",
     "load_runs",
-    "read_device_events",
-    "DeviceEvents",
-    "read_events_of_kind",
-    "KindEvents",
     "declared_targets",
     "read_resolved",
     "read_devices",
@@ -41,10 +37,7 @@ RUN_DIR_CONTENTS = (
 )
 FAILURE_EVENTS = frozenset({"oom", "refused", "depleted", "offline", "dropped"})
 
-_CHUNK_ROWS = 200_000
-_DEVICE_RE_B = re.compile(rb'"device"\s*:\s*(-?\d+)')
-_T_RE_B = re.compile(rb'"t"\s*:\s*([-+0-9.eE]+)')
-_EVENT_BLOCK = 4 * 2**20
+_CHUNK_ROWS = 20_000  # rows parsed at a time (a row of a wide rounds.csv held as Python strings: ~3 KB)
 
 
 class PlotInputError(Exception):
@@ -66,6 +59,9 @@ class Run:
     rounds: dict[str, np.ndarray]
     devices: dict[str, np.ndarray] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    # what figures derive from the run's files once per load (``analysis.event_log.event_digest``: one read of
+    # events.jsonl shared by every figure)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_rounds(self) -> int:
@@ -438,177 +434,3 @@ def number_repeated_labels(items: Sequence[Any]) -> None:
         seen[r.label] = n + 1
         if n:
             r.label = f"{r.label} #{n + 1}"
-
-
-def _lines_matching(block: bytes, pattern: re.Pattern[bytes]) -> Iterator[tuple[re.Match[bytes], bytes]]:
-    """(match, the whole line holding it) for each match of ``pattern`` in a block of lines."""
-    for m in pattern.finditer(block):
-        start = block.rfind(b"\n", 0, m.start()) + 1
-        end = block.find(b"\n", m.end())
-        yield m, block[start : end if end >= 0 else len(block)]
-
-
-class _LineBlocks:
-    """events.jsonl in blocks of whole lines (up to 4 MiB), then its last line when it has no newline (probably
-    half-written): iterating yields (block, whole). Stops at the first block boundary past ``max_lines`` lines
-    or ``max_bytes`` bytes, and then says ``truncated``; ``last_line`` is the last whole line read.
-    Raises PlotInputError if the file cannot be read."""
-
-    def __init__(self, path: Path, max_lines: int, max_bytes: int) -> None:
-        self.path, self.max_lines, self.max_bytes = path, max_lines, max_bytes
-        self.truncated = False
-        self.last_line = b""
-
-    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
-        n_lines = n_bytes = 0
-        rest = b""
-        block_size = max(4096, min(_EVENT_BLOCK, self.max_bytes // 4))
-        try:
-            with open(self.path, "rb") as f:
-                while True:
-                    block = f.read(block_size)
-                    if not block:
-                        if rest.strip():
-                            yield rest, False
-                        return
-                    if n_lines >= self.max_lines or n_bytes >= self.max_bytes:
-                        self.truncated = True
-                        return
-                    block = rest + block
-                    cut = block.rfind(b"\n") + 1
-                    rest, block = block[cut:], block[:cut]
-                    if not block:
-                        continue
-                    n_lines += block.count(b"\n")
-                    n_bytes += len(block)
-                    self.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1 :]
-                    yield block, True
-        except OSError as e:
-            raise PlotInputError(f"{self.path}: cannot read ({e.strerror})") from e
-
-
-@dataclass
-class DeviceEvents:
-    """Events of a few devices read from events.jsonl: ``by_device[d]`` is a time-ordered list of dicts."""
-
-    by_device: dict[int, list[dict[str, Any]]]
-    first_seen: list[int]
-    truncated: bool
-    t_last: float
-
-
-def read_device_events(
-    path: str | Path,
-    devices: Iterable[int] = (),
-    fill: int = 0,
-    max_lines: int = 3_000_000,
-    max_bytes: int = 256 * 2**20,
-) -> DeviceEvents:
-    """Stream events.jsonl keeping only the events of ``devices`` plus of the first ``fill`` other devices seen.
-
-    Reads in blocks (of up to 4 MiB) and stops at the first block boundary past ``max_lines`` lines or
-    ``max_bytes`` bytes (``truncated`` is then True). Lines that are not valid JSON (a half-written last line) are skipped.
-    Raises PlotInputError if the file cannot be read.
-    """
-    path = Path(path)
-    wanted = {int(d) for d in devices}
-    extra: set[int] = set()
-    by_device: dict[int, list[dict[str, Any]]] = {}
-    first_seen: list[int] = []
-    t_last = 0.0
-
-    def keep(d: int, line: bytes) -> None:
-        nonlocal t_last
-        try:
-            ev = safe_json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(ev, dict):
-            return
-        if d not in by_device:
-            by_device[d] = []
-            first_seen.append(d)
-        by_device[d].append(ev)
-        t = ev.get("t")
-        if isinstance(t, int | float) and t > t_last:
-            t_last = float(t)
-
-    def line_by_line(block: bytes) -> None:
-        for line in block.splitlines():
-            m = _DEVICE_RE_B.search(line)
-            if m is None:
-                continue
-            d = int(m.group(1))
-            if d not in wanted and d not in extra:
-                if len(extra) >= fill:
-                    continue
-                extra.add(d)
-            keep(d, line)
-
-    def by_pattern(block: bytes, pattern: re.Pattern[bytes]) -> None:
-        for m, line in _lines_matching(block, pattern):
-            keep(int(m.group(1)), line)
-
-    pattern: re.Pattern[bytes] | None = None
-    blocks = _LineBlocks(path, max_lines, max_bytes)
-    for block, whole in blocks:
-        if not whole or len(extra) < fill:
-            line_by_line(block)
-            continue
-        if pattern is None:
-            ids = sorted(wanted | extra)
-            if not ids:
-                break
-            alternatives = b"|".join(str(d).encode() for d in ids)
-            pattern = re.compile(rb'"device"\s*:\s*(' + alternatives + rb")(?![0-9.eE])")
-        by_pattern(block, pattern)
-    truncated = blocks.truncated
-    if truncated:
-        # the read horizon is the time of the last line read, whichever device it was about
-        m = _T_RE_B.search(blocks.last_line)
-        if m:
-            try:
-                t_last = max(t_last, float(m.group(1)))
-            except ValueError:
-                pass
-    return DeviceEvents(by_device=by_device, first_seen=first_seen, truncated=truncated, t_last=t_last)
-
-
-@dataclass
-class KindEvents:
-    """Every event of some kinds read from events.jsonl, in file (time) order."""
-
-    events: list[dict[str, Any]]
-    truncated: bool
-
-
-def read_events_of_kind(
-    path: str | Path, kinds: Iterable[str], max_lines: int = 3_000_000, max_bytes: int = 256 * 2**20
-) -> KindEvents:
-    """Stream events.jsonl keeping the events whose ``event`` is one of ``kinds`` (all devices).
-
-    The same limits as ``read_device_events``: stops at the first block boundary past ``max_lines`` lines or
-    ``max_bytes`` bytes (``truncated`` is then True); lines that are not valid JSON are skipped; a missing file
-    has no events. Raises PlotInputError if the file exists but cannot be read.
-    """
-    path = Path(path)
-    kinds_set = set(kinds)
-    names = b"|".join(re.escape(k.encode()) for k in sorted(kinds_set))
-    pattern = re.compile(rb'"event"\s*:\s*"(?:' + names + rb')"')
-    out: list[dict[str, Any]] = []
-
-    def keep(line: bytes) -> None:
-        try:
-            ev = safe_json.loads(line)
-        except ValueError:
-            return
-        if isinstance(ev, dict) and ev.get("event") in kinds_set:
-            out.append(ev)
-
-    if not path.is_file():
-        return KindEvents(out, False)
-    blocks = _LineBlocks(path, max_lines, max_bytes)
-    for block, _ in blocks:
-        for _, line in _lines_matching(block, pattern):
-            keep(line)
-    return KindEvents(out, blocks.truncated)

@@ -276,6 +276,7 @@ def _bars(
     width = 0.8 / max(n, 1)
     x = np.arange(len(groups), dtype=float)
     top = max((np.nanmax(v) for vs in cells.values() for v in vs if np.isfinite(v).any()), default=1.0) / div
+    labelled = 0.0  # the highest "k/n seeds" label's foot
     for i, m in enumerate(methods):
         pos = x - 0.4 + width * (i + 0.5)
         for j, vals in enumerate(cells[m.label]):
@@ -306,7 +307,14 @@ def _bars(
                 ax.text(
                     pos[j], f.mean() + err, f"{f.size}/{a.size} seeds", ha="center", va="bottom", fontsize=7
                 )
+                labelled = max(labelled, f.mean() + err)
     ax.set_xticks(x, groups)
+    # every group whole, whatever it holds: one of only "N/A" labels (no bar) would be left out of the data
+    # limits, and the ticks would end the axis at its centre
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+    # and room above the highest "k/n seeds" label for its text (autoscaling leaves 5 % of the axis, ~ its height)
+    if labelled > 0 and ax.get_ylim()[1] < 1.12 * labelled:
+        ax.set_ylim(top=1.12 * labelled)
     ax.grid(False, axis="x")
     ax.set_axisbelow(True)
 

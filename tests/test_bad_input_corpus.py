@@ -267,7 +267,7 @@ def test_plot_on_folders_that_are_not_runs(capsys, tmp_path):
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     for target, needle in [
-        (empty, "rounds.csv: missing"),
+        (empty, "neither a run folder (no rounds.csv) nor a study folder"),
         (garbage, "no 'round' column"),
         (binary, "not a readable CSV file"),
         (a_file, "is not a directory"),
@@ -275,6 +275,48 @@ def test_plot_on_folders_that_are_not_runs(capsys, tmp_path):
         line = one_error_line(main(["plot", str(target), "--out", str(tmp_path / "plots")]), *capsys.readouterr())
         assert needle in line and str(target) in line, line
     assert not (tmp_path / "plots").exists() or not any((tmp_path / "plots").iterdir())
+
+
+def test_plot_on_a_folder_that_is_not_a_run_says_a_study_works_too_and_names_what_is_inside(tmp_path, capsys):
+    """The project folder or runs/ given to `plot`: one line saying a study folder would do too, and the command
+    for the run (or, first, the study) one or two levels down; nothing written."""
+    from study_fixtures import make_study, write_run
+
+    proj = tmp_path / "proj"
+    run = write_run(proj / "runs" / "quickstart-20260101-000000", "fedavg", 0, [0.3, 0.5])
+    (proj / "empty").mkdir()
+
+    def plot(path: Path) -> str:
+        before = snapshot(tmp_path)
+        line = one_error_line(main(["plot", str(path)]), *capsys.readouterr())
+        assert f"error: {path}: neither a run folder (no rounds.csv) nor a study folder" in line, line
+        assert snapshot(tmp_path) == before
+        return line
+
+    assert plot(proj).endswith(f"; inside it is a run: iotfl-sim plot {run}")  # two levels down
+    assert plot(proj / "runs").endswith(f"; inside it is a run: iotfl-sim plot {run}")  # one level down
+    assert plot(proj / "empty").endswith("; give a folder that `iotfl-sim run` or `iotfl-sim sweep` printed")
+    write_run(proj / "runs" / "a-run", "fedavg", 1, [0.3, 0.5])
+    assert plot(proj / "runs").endswith(f"; inside it are runs, the first: iotfl-sim plot {proj / 'runs' / 'a-run'}")
+    study = make_study(proj / "studies" / "my study")
+    assert plot(proj).endswith(f"; inside it is a study: iotfl-sim plot '{study}'")  # a study first, quoted
+    (run / "rounds.csv").rename(proj / "elsewhere.csv")  # a run folder that lost its rounds.csv: said the same way
+    assert "nor a study folder" in plot(run)
+
+
+def test_the_search_for_runs_inside_a_folder_is_bounded(tmp_path, monkeypatch):
+    """Two levels down at most, and at most MAX_ENTRIES entries read in all: a huge folder (a disk) is not walked."""
+    from study_fixtures import write_run
+
+    import analysis.folder_hint as fh
+
+    write_run(tmp_path / "a" / "b" / "deep-run", "fedavg", 0, [0.3])  # three levels down: not looked for
+    assert fh.runs_and_studies_inside(tmp_path) == []
+    for i in range(30):  # 30 folders, each with a run inside: 60 entries to read
+        write_run(tmp_path / f"d{i:02}" / "run", "fedavg", 0, [0.3])
+    assert len(fh.runs_and_studies_inside(tmp_path)) == fh.MAX_FOUND
+    monkeypatch.setattr(fh, "MAX_ENTRIES", 31)  # the first level (31 folders) uses the whole budget
+    assert fh.runs_and_studies_inside(tmp_path) == []
 
 
 # ---------------------------------------------------------------- the real entry point

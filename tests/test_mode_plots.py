@@ -239,15 +239,18 @@ def test_timeline_marks_applied_updates_and_draws_the_hierarchy_lanes(tmp_path: 
     assert "the gateways" in fig.get_suptitle()
 
 
-def test_read_events_of_kind_keeps_only_those_kinds_and_says_when_it_stopped_early(tmp_path: Path) -> None:
-    from analysis.rundir import read_events_of_kind
+def test_staleness_is_counted_over_the_apply_events_only_and_says_when_it_stopped_early(tmp_path: Path) -> None:
+    from analysis.event_log import scan_events
 
     path = tmp_path / "events.jsonl"
-    lines = [json.dumps(apply(float(i), i, i % 3) if i % 2 else {"t": float(i), "device": i, "event": "upload"})
-             for i in range(400)]  # fmt: skip
-    path.write_text("\n".join(lines) + '\n{"t": 500.0, "device": 1, "event": "apply", "stale')  # cut mid-write
-    read = read_events_of_kind(path, ("apply",))
-    assert not read.truncated and [e["t"] for e in read.events] == [float(i) for i in range(1, 400, 2)]
-    early = read_events_of_kind(path, ["apply"], max_bytes=5000)
-    assert early.truncated and 0 < len(early.events) < 200
-    assert read_events_of_kind(tmp_path / "none.jsonl", ("apply",)).events == []
+    lines = [json.dumps(apply(float(i), i, i % 3) if i % 2 else {"t": float(i), "device": i, "event": "upload",
+                                                                   "staleness": 9}) for i in range(400)]  # fmt: skip
+    path.write_text("\n".join(lines) + '\n{"t": 500.0, "device": 1, "event": "apply", "staleness": 1')  # cut
+    read = scan_events(path, count_staleness=True)
+    # the odd i of 1..399 have i % 3 = 1, 0, 2, 1, 0, 2, ... : 66 of each, and 397 -> 1, 399 -> 0 (the line cut
+    # mid-write and the uploads' staleness do not count)
+    assert not read.staleness_truncated and read.staleness.tolist() == [67, 67, 66]
+    early = scan_events(path, count_staleness=True, max_bytes=5000)
+    assert early.staleness_truncated and 0 < early.staleness.sum() < 200
+    assert scan_events(tmp_path / "none.jsonl", count_staleness=True).staleness is None
+    assert scan_events(path).staleness is None  # not asked for

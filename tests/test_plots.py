@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from analysis.plots import PlotInputError, build_figures, plot_runs, sample_devices
-from analysis.rundir import load_run, load_runs, read_device_events
+from analysis.event_log import sample_devices, scan_events
+from analysis.plots import PlotInputError, build_figures, plot_runs
+from analysis.rundir import load_run, load_runs
 
 CLASSES = ("mcu", "sbc", "phone")
 EXPECTED = {
@@ -242,7 +243,7 @@ def test_existing_user_file_is_not_overwritten(two_runs: tuple[Path, Path], tmp_
 def test_missing_rounds_csv(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path / "broken", rounds=3, devices=4)
     (run / "rounds.csv").unlink()
-    with pytest.raises(PlotInputError, match=r"broken[/\\]rounds\.csv"):
+    with pytest.raises(PlotInputError, match=r"broken: neither a run folder \(no rounds\.csv\)"):
         plot_runs([run])
     with pytest.raises(PlotInputError, match="does not exist"):
         plot_runs([tmp_path / "nowhere"])
@@ -269,11 +270,11 @@ def test_timeline_sampling_and_event_cap(tmp_path: Path) -> None:
     r = load_run(run)
     sample = sample_devices(r.devices, 20)
     assert 0 < len(sample) <= 20 and sample == sorted(sample)
-    ev = read_device_events(run / "events.jsonl", sample[:3], fill=2, max_bytes=3000)
+    ev = scan_events(run / "events.jsonl", sample[:3], fill=2, max_bytes=3000).timeline
     assert (
         ev.truncated and 0 < len(ev.by_device) <= 5 and 0 < ev.t_last < load_run(run).rounds["sim_time_s"][-1]
     )
-    full = read_device_events(run / "events.jsonl", sample[:3])
+    full = scan_events(run / "events.jsonl", sample[:3]).timeline
     assert not full.truncated and set(full.by_device) == set(sample[:3])
     assert all(e["device"] == d for d, evs in full.by_device.items() for e in evs)
     fig = build_figures([r])["timeline.png"]
