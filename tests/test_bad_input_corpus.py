@@ -527,6 +527,11 @@ RESUME_CASES = {
         ["meta.json", "'rows' is not a list of metric rows"],
     ),
     "meta_round_not_its_folder": (_meta(lambda m: m.update(round=7)), ["meta.json", "round 7, not 1"]),
+    "meta_step_not_a_count": (_meta(lambda m: m.update(step="x")), ["meta.json", "'step' is not a step count"]),
+    "meta_step_in_a_round_run": (
+        _meta(lambda m: m.update(step=3)),
+        ["checkpoint", "between two versions of an asynchronous run", "start a new run"],
+    ),
     "meta_negative_offset": (
         _meta(lambda m: m["offsets"].update({"rounds.csv": -5})),
         ["checkpoints", "offsets are not byte counts"],
