@@ -82,9 +82,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     if summary.get("status") == "interrupted":
         print(f"run: {path}\ninterrupted after round {summary['rounds']}; continue with: iotfl-sim run --resume {path}")
-        return EXIT_INTERRUPTED
+        return _signal_status(summary.get("stopped_by"))
     print(end_summary(path, summary))
     return 0
+
+
+def _signal_status(sig: str | int | None) -> int:
+    """A run stopped by a signal exits with 128 + its number, as a shell reports it: 130 for Ctrl-C (SIGINT, and
+    when the signal is not known), 143 for SIGTERM."""
+    import signal
+
+    if isinstance(sig, str) and sig in signal.Signals.__members__:
+        return 128 + signal.Signals[sig].value
+    if isinstance(sig, int):
+        return 128 + sig
+    return EXIT_INTERRUPTED
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -491,9 +503,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {os_error_line(e)}\n")
         sys.stderr.flush()
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _signal_status(getattr(e, "signum", None))
 
 
 def entry() -> NoReturn:

@@ -65,6 +65,7 @@ SLOW_TESTS = (
     "test_executors.py::test_pool_and_thread_executors_give_the_inline_bits",
     "test_thread_executor.py::test_every_method_gives_inline_bits_on_worker_threads",
     "test_auto_executor.py::test_runs_of_a_parallel_sweep_with_executor_auto_count_their_share",
+    "test_async_progress.py::test_a_stop_between_two_versions_checkpoints_that_step_and_resumes_to_the_uninterrupted_files",
     "test_feddf.py::test_distillation_moves_each_student_toward_the_ensemble_and_is_charged",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
     "test_flexfl.py::test_end_to_end_digits",

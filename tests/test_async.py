@@ -110,6 +110,8 @@ def test_events_are_in_time_order_and_staleness_counts_the_versions_applied_sinc
 ):
     fleet = even_fleet(8)  # devices come and go while they train (tasks take ~0.2 s)
     fleet["groups"][0]["availability"] = {"kind": "markov", "mean_on_s": 0.5, "mean_off_s": 0.2}
+    if dispatch == "after_update":  # a smaller concurrency is refused (a test below)
+        concurrency = max(concurrency, k)
     data = base_scenario(
         seed=seed, rounds=12, numerics="none", fleet=fleet, algorithm={"name": "fedbuff", "buffer_size": k},
         server={"mode": "async", "concurrency": concurrency, "dispatch": dispatch, "deadline_s": deadline},

@@ -586,6 +586,11 @@ RESUME_CASES = {
         ["meta.json", f"checkpoint format {FORMAT + 1}, written by a newer iotfl-sim", f"reads formats 1 to {FORMAT}"],
     ),
     "meta_format_not_a_number": (_meta(lambda m: m.update(format="2")), ["meta.json", "format '2', not a checkpoint format number"]),
+    "meta_step_not_a_count": (_meta(lambda m: m.update(step="x")), ["meta.json", "'step' is not a step count"]),
+    "meta_step_in_a_round_run": (
+        _meta(lambda m: m.update(step=3)),
+        ["checkpoint", "between two versions of an asynchronous run", "start a new run"],
+    ),
     "meta_negative_offset": (
         _meta(lambda m: m["offsets"].update({"rounds.csv": -5})),
         ["checkpoints", "offsets are not byte counts"],

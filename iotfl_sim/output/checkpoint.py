@@ -8,6 +8,10 @@
         state.pt                the strategy's state, RNG states (``output.codec``; torch.load weights_only)
         meta.json               format, round, metric rows so far, file offsets, digests, SHA-256 of every file above
 
+An asynchronous run stopped between two model versions (Ctrl-C with no version coming) checkpoints at that
+step of its event loop instead: ``meta.json`` then adds ``step``, the folder is that of the last version (which it
+replaces) and the tape file names end at ``<version>.<step>`` (``tape-000010-000010.57.pt``).
+
 A checkpoint folder is written under a temporary name and renamed when whole, so a crash leaves either
 the previous checkpoint or the new one. Loading checks every SHA-256 before it reads a file: a truncated
 or edited checkpoint is refused with a message that says what to do. ``format`` is the layout's version
@@ -114,6 +118,14 @@ _META = {
 }
 
 
+Position = tuple[int, "int | None"]  # (round, step): after round r (step None), or at a step after version r
+
+
+def _label(pos: Position) -> str:
+    rnd, step = pos
+    return f"{rnd:06d}" if step is None else f"{rnd:06d}.{step}"
+
+
 def meta_problem(meta: Any, rnd: int) -> str | None:
     """What is wrong with checkpoint description ``meta`` of the folder ``round-<rnd>`` (None: nothing); every
     value a resume reads is checked here, before anything is loaded or replayed."""
@@ -129,6 +141,8 @@ def meta_problem(meta: Any, rnd: int) -> str | None:
             return f"no {key!r}"
         if not ok(meta[key]):
             return f"{key!r} is not {what}"
+    if "step" in meta and not (_is_int(meta["step"]) and meta["step"] >= 0):
+        return "'step' is not a step count"
     return None
 
 
@@ -142,17 +156,19 @@ class CheckpointStore:
 
     def write(
         self, rnd: int, state: dict[str, Any], meta: dict[str, Any], chunks: list[dict[str, Any]],
-        tape_chunk: dict[str, list], tape_from: int,
+        tape_chunk: dict[str, list], tape_from: Position, step: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Write the checkpoint after round ``rnd``; ``chunks`` lists the tape files so far, and ``tape_chunk``
-        holds the answers recorded since round ``tape_from``. Returns the tape files now listed."""
+        """Write the checkpoint after round ``rnd`` (``step``: at that step of an asynchronous run's interval after
+        version ``rnd``, ``sim.async_server``; it replaces the checkpoint of version ``rnd``); ``chunks`` lists the
+        tape files so far, and ``tape_chunk`` holds the answers recorded since position ``tape_from``. Returns the
+        tape files now listed."""
         with writing(self.dir):
             self.dir.mkdir(exist_ok=True)
         chunks = list(chunks)
-        if tape_from < rnd:
-            name = f"tape-{tape_from:06d}-{rnd:06d}.pt"
+        if tape_from != (rnd, step):
+            name = f"tape-{_label(tape_from)}-{_label((rnd, step))}.pt"
             _write_bytes(self.dir / name, _tensor_bytes(tape_chunk))
-            chunks.append({"file": name, "from": tape_from, "to": rnd, "sha256": sha256(self.dir / name)})
+            chunks.append({"file": name, "from": tape_from[0], "to": rnd, "sha256": sha256(self.dir / name)})
         final = self.dir / f"round-{rnd:06d}"
         tmp = self.dir / f".tmp-round-{rnd:06d}-{os.getpid()}"
         if tmp.exists():
@@ -161,6 +177,8 @@ class CheckpointStore:
             tmp.mkdir()
         _write_bytes(tmp / "state.pt", _tensor_bytes(state), fault_point="checkpoint_write")
         meta = {**meta, "format": FORMAT, "round": rnd, "tape": chunks, "state_sha256": sha256(tmp / "state.pt")}
+        if step is not None:
+            meta["step"] = step
         _write_bytes(tmp / "meta.json", (json.dumps(meta, indent=1, default=_plain) + "\n").encode())
         if final.exists():  # a resumed run reached this round again: the new one replaces it whole
             old = self.dir / f".old-round-{rnd:06d}-{os.getpid()}"

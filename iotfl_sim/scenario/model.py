@@ -279,7 +279,16 @@ class Server(Strict):
     dispatch: Literal["continuous", "after_update"] = Field(
         "continuous",
         description="async: continuous: a device is dispatched the moment one finishes or fails; after_update: free "
-        "slots are filled only after a server model update (or when none is in flight)",
+        "slots are filled only after a server model update, or when none is in flight (every task of the last wave "
+        "failed); after_update needs concurrency >= the method's buffer size (one wave must be able to make a version)",
+    )
+    max_tasks_per_version: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DEVICES * MAX_ROUNDS,
+        description="async: stop the run (an error, exit status 2) when this many tasks were dispatched since the "
+        "last model version without making the next one: a run in which no update can arrive would dispatch forever "
+        "(null: 100 x max(concurrency, the method's buffer size); at least max(concurrency, buffer size))",
     )
     staleness: Staleness = Field(
         Staleness(), description="semi_async: the weight of an update s rounds late (default polynomial (s+1)^-0.5)"
@@ -549,6 +558,8 @@ class Scenario(Strict):
             return "server.over_selection applies to rounds; async mode has none: remove it or set server.mode: sync"
         if mode != "async" and (srv.concurrency is not None or srv.dispatch != "continuous"):
             return f"server.concurrency and server.dispatch apply to server.mode: async (this is {mode}): remove them"
+        if mode != "async" and srv.max_tasks_per_version is not None:
+            return f"server.max_tasks_per_version applies to server.mode: async (this is {mode}): remove it"
         return None
 
     @model_validator(mode="after")

@@ -5,7 +5,8 @@ The loop, on the simulated clock:
 
 1. **Fill the free slots.** ``continuous`` dispatch fills a slot the moment a task ends (completed or failed,
    the instant the server hears of it); ``after_update`` only after a server model update, or when nothing is in
-   flight. The method picks ``k`` = free slots among the selectable devices (``select_some``), with a stream
+   flight (every task of the last wave failed); so it needs ``concurrency`` >= the method's buffer size, else no
+   wave could make a version and every one would be refilled before an update (refused at set-up). The method picks ``k`` = free slots among the selectable devices (``select_some``), with a stream
    keyed by the dispatch wave; each task records the model version it downloads and, with real numerics, the
    weights themselves (captured at dispatch: a device trains from what it downloaded, never a newer model).
 2. **Wait** for the first task to report, or a task's deadline (``server.deadline_s``, counted from its
@@ -19,6 +20,11 @@ The loop, on the simulated clock:
 A task's random draws (link, memory, compute jitter, training seed) are keyed by (device, wave), as a round's
 are by (device, round): a dispatch that fills every slot after each update (``after_update``, concurrency =
 buffer size) draws exactly what a synchronous round does.
+
+The top of the loop is the run's safe point: nothing is half settled there, so a stop request (Ctrl-C, SIGTERM)
+is honoured at the next one, with a checkpoint at that step (``steps``) even when no version is coming, and a
+resumed run's replay of such a checkpoint ends there. A run that dispatched ``server.max_tasks_per_version``
+tasks since its last version without making the next one (every task late, failing, ...) ends with an error.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from iotfl_sim.algorithms.base import Asynchronous, Outcome, Update
+from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.seeding import stream
+from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.learning import TrainTask
 from iotfl_sim.sim.round import (
     Round,
@@ -46,6 +54,7 @@ if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
 
 MAX_IDLE_RETRIES = 100_000  # as a synchronous round's wait for participants
+TASKS_PER_VERSION = 100  # default server.max_tasks_per_version, per slot or buffered update
 
 
 @dataclass
@@ -81,6 +90,11 @@ class AsyncServer:
     ended: list[tuple[Task, Outcome]] = field(default_factory=list)
     settling: list[tuple[Task, str]] = field(default_factory=list)  # ended at this instant, not yet counted
     row: Round | None = None
+    steps: int = 0  # passes through the loop's top (its safe point) so far
+    dispatched: int = 0  # tasks dispatched since the last version
+
+    def __post_init__(self) -> None:
+        self.max_tasks = check_server(self.sim.sc, self.strategy)
 
     @property
     def strategy(self) -> Asynchronous:
@@ -98,8 +112,13 @@ class AsyncServer:
         self.row = Round(sim.env, 0, 0, sim._round_start())
         may_fill, idle = True, 0
         while self.version < sc.rounds:
+            if self._stop_here():
+                return
+            self.steps += 1
             free = self.concurrency() - len(self.in_flight)
             if free > 0 and (may_fill or not self.in_flight):
+                if self.dispatched >= self.max_tasks:
+                    raise ScenarioError(self._no_progress())
                 yield from self._fill(free)
             may_fill = sc.server.dispatch == "continuous"
             if not self.in_flight:
@@ -123,6 +142,36 @@ class AsyncServer:
                     if self.version >= sc.rounds or sim.interrupted:
                         return
 
+    def _stop_here(self) -> bool:
+        """The loop's top, between two events: a resumed run's replay of a checkpoint taken at this step ends
+        here; a stop request is honoured here (a checkpoint at this step, ``sim.checkpointing``). True: stop."""
+        sim = self.sim
+        ck = sim.checkpointing
+        if ck.pending is not None:
+            if ck.resume_step != self.steps:
+                return False  # replaying, not yet at the checkpoint (or it is a version's: ``_update`` ends it)
+            checkpointing.end_replay(sim)
+        if not sim.stop_requested:
+            return False
+        sim.checkpoint(self.version, step=self.steps)
+        sim.interrupted = True
+        return True
+
+    def _no_progress(self) -> str:
+        """The error of a run that dispatched ``max_tasks`` tasks since its last version without making one."""
+        sim, srv = self.sim, self.sim.sc.server
+        ends: dict[str, int] = {}
+        for _, outcome in self.ended:
+            ends[outcome.status] = ends.get(outcome.status, 0) + 1
+        how = ", ".join(f"{n:,} {status}" for status, n in sorted(ends.items(), key=lambda x: -x[1])) or "none"
+        fix = "raise server.deadline_s (tasks missed it)" if "deadline" in ends else "fix what makes the tasks fail"
+        setting = "server.max_tasks_per_version" + ("" if srv.max_tasks_per_version is not None else f" (default {self.max_tasks:,})")
+        return (
+            f"no progress: {self.dispatched:,} tasks dispatched since model version {self.version} made no new version "
+            f"by simulated time {sim.env.now:,.0f} s (ended: {how}; {len(self.buffer)} of {self.strategy.buffer_size()} "
+            f"updates buffered); {fix}, or raise {setting} to wait longer"
+        )
+
     def _fill(self, free: int):
         """Dispatch up to ``free`` tasks to selectable devices (none selectable: the slots stay free)."""
         sim = self.sim
@@ -137,6 +186,7 @@ class AsyncServer:
         owner = Wave(wave)
         capture = sim.sc.numerics == "torch" and not self._replaying()
         deadline = sim.sc.server.deadline_s
+        self.dispatched += len(assignments)
         for a in assignments:
             task = start_task(sim.env, a, owner, sim.fleet, sim.tasks.run)
             task.version = self.version
@@ -213,6 +263,7 @@ class AsyncServer:
         losses = [u.loss for u in updates]
         del updates  # applied: their client states must not stay in memory through the evaluation
         self.version += 1
+        self.dispatched = 0
         self.updates_applied += len(buffered)
         for b in buffered:
             sim.log(b.task.rnd, b.task.assignment.device, "apply", staleness=b.staleness, version=self.version)
@@ -252,7 +303,7 @@ class AsyncServer:
         return updates
 
     def _replaying(self) -> bool:
-        return self.version < self.sim.checkpointing.resume_round
+        return self.sim.checkpointing.pending is not None
 
     # ------------------------------------------------------------ checkpoints
 
@@ -265,3 +316,30 @@ class AsyncServer:
 
     def _holding_weights(self) -> list[Task]:
         return [*self.in_flight, *(t for t, _ in self.settling), *(b.task for b in self.buffer)]
+
+
+def check_server(sc: Any, strategy: Asynchronous) -> int:
+    """The set-up checks of the asynchronous server against the method (``validate`` and ``run``); returns the
+    most tasks dispatched since a version before the run stops for no progress (``server.max_tasks_per_version``)."""
+    srv = sc.server
+    k = strategy.buffer_size()
+    c = srv.concurrency or sc.selection_size()
+    slots = f"server.concurrency ({c}{'' if srv.concurrency else ', by default the selection size'})"
+    if srv.dispatch == "after_update" and k > c:
+        raise ScenarioError(
+            f"server.dispatch: after_update refills slots only after a model update, but a version of "
+            f"{sc.algorithm.name} needs {k} updates (algorithm.buffer_size) and {slots} devices send at most {c} "
+            f"per wave, so every wave would be refilled before any update; raise server.concurrency to {k} or more, "
+            "lower algorithm.buffer_size, or use server.dispatch: continuous"
+        )
+    least = max(c, k)
+    limit = srv.max_tasks_per_version
+    if limit is None:
+        return TASKS_PER_VERSION * least
+    if limit < least:
+        raise ScenarioError(
+            f"server.max_tasks_per_version: {limit} is below what one version may need: max({slots}, "
+            f"the {k} updates a version of {sc.algorithm.name} folds); set it to {least} or more (or remove it: "
+            f"default {TASKS_PER_VERSION * least:,})"
+        )
+    return limit

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from iotfl_sim.output import codec, migrations, tensor_check
-from iotfl_sim.output.checkpoint import FIX, CheckpointStore
+from iotfl_sim.output.checkpoint import FIX, CheckpointStore, Position
 from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder, scenario_sha256
 
@@ -35,9 +35,10 @@ class CheckpointState:
 
     store: CheckpointStore | None = None
     last: tuple[int, float] = field(default_factory=lambda: (0, time.perf_counter()))  # (round, host instant)
-    tape_from: int = 0  # round the current tape chunk starts at
+    tape_from: Position = (0, None)  # (round, step) the current tape chunk starts at
     tape_files: list[dict[str, Any]] = field(default_factory=list)  # tape chunks written so far (listed in each checkpoint)
     resume_round: int = 0  # rounds before this one are replayed from the tape
+    resume_step: int | None = None  # an asynchronous run's checkpoint between versions: the step its replay ends at
     pending: tuple[dict[str, Any], dict[str, Any]] | None = None  # (meta, state) to restore after the replay
     source: Path | None = None  # the state file of that checkpoint (named when a value in it is refused)
 
@@ -54,8 +55,9 @@ def due(sim: Simulation, done: int) -> bool:
     return cfg.every_s is not None and time.perf_counter() - last_t >= cfg.every_s
 
 
-def write(sim: Simulation, done: int) -> None:
-    """Write a checkpoint after ``done`` rounds (see ``output.checkpoint`` and ``sim.tape``)."""
+def write(sim: Simulation, done: int, step: int | None = None) -> None:
+    """Write a checkpoint after ``done`` rounds (see ``output.checkpoint`` and ``sim.tape``), or at ``step`` of an
+    asynchronous run's interval after version ``done`` (``sim.async_server``: a stop between versions)."""
     ck = sim.checkpointing
     if ck.store is None or sim.recorder is None:
         return
@@ -81,8 +83,9 @@ def write(sim: Simulation, done: int) -> None:
         "tape_counts": sim.tape.counts(),
         "scenario_sha256": scenario_sha256(sim.recorder.path),
     }
-    ck.tape_files = ck.store.write(done, state, meta, ck.tape_files, codec.encode(sim.tape.new_chunk()), ck.tape_from)
-    ck.tape_from = done
+    chunk = codec.encode(sim.tape.new_chunk())
+    ck.tape_files = ck.store.write(done, state, meta, ck.tape_files, chunk, ck.tape_from, step)
+    ck.tape_from = (done, step)
     ck.last = (done, time.perf_counter())
 
 
@@ -102,9 +105,12 @@ def begin_resume(
     if sim.tape.counts() != meta.get("tape_counts"):
         raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
     ck.resume_round = int(meta["round"])
+    ck.resume_step = meta.get("step")
+    if ck.resume_step is not None and sim.async_server is None:
+        raise CheckpointError("checkpoint: taken between two versions of an asynchronous run, but this run is not one; start a new run")
     ck.pending = (meta, state)
     ck.tape_files = meta["tape"]
-    ck.tape_from = ck.resume_round
+    ck.tape_from = (ck.resume_round, ck.resume_step)
     sim.recorder = recorder
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -163,6 +164,7 @@ class Simulation:
         self.late = LateUpdates(sc.server.staleness) if sc.server.mode == "semi_async" else None
         self.stalled: int | None = None  # the round the run stalled at: too few devices left to go on
         self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
+        self.stop_signal: int | None = None  # which signal asked (``summary.json``'s ``stopped_by``)
         self.interrupted = False
         self.hierarchy = GatewayTier(self) if sc.hierarchy is not None else None  # device -> gateway -> cloud
 
@@ -280,6 +282,8 @@ class Simulation:
         host_total = time.perf_counter() - self.t_created  # set-up counts as bookkeeping
         summary = summarize(self, host_total)
         summary["status"] = "interrupted" if self.interrupted else "complete"
+        if self.interrupted and self.stop_signal is not None:
+            summary["stopped_by"] = signal.Signals(self.stop_signal).name
         if self.recorder is not None:
             self.recorder.devices(device_columns(self))
             self.recorder.summary(summary)
@@ -483,7 +487,8 @@ class Simulation:
     def _replayed(self, rnd: int) -> None:
         if self.progress is not None:
             self.progress.update(1)
-        if rnd + 1 == self.checkpointing.resume_round:
+        ck = self.checkpointing
+        if rnd + 1 == ck.resume_round and ck.resume_step is None:  # a step's: the async server ends the replay
             checkpointing.end_replay(self)
 
     def _record(self, rnd: int, row: dict[str, Any]) -> None:
@@ -600,10 +605,11 @@ class Simulation:
         tiers = self.hierarchy.digest() if self.hierarchy is not None else []
         return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *tiers]
 
-    def checkpoint(self, done: int) -> None:
-        """Write a checkpoint after ``done`` rounds (``sim.checkpointing``), every row it counts written first."""
+    def checkpoint(self, done: int, step: int | None = None) -> None:
+        """Write a checkpoint after ``done`` rounds, or at ``step`` after version ``done`` of an asynchronous run
+        (``sim.checkpointing``), every row it counts written first."""
         self._write_held_row()
-        checkpointing.write(self, done)
+        checkpointing.write(self, done, step)
 
     def resume_from(
         self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder, source: Path

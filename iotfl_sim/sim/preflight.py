@@ -11,7 +11,9 @@ Beyond the scenario's own validation (``scenario.loader``), a run checks:
 - the system side, by building the simulation in system-only mode (no data, no training): availability
   trace files, the method's set-up (model family, levels, cuts ...) and that some device can hold some
   submodel the method would assign;
-- that the run folder can be made under the output folder (``--out`` or ``output.dir``).
+- that the run folder can be made under the output folder (``--out`` or ``output.dir``);
+- an asynchronous server's ``server.deadline_s``: not below the least time any task can take
+  (``sim.task_bound``), else no update could ever arrive.
 
 Both commands then print :func:`memory_fit`: for a method with several submodels, each one's training memory
 need and how many devices declare that much free, and a warning when every device holds every submodel; and,
@@ -55,7 +57,9 @@ def preflight(
     check_available(sc.output, source)  # output.tensorboard / output.wandb: their optional packages
     check_executor(sc, source)
     check_data(sc, sum(g.count for g in groups), source)
-    return check_system(sc, groups, base_dir, source)
+    sim = check_system(sc, groups, base_dir, source)
+    check_deadline(sim, sc.numerics != "none", source)
+    return sim
 
 
 def check_executor(sc: Scenario, source: str) -> None:
@@ -150,6 +154,24 @@ def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | Non
             f"{source}: algorithm ({sc.algorithm.name}) with model.family {sc.model.family}: {e}; change the "
             "algorithm's options or model.family"
         ) from None
+
+
+def check_deadline(sim: Simulation, real_numerics: bool, source: str) -> None:
+    """An asynchronous server's ``server.deadline_s`` at or above the least time any task can take
+    (``sim.task_bound``): below it every task is dropped late and the server would dispatch forever."""
+    deadline = sim.sc.server.deadline_s
+    if sim.sc.server.mode != "async" or deadline is None:
+        return
+    from iotfl_sim.sim.task_bound import fastest_task_s
+
+    fastest = fastest_task_s(sim, real_numerics)
+    if deadline < fastest:
+        raise ScenarioError(
+            f"{source}: server.deadline_s: {deadline:g} s is shorter than the fastest any task can be ({fastest:.4g} s "
+            f"at least: download, training and upload of {sim.sc.algorithm.name}'s smallest model on the fastest "
+            f"device, every draw at its most favourable), so no update could ever arrive; raise server.deadline_s "
+            f"above {fastest:.4g} or remove it"
+        )
 
 
 def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:

@@ -52,8 +52,17 @@ def _summary_complete(path: Path) -> bool:
     return summary.get("status", "complete") == "complete"
 
 
+class StopNow(KeyboardInterrupt):
+    """A second SIGINT / SIGTERM: the run stops at once (``signum``: the signal, for the exit status 128 + it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+
 class _StopOnSignal:
-    """First SIGINT / SIGTERM: finish the round, checkpoint, write the summary; a second: stop at once."""
+    """First SIGINT / SIGTERM: finish the round (an asynchronous run: the event, ``sim.async_server``),
+    checkpoint, write the summary; a second: stop at once."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -72,9 +81,11 @@ class _StopOnSignal:
         import sys
 
         if self.sim.stop_requested:
-            raise KeyboardInterrupt
+            raise StopNow(signum)
         self.sim.stop_requested = True
-        print("\nstopping at the end of this round (a checkpoint and the summary are written); "
+        self.sim.stop_signal = signum
+        where = "after this event" if self.sim.async_server is not None else "at the end of this round"
+        print(f"\nstopping {where} (a checkpoint and the summary are written); "
               "press Ctrl-C again to stop at once", file=sys.stderr)  # fmt: skip
 
     def __exit__(self, *exc: Any) -> None:
