@@ -221,6 +221,7 @@ def test_an_old_study_folder_resumes_and_its_study_json_then_records_the_definit
     assert json.loads((old / "study.json").read_text())["grid"] == {"seed": [1, 2]}
 
 
+@pytest.mark.usefixtures("isolated_methods")
 def test_a_user_method_whose_possible_specs_has_the_wrong_shape_is_one_line(tmp_path, capsys):
     (tmp_path / "odd_shape.py").write_text(
         "import numpy as np\n"

@@ -35,6 +35,23 @@ class Scaler(RateScaler):
         return x / self.rate if self.training else x
 
 
+class StridedPointwise(nn.Conv2d):
+    """A 1x1 projection with a stride and no padding, computed as the same 1x1 convolution at stride 1 over every
+    ``stride``-th pixel (the same products, the same outputs). Why: oneDNN's strided 1x1 kernel for channels_last
+    on CPUs without AVX-512 (``brgconv_strided:avx2`` in PyTorch 2.13's oneDNN 3.12) writes outside its buffers in
+    the backward pass: training ended in ``free(): invalid pointer`` or gave other numbers each time (found on an
+    AMD EPYC; ``tests/test_models.py`` trains such a block repeatedly). This form never calls that kernel. The
+    module keeps ``nn.Conv2d``'s parameters, attributes and state-dict keys, so slicing, costs and checkpoints see
+    the 1x1 strided convolution it is."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__(cin, cout, kernel_size=1, stride=stride, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sh, sw = self.stride
+        return nn.functional.conv2d(x[:, :, ::sh, ::sw], self.weight, self.bias)
+
+
 def norm2d(kind: str, channels: int, track_bn: bool) -> nn.Module:
     if kind == "bn":
         return nn.BatchNorm2d(channels, momentum=None, track_running_stats=track_bn)

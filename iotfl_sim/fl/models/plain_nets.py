@@ -22,6 +22,7 @@ from iotfl_sim.fl.models.layers import (
     FeaturesThenHead,
     NetOptions,
     StagedNet,
+    StridedPointwise,
     conv_unit,
     stage_blocks,
 )
@@ -71,7 +72,7 @@ class PreActBlock(nn.Module):
         # a 1x1 projection where the full architecture changes the shape (``BlockShape.keeps_shape``)
         self.shortcut: nn.Module | None = None
         if not block.keeps_shape:
-            self.shortcut = nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
+            self.shortcut = StridedPointwise(cin, cout, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu1(self.n1(self.scaler(x)))

@@ -51,7 +51,7 @@ class PostActBlock(nn.Module):
         # a 1x1 projection where the full architecture changes the shape (``BlockShape.keeps_shape``)
         self.shortcut: nn.Module = nn.Identity()
         if not block.keeps_shape:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False), net.norm2d(cout))
+            self.shortcut = nn.Sequential(ly.StridedPointwise(cin, cout, stride), net.norm2d(cout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.n1(self.scaler(self.conv1(x))))
