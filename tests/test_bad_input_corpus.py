@@ -604,6 +604,11 @@ RESUME_CASES = {
         lambda run: (run / "sources.json").write_text(json.dumps({"files": [{"path": str(run / "gone_method.py"), "module": "gone_method", "sha256": "0" * 64}]})),
         ["gone_method.py (module gone_method) is gone since the run started", "put it back"],
     ),
+    # a path edited to a device that never ends (or a pipe that blocks): refused without reading it
+    "sources_a_device": (
+        lambda run: (run / "sources.json").write_text(json.dumps({"files": [{"path": "/dev/zero", "module": "m", "sha256": "0" * 64}]})),
+        ["/dev/zero (module m) is not a regular file", "put the file back"],
+    ),
     "summary_invalid": (lambda run: (run / "summary.json").write_text("{"), ["summary.json", "not readable JSON", "move it away"]),
     "summary_deep": (lambda run: (run / "summary.json").write_text(DEEP), ["summary.json", "nested more than 100 levels"]),
     "summary_a_list": (lambda run: (run / "summary.json").write_text("[1]"), ["summary.json", "not a run summary"]),

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import site
+import stat
 import sys
 import sysconfig
 import types
@@ -122,6 +123,8 @@ def check_sources(run: Path) -> None:
     for f in files:
         where = f"{f['path']} (module {f['module']})"
         try:
+            if not stat.S_ISREG(os.stat(f["path"]).st_mode):  # a device or a pipe would never end (or block)
+                raise ScenarioError(f"--resume {run}: {where} is not a regular file; {fix}: put the file back as it was")
             now = sha256_file(f["path"])
         except FileNotFoundError:
             raise ScenarioError(f"--resume {run}: {where} is gone since the run started; {fix}: put it back as it was, or start a new run") from None
