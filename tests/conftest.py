@@ -83,6 +83,7 @@ SLOW_TESTS = (
     "test_sweep.py::test_index_failures_and_rerun",
     "test_sweep_alone.py",
     "test_thread_determinism.py",
+    "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
     "test_user_methods.py::test_a_module_that_hangs_at_import_is_named_and_ctrl_c_ends_it",
 )
 
