@@ -494,3 +494,17 @@ def test_resnet_shortcuts_train_the_same_in_channels_last_every_time():
     done = subprocess.run([sys.executable, "-c", STRIDED_SHORTCUT_TRAINING], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "1"
+
+
+def test_the_cost_model_prices_a_strided_pointwise_projection_as_the_strided_convolution():
+    """The cost model traces on the meta device, where StridedPointwise is nn.Conv2d's strided 1x1: the same ops,
+    FLOPs and bytes per training step (simulated time of ResNet runs unchanged by the CPU workaround)."""
+    from iotfl_sim.fl.cost.opcost import trace_module_step
+    from iotfl_sim.fl.models.layers import StridedPointwise
+
+    ours = trace_module_step(lambda: nn.Sequential(StridedPointwise(4, 8, 2), nn.Flatten()), (4, 8, 8), 8)
+    ref = trace_module_step(
+        lambda: nn.Sequential(nn.Conv2d(4, 8, kernel_size=1, stride=2, bias=False), nn.Flatten()), (4, 8, 8), 8
+    )
+    assert ours.names == ref.names and "convolution" in " ".join(ours.names)
+    assert ours.flops.tolist() == ref.flops.tolist() and ours.bytes.tolist() == ref.bytes.tolist()

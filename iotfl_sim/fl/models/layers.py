@@ -42,12 +42,15 @@ class StridedPointwise(nn.Conv2d):
     the backward pass: training ended in ``free(): invalid pointer`` or gave other numbers each time (found on an
     AMD EPYC; ``tests/test_models.py`` trains such a block repeatedly). This form never calls that kernel. The
     module keeps ``nn.Conv2d``'s parameters, attributes and state-dict keys, so slicing, costs and checkpoints see
-    the 1x1 strided convolution it is."""
+    the 1x1 strided convolution it is. Off the CPU it is that convolution: the cost model traces models on the meta
+    device (``fl/cost/opcost.py``), where it prices the strided kernel as before, and CUDA has no such kernel."""
 
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__(cin, cout, kernel_size=1, stride=stride, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":
+            return super().forward(x)
         sh, sw = self.stride
         return nn.functional.conv2d(x[:, :, ::sh, ::sw], self.weight, self.bias)
 
