@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -28,21 +29,31 @@ def classifier_keys(recipe: ModelRecipe, spec: SubmodelSpec) -> tuple[str, ...]:
     return tuple(k for k in model.state_dict() if k.rsplit(".", 1)[0] == last)
 
 
+RAISE_THE_RATE = "raise the rate"
+
+
+@contextmanager
+def zero_widths_refused(recipe: ModelRecipe, field: str, fix: str = RAISE_THE_RATE) -> Iterator[None]:
+    """Turn a :class:`ZeroWidthError` raised inside the block (a ``rounding="int"`` spec keeping 0 channels in
+    some layer of ``recipe``: ``reference: code``, where the official code would build such a layer with no
+    channel) into one ScenarioError naming ``field`` (the scenario option behind the rate), the rate, the layer
+    and ``fix``; this simulator refuses the model before the run rather than train another one."""
+    try:
+        yield
+    except ZeroWidthError as e:
+        raise ScenarioError(
+            f"{field}: {e} of model.family {recipe.family}: reference: code keeps int(channels x rate) "
+            f"channels, as the official code, and refuses a layer with none; {fix} or use "
+            "reference: paper (at least one channel)"
+        ) from None
+
+
 def refuse_zero_widths(recipe: ModelRecipe, specs: Sequence[tuple[SubmodelSpec, str]]) -> None:
-    """Raise ScenarioError naming the option behind the first ``rounding="int"`` spec that would keep
-    0 channels in some layer of ``recipe`` (``reference: code``: the official code would build such a
-    layer with no channel; this simulator refuses it before the run rather than train another model).
-    ``specs``: (spec, the scenario field it comes from)."""
+    """Raise ScenarioError (:func:`zero_widths_refused`) for the first spec that keeps 0 channels in some
+    layer of ``recipe``. ``specs``: (spec, the scenario field it comes from)."""
     for spec, field in specs:
-        try:
-            with torch.device("meta"):  # the widths only: no weights allocated
-                recipe.build(spec)
-        except ZeroWidthError as e:
-            raise ScenarioError(
-                f"{field}: {e} of model.family {recipe.family}: reference: code keeps int(channels x rate) "
-                "channels, as the official code, and refuses a layer with none; raise the rate or use "
-                "reference: paper (at least one channel)"
-            ) from None
+        with zero_widths_refused(recipe, field), torch.device("meta"):  # the widths only: no weights allocated
+            recipe.build(spec)
 
 
 def contributions(updates: Sequence[Update], weighting: str = "data", restrict_labels: bool = False) -> list[Contribution]:

@@ -30,7 +30,16 @@ Pre-processing (Algorithm 2 lines 1-5), once in ``setup``:
   global model itself (no search). Adaptive models (Sec. III-C, IV-A: "the adaptive models are M2'
   and M3'") at target - Gamma for every level but the smallest: pool M1, M2', M2, M3', M3 (by size),
   or M1, M2, M3 with ``adaptive_models: false``. Gamma must stay below the smallest gap between
-  targets (the paper's requirement). Channels are int(C x rate) ("floor"), at least one.
+  targets (the paper's requirement).
+- Channels (``fl.submodel.truncation``, in every model, size count, memory need and wire size): paper:
+  int(C x rate) with a product within 1e-9 of an integer counted as that integer, at least one channel
+  (rounding ``floor``); code: the official code's int(C x rate) exactly (rounding ``int``), in the
+  search's size count too. A layer whose searched rate leaves it int(C x rate) = 0 channels (a rate
+  below 1 / C, as when APoZ x AdjW near 1 clamps it at 0.01 in a layer of fewer than 100 channels) is
+  refused in the set-up, naming the target behind the pool model, where the official code would build
+  it with none. The rates come from the APoZ, so with real APoZ the refusal comes after pretraining,
+  when ``run`` builds the simulation (before any file is written); ``validate`` sees the system-only
+  APoZ of 0.5, whose rates (>= 0.5 x 100 / 199) keep channels in every family.
 
 FL training (lines 6-20):
 
@@ -83,11 +92,11 @@ from iotfl_sim.algorithms.base import (
     Update,
     select_uniform,
 )
-from iotfl_sim.algorithms.common import contributions
+from iotfl_sim.algorithms.common import contributions, zero_widths_refused
 from iotfl_sim.fl import apoz as ap
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.submodel import SubmodelSpec, truncation
 from iotfl_sim.scenario.algorithms import FlexFLConfig
 from iotfl_sim.seeding import int_seed, stream
 
@@ -114,6 +123,17 @@ def pool_names(n_levels: int, adaptive: bool) -> list[tuple[str, int, bool]]:
     return out
 
 
+def zero_width_advice(level: int, adaptive: bool, name: str) -> tuple[str, str]:
+    """The field behind pool model ``name``'s searched rates and the fix, for a ``reference: code`` layer the
+    search leaves with int(C x rate) = 0 channels (the rate follows the layer's APoZ and adjustment weight)."""
+    field = f"algorithm.targets[{level}]" + (" - algorithm.adaptive_gamma" if adaptive else "")
+    fix = (
+        f"raise algorithm.targets[{level}] (a smaller gamma keeps more channels; a layer whose APoZ is near 1 keeps "
+        "0.01 at every gamma), set apoz: false"
+    )
+    return f"{field} (pool model {name}, searched layer rates)", fix
+
+
 class FlexFL(GlobalModel, Strategy):
     Config = FlexFLConfig
     checkpointed = ("state",)
@@ -133,7 +153,8 @@ class FlexFL(GlobalModel, Strategy):
                 f"flexfl: adaptive_gamma {cfg.adaptive_gamma} must be below the smallest target gap"
             )
         self.recipe = replace(ctx.recipe, global_rate=1.0, scaler=False)
-        self.global_spec = SubmodelSpec(1.0, rounding="floor", name="full")
+        self.rounding = truncation(cfg.reference)
+        self.global_spec = SubmodelSpec(1.0, rounding=self.rounding, name="full")
         self.state = ctx.initial_state(self.recipe, self.global_spec)
         with torch.device("meta"):
             skeleton = self.recipe.build(self.global_spec)
@@ -189,17 +210,18 @@ class FlexFL(GlobalModel, Strategy):
     def _build_pool(self) -> list[PoolModel]:
         cfg = self.cfg
         code = cfg.reference == "code"
-        fraction = ap.size_fraction(self.recipe, groups_only=code)
+        fraction = ap.size_fraction(self.recipe, groups_only=code, rounding=self.rounding)
         out = []
         for name, level, adaptive in pool_names(len(cfg.targets), cfg.adaptive_models):
             target = cfg.targets[level] - (cfg.adaptive_gamma if adaptive else 0.0)
             if target >= 1.0:
                 rates = None  # the global model itself
             elif code:
-                rates = ap.search_code(self.scores, fraction, target, cfg.code_tolerance)
+                with zero_widths_refused(self.recipe, *zero_width_advice(level, adaptive, name)):
+                    rates = ap.search_code(self.scores, fraction, target, cfg.code_tolerance)
             else:
                 rates = ap.search_paper(self.scores, fraction, target, cfg.search_epsilon, cfg.search_step)
-            out.append(PoolModel(name, SubmodelSpec(1.0, layer_rates=rates, rounding="floor", name=name),
+            out.append(PoolModel(name, SubmodelSpec(1.0, layer_rates=rates, rounding=self.rounding, name=name),
                                  level, adaptive, target))  # fmt: skip
         return out
 

@@ -33,7 +33,7 @@ from iotfl_sim.fl.models.families import LAYER_GROUPS, VGG16_CONVS
 from iotfl_sim.fl.models.layers import ConvUnit
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.sgd import PlainSGD, descend
-from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.submodel import SubmodelSpec, ZeroWidthError
 from iotfl_sim.fl.torch_seed import seed_torch
 
 MIN_RATE = 0.01  # Algorithm 1 line 12: no layer is pruned away completely
@@ -204,18 +204,31 @@ def search_code(
 
     The size shrinks as gamma grows, so the first hit is the first gamma whose size is <= target + tol
     (bisection), a hit if it is also >= target - tol.
+
+    Under ``int`` counting (``fraction`` from :func:`size_fraction` with ``rounding="int"``) a gamma may
+    leave some layer int(C x rate) = 0 channels, and ``fraction`` raises :class:`ZeroWidthError` there.
+    Rates never grow with gamma, so a layer at 0 stays at 0 for every larger gamma: if the code's loop
+    meets such a gamma before a hit, whatever it ends with (a hit with 0 channels, or no hit) is no model
+    this simulator builds. The bisection therefore treats a zero-channel gamma as reached, and the
+    ZeroWidthError propagates when the gamma it lands on is one.
     """
     scores = np.asarray(scores, dtype=np.float64)
 
     def rates(g: int) -> tuple[float, ...]:
         return clamp_rates(scores * 100.0 / g)
 
+    def reached(g: int) -> bool:
+        try:
+            return fraction(rates(g)) <= target + tol
+        except ZeroWidthError:
+            return True
+
     lo, hi = 1, 199
-    if fraction(rates(hi)) > target + tol:
+    if not reached(hi):
         raise SearchError(f"even gamma=199 gives {fraction(rates(hi)):.4f} > {target} + {tol}")
     while lo < hi:
         mid = (lo + hi) // 2
-        if fraction(rates(mid)) <= target + tol:
+        if reached(mid):
             hi = mid
         else:
             lo = mid + 1
@@ -228,10 +241,13 @@ def search_code(
 
 
 @lru_cache(maxsize=4096)
-def param_count(recipe: ModelRecipe, rates: tuple[float, ...] | None, groups_only: bool) -> int:
-    """Parameters of the floor-rounded submodel with ``rates`` per group (all of them, or only those
-    inside the layer groups: the official code's ``net.features``)."""
-    spec = SubmodelSpec(layer_rates=rates, rounding="floor")
+def param_count(
+    recipe: ModelRecipe, rates: tuple[float, ...] | None, groups_only: bool, rounding: str = "floor"
+) -> int:
+    """Parameters of the submodel with ``rates`` per group, its channels rounded by ``rounding``
+    (``fl.submodel.truncation``; ``int`` raises ZeroWidthError for a layer left with none), counted over all
+    of it or only inside the layer groups (the official code's ``net.features``)."""
+    spec = SubmodelSpec(layer_rates=rates, rounding=rounding)
     with torch.device("meta"):
         model = recipe.build(spec)
     if groups_only:
@@ -239,10 +255,12 @@ def param_count(recipe: ModelRecipe, rates: tuple[float, ...] | None, groups_onl
     return sum(p.numel() for p in model.parameters())
 
 
-def size_fraction(recipe: ModelRecipe, groups_only: bool) -> Callable[[tuple[float, ...]], float]:
-    """fraction(rates) = size(M') / size(M) (paper: whole model; code: layer groups only)."""
-    full = param_count(recipe, None, groups_only)
-    return lambda rates: param_count(recipe, rates, groups_only) / full
+def size_fraction(
+    recipe: ModelRecipe, groups_only: bool, rounding: str = "floor"
+) -> Callable[[tuple[float, ...]], float]:
+    """fraction(rates) = size(M') / size(M) (paper: whole model, floor; code: layer groups only, int)."""
+    full = param_count(recipe, None, groups_only, rounding)
+    return lambda rates: param_count(recipe, rates, groups_only, rounding) / full
 
 
 def pretrain(

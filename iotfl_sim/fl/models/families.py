@@ -147,8 +147,8 @@ def plain_layout(family: str, spec: SubmodelSpec, args: BuildArgs) -> PlainLayou
 def start_layer_rates(family: str, r_w: float, start: int) -> tuple[float, ...]:
     """Per-group rates of AdaptiveFL's fine-grained width pruning (r_w, I): groups with 0-based index
     below ``start`` keep every channel, the others keep ``r_w`` of them; hidden FC groups
-    (``FC_GROUPS``) always get ``r_w``. Use as ``SubmodelSpec(layer_rates=...)`` (AdaptiveFL and FlexFL
-    truncate with int(): ``rounding="floor"``)."""
+    (``FC_GROUPS``) always get ``r_w``. Use as ``SubmodelSpec(layer_rates=...)`` (AdaptiveFL truncates with
+    int(): ``rounding=fl.submodel.truncation(reference)``)."""
     if family not in LAYER_GROUPS:
         raise ValueError(f"unknown model family {family!r}; expected one of {FAMILIES}")
     if not 0.0 < r_w <= 1.0:

@@ -171,8 +171,9 @@ class FlexFLConfig(MethodConfig):
     reference: Literal["paper", "code"] = Field(
         "paper",
         description="paper: Algorithm 1's search and eq. 4's teachers as written; code: the official code's search "
-        "(gamma 1..199, window +-0.05, fraction over the prunable groups only) and self-KD teachers (all smaller "
-        "pool models); the KL reduction is kd_reduction, in both",
+        "(gamma 1..199, window +-0.05, fraction over the prunable groups only), int(C x rate) channels exactly (a "
+        "searched rate giving some layer 0 channels is refused; paper: at least one) and self-KD teachers (all "
+        "smaller pool models); the KL reduction is kd_reduction, in both",
     )
     targets: list[float] = Field(
         default_factory=lambda: [0.25, 0.5, 1.0],
