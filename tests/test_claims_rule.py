@@ -27,7 +27,9 @@ def test_t_statistic_and_p_by_hand():
     assert rule.one_sided_p(d, 0.0, greater=True) == pytest.approx(p_hand, rel=1e-12)
     assert rule.one_sided_p(d, 0.0, greater=False) == pytest.approx(1 - p_hand, rel=1e-12)
     # against a boundary of 0.01: t = (0.02 - 0.01) / 0.0070710... = sqrt(2)
-    assert rule.one_sided_p(d, 0.01, greater=True) == pytest.approx(float(stats.t.sf(math.sqrt(2), 4)), rel=1e-12)
+    assert rule.one_sided_p(d, 0.01, greater=True) == pytest.approx(
+        float(stats.t.sf(math.sqrt(2), 4)), rel=1e-12
+    )
     e = rule.effect(d)
     half = float(stats.t.ppf(0.975, 4)) * math.sqrt(0.00005)  # 2.776 x se
     assert (e.n, e.mean, e.sd) == (5, pytest.approx(0.02), pytest.approx(math.sqrt(0.00025)))
@@ -99,7 +101,9 @@ def test_equivalence_inside_and_outside_the_margin():
     (v,) = rule.decide([t])
     assert v.verdict == rule.NOT_REPRODUCED and v.reason == "outside the margin 1.00 points"
     # TOST's p is the larger of its two: here d < 0.01 is the one that cannot reject
-    assert t.holds[0].p == pytest.approx(rule.one_sided_p(np.array([0.032, 0.029, 0.031, 0.030, 0.028]), 0.01, False))
+    assert t.holds[0].p == pytest.approx(
+        rule.one_sided_p(np.array([0.032, 0.029, 0.031, 0.030, 0.028]), 0.01, False)
+    )
     below = {s: b[s] - x for s, x in zip(b, (0.032, 0.029, 0.031, 0.030, 0.028), strict=True)}
     (v,) = rule.decide([rule.claim_about(below, b, "acc_full", 0.01)])
     assert v.verdict == rule.NOT_REPRODUCED  # beyond -margin: the side of the observed mean
@@ -128,12 +132,16 @@ def test_holm_is_applied_within_the_group():
     b2 = series(0.6, 0.6, 0.6, 0.6, 0.6)
     (alone,) = rule.decide([rule.claim_beats(weak, b, "acc_full", 0.01)])
     assert alone.verdict == rule.REPRODUCED and alone.p_holds == pytest.approx(p)
-    both = rule.decide([rule.claim_beats(weak, b, "acc_full", 0.01), rule.claim_beats(weak2, b2, "acc_full", 0.01)])
+    both = rule.decide(
+        [rule.claim_beats(weak, b, "acc_full", 0.01), rule.claim_beats(weak2, b2, "acc_full", 0.01)]
+    )
     assert [v.verdict for v in both] == [rule.INCONCLUSIVE, rule.INCONCLUSIVE]
     assert [v.p_holds for v in both] == [pytest.approx(2 * p, rel=1e-6)] * 2
     # a clear claim beside one weak: Holm (unlike Bonferroni) leaves the weak one at max(2 p_clear, p) = p
     clear = series(0.9, 0.91, 0.92, 0.9, 0.91)
-    mixed = rule.decide([rule.claim_beats(clear, b, "acc_full", 0.01), rule.claim_beats(weak, b, "acc_full", 0.01)])
+    mixed = rule.decide(
+        [rule.claim_beats(clear, b, "acc_full", 0.01), rule.claim_beats(weak, b, "acc_full", 0.01)]
+    )
     assert [v.verdict for v in mixed] == [rule.REPRODUCED, rule.REPRODUCED]
     assert mixed[1].p_holds == pytest.approx(p)
 
@@ -143,7 +151,10 @@ def test_inconclusive_says_what_would_decide_it():
     a = {s: 0.8 + x for s, x in zip(b, (0.01, -0.01, 0.02, 0.0, 0.005), strict=True)}
     (v,) = rule.decide([rule.claim_beats(a, b, "acc_full", 0.01)])
     assert v.verdict == rule.INCONCLUSIVE
-    assert v.reason.startswith("effect +0.50 points (margin 1.00), CI [") and "includes 0 and the margin" in v.reason
+    assert (
+        v.reason.startswith("effect +0.50 points (margin 1.00), CI [")
+        and "includes 0 and the margin" in v.reason
+    )
     # mean 0.005 at distance 0.005 from both 0 and the margin, sd 0.011180: d_z 0.447 one-sided at 0.05
     n = rule.seeds_needed(0.005, float(np.std([0.01, -0.01, 0.02, 0.0, 0.005], ddof=1)), 0.05)
     assert f"about {n} paired seeds would decide it (reproduced)" in v.reason
@@ -195,7 +206,9 @@ def test_peak_claim():
 def test_peak_members_join_the_holm_family():
     sweep = {"m0": series(0.6, 0.6, 0.6, 0.6, 0.6), "m50": series(0.7, 0.7, 0.7, 0.7, 0.7)}
     sweep["m100"] = series(0.6, 0.6, 0.6, 0.6, 0.6)
-    other = rule.claim_beats(series(0.5, 0.5, 0.5, 0.5, 0.5), series(0.4, 0.4, 0.4, 0.4, 0.4), "acc_full", 0.01)
+    other = rule.claim_beats(
+        series(0.5, 0.5, 0.5, 0.5, 0.5), series(0.4, 0.4, 0.4, 0.4, 0.4), "acc_full", 0.01
+    )
     peak = rule.claim_peak(sweep, ["m50"], "utility", 0.01)
     assert len(peak.holds) == 2 and len(peak.fails) == 2
     live = rule.decide([other, peak])
@@ -204,14 +217,18 @@ def test_peak_members_join_the_holm_family():
 
 def test_not_testable_rules():
     # chance = 1/10; 3 x chance = 0.30: the better side at 0.28 is below it
-    assert rule.not_testable_reason("", "acc_full", [0.25, 0.28], 10).startswith("the better side's mean 28.00 %")
+    assert rule.not_testable_reason("", "acc_full", [0.25, 0.28], 10).startswith(
+        "the better side's mean 28.00 %"
+    )
     assert rule.not_testable_reason("", "acc_full", [0.25, 0.31], 10) == ""
     assert rule.not_testable_reason("", "comm_waste", [0.05, 0.06], 10) == ""  # not an accuracy
     assert rule.not_testable_reason("", "utility", [0.2, 0.29], 10) != ""
     assert rule.not_testable_reason("no 8-10 bit runs here", "utility", [0.9], 10) == "no 8-10 bit runs here"
     t = rule.mark_not_testable(rule.claim_beats(series(0.9, 0.9, 0.9, 0.9, 0.9), series(0.1, 0.1, 0.1, 0.1, 0.1),
                                                 "acc_full", 0.01), "why")  # fmt: skip
-    weak = rule.claim_beats(series(0.5, 0.5, 0.5, 0.5, 0.5), series(0.4, 0.4, 0.4, 0.4, 0.45), "acc_full", 0.01)
+    weak = rule.claim_beats(
+        series(0.5, 0.5, 0.5, 0.5, 0.5), series(0.4, 0.4, 0.4, 0.4, 0.45), "acc_full", 0.01
+    )
     vs = rule.decide([t, weak])
     assert (vs[0].verdict, vs[0].reason, vs[0].p_holds) == (rule.NOT_TESTABLE, "why", None)
     assert t.effect.mean == pytest.approx(0.8)  # the effect is still shown
