@@ -1,60 +1,168 @@
-"""benchmarks/claims.py: every study file in scenarios/claims/ validates and names every variant its group's
-claims read, and the verdict rule gives the verdicts its docstring states on hand-made seed values."""
+"""benchmarks/claims.py: every study file in scenarios/claims/ validates and names every variant its group's claims
+read; a study folder's figures go to a CSV that reads back as the same floats; claims.md is built from the group
+modules and the CSVs alone, byte for byte the committed file. The decision rule itself: tests/test_claims_rule.py."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 import claims  # noqa: E402
+import claims_figures  # noqa: E402
+import claims_report  # noqa: E402
+from claims_groups import Claim, gt  # noqa: E402
+from study_fixtures import make_study  # noqa: E402
 
+from analysis import claims_rule  # noqa: E402
 from iotfl_sim.study import read_study  # noqa: E402
 
 
 @pytest.mark.parametrize("group", claims.GROUPS)
 def test_claim_studies_validate_and_hold_every_variant(group):
+    mod = claims_report.group_module(group)
     names = {}
     for scale in claims.SCALES:
         path = claims.study_file(group, scale)
-        study = read_study(path, check=False)  # the schema, every point's overrides and scenario; no data read
+        study = read_study(
+            path, check=False
+        )  # the schema, every point's overrides and scenario; no data read
         assert study.spec.name == f"claims_{group}_{scale}"
-        assert study.spec.grid["seed"] == [0, 1, 2]  # at least 3 seeds everywhere
+        assert len(set(study.spec.grid["seed"])) >= 3  # the rule needs 5 paired seeds for a verdict
         names[scale] = study.spec.zip_["name"]
-        needed = set().union(*(claims.variants_of(c) for c in claims.CLAIMS[group]))
+        needed = set().union(*(claims_report.variants_of(c, set(names[scale])) for c in mod.CLAIMS))
         assert needed <= set(names[scale]), f"{path.name}: no variant {sorted(needed - set(names[scale]))}"
     assert names["smoke"] == names["hour"] == names["paper"]  # the same variants at every scale
+    for c in mod.CLAIMS:  # every claim has a margin, its own or its metric's
+        assert c.margin is not None or claims_rule.default_margin(c.metric)
 
 
-def _data(**variants):
-    return {n: {s: {"acc_full": v} for s, v in enumerate(vals)} for n, vals in variants.items()}
+def test_committed_claims_md_is_the_generated_one():
+    """No hand-edited number survives: claims.md is what the group modules and the committed CSVs give."""
+    expected = claims_report.render(claims_report.read_all())
+    assert claims_report.MD_PATH.read_text(encoding="utf-8") == expected, (
+        "benchmarks/claims.md differs from what benchmarks/claims.py --from-data writes: rerun it"
+    )
 
 
-def test_verdict_rule_by_hand():
-    up = claims.gt("x", "", "acc_full", "a", "b")
-    # means 0.91 vs 0.81, stds 0.01: 0.90 > 0.82, bands apart
-    assert claims.judge(up, _data(a=[0.90, 0.91, 0.92], b=[0.80, 0.81, 0.82]))[0] == "reproduced"
-    assert claims.judge(up, _data(a=[0.80, 0.81, 0.82], b=[0.90, 0.91, 0.92]))[0] == "not reproduced"
-    # means 0.86 vs 0.85, stds 0.04 and 0.01: bands overlap
-    assert claims.judge(up, _data(a=[0.82, 0.86, 0.90], b=[0.84, 0.85, 0.86]))[0] == "inconclusive"
-    # lower is better: 0.1 < 0.3 with bands apart
-    down = claims.gt("x", "", "acc_full", "a", "b", lower=True)
-    assert claims.judge(down, _data(a=[0.09, 0.10, 0.11], b=[0.29, 0.30, 0.31]))[0] == "reproduced"
-    one_seed = _data(a=[0.9], b=[0.1])
-    assert claims.judge(up, one_seed)[0] == "inconclusive"  # no band from one seed
+def _same(a: dict, b: dict) -> bool:
+    """Equal as floats, nan equal to nan."""
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, dict):
+            if not _same(x, y):
+                return False
+        elif not (x == y or (math.isnan(x) and math.isnan(y))):
+            return False
+    return True
 
 
-def test_peak_and_gain_rules_by_hand():
-    peak = claims.Claim("p", "", "peak", "acc_full", ("m50",), sweep=("m0", "m50", "m100"))
-    d = _data(m0=[0.60, 0.61, 0.62], m50=[0.70, 0.71, 0.72], m100=[0.64, 0.65, 0.66])
-    assert claims.judge(peak, d)[0] == "reproduced"
-    d = _data(m0=[0.60, 0.61, 0.62], m50=[0.64, 0.65, 0.66], m100=[0.70, 0.71, 0.72])
-    assert claims.judge(peak, d)[0] == "not reproduced"
-    # per-seed gains a1 - b1 = 0.20, 0.21, 0.22 against a2 - b2 = 0.02, 0.03, 0.04
-    gain = claims.Claim("g", "", "gain", "acc_full", ("a1", "b1"), ("a2", "b2"))
-    d = _data(a1=[0.70, 0.71, 0.72], b1=[0.50, 0.50, 0.50], a2=[0.72, 0.73, 0.74], b2=[0.70, 0.70, 0.70])
-    assert claims.judge(gain, d)[0] == "reproduced"
+def test_report_from_a_study_folder_round_trips_and_reproduces(monkeypatch, tmp_path):
+    mod = _fake_group(monkeypatch, [gt("x", "heterofl beats fedavg", "x.txt:1", "acc_avg", "heterofl", "fedavg")],
+                      cols=("acc_full", "comm_waste", "acc_a"))  # fmt: skip
+    monkeypatch.setattr(claims, "group_module", lambda g: mod)
+    study = make_study(tmp_path / "study", with_failed=False)  # fedavg and heterofl, seeds 0-2
+    data_dir, md = tmp_path / "data", tmp_path / "claims.md"
+    by = ("algorithm.name",)
+    csv_path = Path(claims.report("fedx", "smoke", study, data_dir, md, by))
+    assert csv_path == data_dir / "fedx_smoke.csv"
+    collected, _ = claims_figures.collect(study, by)
+    back = claims_figures.read_csv(csv_path)
+    # the fixture's comm_waste is 0.1 * (seed + 1): 0.30000000000000004 at seed 2 must come back exactly
+    assert back["fedavg"][2]["comm_waste"] == 0.1 * 3 == collected["fedavg"][2]["comm_waste"]
+    assert back["heterofl"][0]["acc_full"] == 0.85  # the fixture's last round
+    assert math.isnan(back["fedavg"][0]["host_time_s"])  # the fixture's summary has none
+    cols = claims_report.columns(mod, set(collected))
+    assert cols == ["acc_full", "comm_waste", "acc_a", "acc_avg"]  # the table's, then the claims'
+    assert math.isnan(back["fedavg"][0]["acc_a"]) and back["heterofl"][1]["acc_a"] == 0.84  # 0.84 - 0.1 * 0
+    assert _same(back, {v: {s: {c: f.get(c, math.nan) for c in [*cols, "host_time_s"]} for s, f in per.items()}
+                        for v, per in collected.items()})  # fmt: skip
+    assert list(back) == ["fedavg", "heterofl"] and list(back["fedavg"]) == [0, 1, 2]
+    first_csv, first_md = csv_path.read_bytes(), md.read_bytes()
+    assert (study / "compare").is_dir()
+    claims.report("fedx", "smoke", study, data_dir, md, by)  # the report rebuilt from the folder
+    assert (csv_path.read_bytes(), md.read_bytes()) == (first_csv, first_md)
+    md.unlink()
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 0
+    assert md.read_bytes() == first_md
+
+
+def test_a_corrupt_csv_is_refused_and_nothing_written(tmp_path, capsys):
+    data_dir, md = tmp_path / "data", tmp_path / "claims.md"
+    data_dir.mkdir()
+    (data_dir / "fedx_hour.csv").write_text(
+        "variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\nfedx,x,0.5,1.0\n"
+    )
+    md.write_text("before")
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "fedx_hour.csv line 3" in err and err.count("\n") == 1
+    assert md.read_text() == "before"
+
+
+def _fake_group(monkeypatch, claims_list, classes=10, cols=("acc_full",)):
+    mod = SimpleNamespace(TITLE="Fake", SETTING="A made-up setting.", CLASSES=classes, TABLE_COLS=list(cols),
+                          CLAIMS=claims_list)  # fmt: skip
+    monkeypatch.setattr(claims_report, "GROUPS", ("fedx",))
+    monkeypatch.setattr(claims_report, "group_module", lambda g: mod)
+    return mod
+
+
+def _csv(path: Path, values: dict[str, list[float]], col: str = "acc_full") -> None:
+    rows = ["variant,seed," + col + ",host_time_s"]
+    rows += [f"{v},{s},{x!r},10.0" for v, xs in values.items() for s, x in enumerate(xs)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_claims_md_rows_from_a_hand_made_csv(monkeypatch, tmp_path):
+    _fake_group(
+        monkeypatch,
+        [
+            gt("up", "A beats B", "x.txt:1", "acc_full", "a", "b", paper="80 vs 70"),
+            gt("down", "B beats A", "x.txt:2", "acc_full", "b", "a"),
+            Claim("eq", "A about equals C", "x.txt:3", "approx", "acc_full", ("a",), ("c",)),
+            gt("own", "our option", "", "acc_full", "a", "c", section="extension"),
+            gt("cant", "cannot be set up", "x.txt:4", "acc_full", "a", "b", untestable="no such dataset"),
+        ],
+    )
+    _csv(tmp_path / "fedx_hour.csv", {"a": [0.8, 0.82, 0.81, 0.83, 0.84], "b": [0.7, 0.71, 0.7, 0.72, 0.73],
+                                      "c": [0.8, 0.821, 0.809, 0.83, 0.84]})  # fmt: skip
+    text = claims_report.render(claims_report.read_all(tmp_path), tmp_path)
+    lines = {ln.split(" | ")[0][2:]: ln for ln in text.splitlines() if ln.startswith("| ")}
+    # per-seed values in points, the effect (a - b: 0.10, 0.11, 0.11, 0.11, 0.11; mean 0.108)
+    assert (
+        "seeds 0-4 · a: 80.00, 82.00, 81.00, 83.00, 84.00 · b: 70.00, 71.00, 70.00, 72.00, 73.00"
+        in lines["up"]
+    )
+    assert "+10.80 [" in lines["up"] and "**reproduced**" in lines["up"] and "80 vs 70" in lines["up"]
+    assert "A beats B (`x.txt:1`)" in lines["up"]
+    assert "**not reproduced**" in lines["down"] and "reversed" in lines["down"]
+    assert "**reproduced**" in lines["eq"]
+    assert "**not testable** | no such dataset" in lines["cant"]
+    assert "our option [extension]" in lines["own"]
+    assert text.index("| up |") < text.index("**Not the paper's claims**") < text.index("| own |")
+    assert "**not reproduced**" in lines["own"]  # a - c is 0 on average: below the margin
+    assert "| fedx | hour | 5 | 2 | 2 | 0 | 1 | 0 |" in text  # the overall table
+    assert "2 reproduced, 2 not reproduced, 0 inconclusive, 1 not testable, 0 pending (5 claims)" in text
+    assert "(15 runs, 0.04 h of host time" in text  # 15 runs x 10 s = 150 s = 0.0417 h
+
+
+def test_near_chance_and_pending(monkeypatch, tmp_path):
+    _fake_group(monkeypatch, [gt("low", "A beats B", "x.txt:1", "acc_full", "a", "b"),
+                              gt("cant", "no", "x.txt:2", "acc_full", "a", "b", untestable="stated")])  # fmt: skip
+    text = claims_report.render({}, tmp_path)
+    assert "**pending** | not yet run at scale hour" in text and "**not testable** | stated" in text
+    _csv(tmp_path / "fedx_hour.csv", {"a": [0.25, 0.26, 0.27, 0.28, 0.29], "b": [0.1] * 5})
+    text = claims_report.render(claims_report.read_all(tmp_path), tmp_path)
+    low = next(ln for ln in text.splitlines() if ln.startswith("| low |"))
+    assert "**not testable**" in low and "below 3 x chance (30.00 %)" in low
+    assert "– / –" not in low and "| – | **not testable**" in low  # no p-value

@@ -4,7 +4,8 @@
 Each group module defines: ``TITLE`` (the section heading in claims.md), ``SETTING`` (markdown: the setting at
 each scale and the variants with their switches; prose only, no result numbers), ``CLASSES`` (classes of the
 dataset the accuracy claims are read on: chance is 1 / CLASSES), ``TABLE_COLS`` (the figures of the per-variant
-table) and ``CLAIMS`` (a list of :class:`Claim`). ``benchmarks/claims.py`` runs a group's study, decides each
+table) and ``CLAIMS`` (a list of :class:`Claim`); optionally ``SCALE``, the scale claims.md shows the group as
+pending at before any CSV exists (default ``hour``). ``benchmarks/claims.py`` runs a group's study, decides each
 claim with ``analysis.claims_rule`` and writes benchmarks/claims.md from these modules and the per-seed figures.
 """
 
