@@ -189,7 +189,7 @@ def test_the_corpus_has_the_rows_and_energy_rows_the_issue_asks():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 46 asks for >= 5 sources and phone + microcontroller rows; validation/SOURCES.md lists what was "
+    reason="issue 46 asks for >= 5 sources and microcontroller rows (3 sources, no mcu row yet); validation/SOURCES.md lists what was "
     "tried and why it gave no row",
 )
 def test_the_corpus_has_five_sources_and_every_device_class_the_issue_names():
