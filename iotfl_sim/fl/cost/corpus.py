@@ -235,7 +235,10 @@ class _Cells:
 def _row(path: Path, line: int, columns: dict[str, int], cells: list[str]) -> Measurement:
     c = _Cells(path, line, columns, cells)
     if len(cells) > len(columns):
-        raise c.fail("-", f"{len(cells)} cells under a header of {len(columns)} columns", "quote cells that hold a comma")
+        last = max(columns, key=columns.__getitem__)
+        raise c.fail(
+            f"after {last}", f"{len(cells)} cells under a header of {len(columns)} columns", "quote cells that hold a comma"
+        )
     row_id = c.required("row")
     device_class = c.required("device_class")
     if device_class not in DEVICE_CLASSES:

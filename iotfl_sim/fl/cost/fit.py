@@ -11,7 +11,7 @@ error into the power and carry it to every other workload.
 A parameter the rows cannot determine is kept from the base: one no row's time depends on (elasticity below
 ``MIN_ELASTICITY`` at the fit: every op compute-bound leaves the bandwidth free) or one the rows cannot separate
 from those already fitted (one workload gives one equation: FLOP/s and overhead trade off exactly). Parameters are
-taken greedily, the one the times depend on most first.
+taken greedily, the one the times depend on most at the base's values first, and checked again at the fit.
 """
 
 from __future__ import annotations
@@ -153,6 +153,8 @@ def fit(
     else:
         kept.update({p: "the base has no compute.mem_bw_gbs (time is FLOPs / FLOP/s)" for p in TIME_PARAMS if p not in usable})
         want = [p for p in want if p in usable]
+        want, why = determinable(elasticities(rows, rates, want), want)  # at the base: a fit's drift is arbitrary
+        kept.update(why)
     while True:
         solved = _solve(rows, rates, want)
         ok, why = determinable(elasticities(rows, solved, want), want)
