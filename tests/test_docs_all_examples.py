@@ -9,8 +9,8 @@ README, its inline `iotfl-sim ...` synopses, and each scenario in scenarios/ wit
 - ``iotfl-sim`` commands (``bash scripts/in-venv`` and ``python3 -m iotfl_sim.cli`` forms too) are parsed
   from the text and run through ``iotfl_sim.cli.main``: ``validate``, ``schema``, ``profiles list/show`` as
   written; ``profiles check/fit`` as written on the README's CSV block; ``profiles measure`` as written with the
-  micro-benchmarks stubbed; ``run`` with small overrides (fewer rounds, a data subset for the big datasets, an ``--out`` in a temporary folder); ``plot`` on runs
-  made by the README's own ``run`` commands (``runs/quickstart-<timestamp>`` becomes one); ``run --resume``
+  micro-benchmarks stubbed; ``run`` with small overrides (fewer rounds, a data subset for the big datasets, an
+  ``--out`` in a temporary folder); ``plot`` on runs made by the README's own ``run`` commands (``runs/quickstart-<timestamp>`` becomes one); ``run --resume``
   on the README's checkpointed run stopped by a real Ctrl-C; ``sweep``, ``compare``, ``plot STUDY`` and
   ``report`` on the README's study made cheaper (synopsis placeholders such as STUDY, RUN, DIR filled in);
   ``data download`` where the dataset is present (it must fetch nothing).
