@@ -207,6 +207,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         return 0
     if args.action == "measure":
         return cmd_profiles_measure(args)
+    if args.action in ("check", "fit"):
+        from iotfl_sim import profiles_cli
+
+        return profiles_cli.cmd_profiles_check(args) if args.action == "check" else profiles_cli.cmd_profiles_fit(args)
     if not args.name:
         raise ScenarioError("profiles show: name a profile, e.g. `iotfl-sim profiles show jetson_nano`")
     p = load_profile(args.name, here, where="profiles show")
@@ -405,10 +409,31 @@ def _sweep_parser(sub: Subparsers) -> None:
 
 
 def _profiles_parser(sub: Subparsers) -> None:
-    p = sub.add_parser("profiles", help="list or show device profiles, or measure this machine as one")
-    p.add_argument("action", choices=["list", "show", "measure"])
-    p.add_argument("name", nargs="?", help="show: the profile; measure: the new profile's name (default: --out's stem)")
-    p.add_argument("--out", help="measure: write the profile to this new file (default: print it)")
+    p = sub.add_parser(
+        "profiles",
+        help="list or show device profiles, measure this machine as one, check one against measured training, or fit one to it",
+    )
+    p.add_argument("action", choices=["list", "show", "measure", "check", "fit"])
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="show, check: the profile (a name or a YAML path; check: `auto` prices each row on its own profile column); "
+        "fit: the base profile; measure: the new profile's name (default: --out's stem)",
+    )
+    p.add_argument(
+        "--out", help="measure: write the profile to this new file (default: print it); fit (required): the fitted profile's new file"
+    )
+    p.add_argument(
+        "--against", metavar="FILE.csv", help="check, fit: measured training (columns in validation/README.md), or a folder of such files"
+    )
+    p.add_argument("--plot", metavar="FILE.png", help="check: also write a predicted-vs-measured scatter (.png, .pdf or .svg)")
+    p.add_argument("--csv", metavar="FILE.csv", help="check: also write the per-row table as CSV")
+    p.add_argument(
+        "--params",
+        metavar="P,P",
+        help="fit: only these of flops,mem_bw,op_overhead,train_w (default: every one the rows determine; the others are "
+        "kept from the base)",
+    )
     p.add_argument("--seconds", type=float, default=20.0, help="measure: time budget of the micro-benchmarks")
     p.add_argument("--family", help="measure: also time one real training step of this model family, as a check")
     p.add_argument("--batch", type=int, default=32, help="measure: batch size of that training step")

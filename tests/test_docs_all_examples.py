@@ -8,9 +8,9 @@ README, its inline `iotfl-sim ...` synopses, and each scenario in scenarios/ wit
   be refused naming it, and is reported skipped.
 - ``iotfl-sim`` commands (``bash scripts/in-venv`` and ``python3 -m iotfl_sim.cli`` forms too) are parsed
   from the text and run through ``iotfl_sim.cli.main``: ``validate``, ``schema``, ``profiles list/show`` as
-  written; ``profiles measure`` as written with the micro-benchmarks stubbed; ``run`` with small overrides
-  (fewer rounds, a data subset for the big datasets, an ``--out`` in a temporary folder); ``plot`` on runs
-  made by the README's own ``run`` commands (``runs/quickstart-<timestamp>`` becomes one); ``run --resume``
+  written; ``profiles check/fit`` as written on the README's CSV block; ``profiles measure`` as written with the
+  micro-benchmarks stubbed; ``run`` with small overrides (fewer rounds, a data subset for the big datasets, an
+  ``--out`` in a temporary folder); ``plot`` on runs made by the README's own ``run`` commands (``runs/quickstart-<timestamp>`` becomes one); ``run --resume``
   on the README's checkpointed run stopped by a real Ctrl-C; ``sweep``, ``compare``, ``plot STUDY`` and
   ``report`` on the README's study made cheaper (synopsis placeholders such as STUDY, RUN, DIR filled in);
   ``data download`` where the dataset is present (it must fetch nothing).
@@ -531,6 +531,16 @@ def test_readme_command_works(cmd, tmp_path, tmp_path_factory, monkeypatch, caps
         rc, out = cli(["profiles", *args])
         assert rc == 0 and target.is_file()
         assert load_scenario_profile(target)
+    elif sub == "profiles" and args[0] in ("check", "fit"):
+        # as written, on the measurements the README's own CSV block shows
+        (block,) = fenced(README.read_text(), "csv")
+        monkeypatch.chdir(tmp_path)
+        Path(args[args.index("--against") + 1]).write_text(block)
+        rc, out = cli(["profiles", *args])
+        written = [args[i + 1] for i, a in enumerate(args) if a in ("--out", "--plot", "--csv")]
+        assert rc == 0 and written and all(Path(w).is_file() for w in written), capsys.readouterr().err
+        if args[0] == "fit":
+            assert load_scenario_profile(Path(written[0]))
     elif sub == "run" and args[0] == "--resume":
         run, rounds = request.getfixturevalue("interrupted_run")
         assert args[1].startswith("runs/quickstart-<")
