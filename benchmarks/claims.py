@@ -39,6 +39,13 @@ def study_file(group: str, scale: str) -> Path:
     return CLAIMS_DIR / f"{group}_{scale}.yaml"
 
 
+def study_files(group: str, scale: str) -> list[Path]:
+    """The group's study at ``scale`` and its ``EXTRA_STUDIES`` (a setting a zip row cannot change, e.g. the
+    model: ``<group>_<scale>_<suffix>.yaml``); their run names are distinct, so their figures are one table."""
+    extra = getattr(group_module(group), "EXTRA_STUDIES", ())
+    return [study_file(group, scale)] + [CLAIMS_DIR / f"{group}_{scale}_{x}.yaml" for x in extra]
+
+
 def _write(path: Path, text: str) -> None:
     """Whole or not at all: a temporary file beside it, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,20 +55,30 @@ def _write(path: Path, text: str) -> None:
 
 
 def report(
-    group: str, scale: str, folder: Path, data_dir: Path, md: Path, by: tuple[str, ...] = ("name",)
+    group: str, scale: str, folders: list[Path], data_dir: Path, md: Path, by: tuple[str, ...] = ("name",)
 ) -> str:
-    """Extract ``folder``'s figures into the group's CSV and rewrite claims.md; returns the CSV's path.
-    Raises DataError (another CSV unreadable) before writing anything."""
-    data, excluded = collect(folder, by)
+    """Extract the figures of the group's study ``folders`` (the main one and its extras) into the group's CSV
+    and rewrite claims.md; returns the CSV's path. Raises DataError (another CSV unreadable, a variant in two
+    folders) before writing anything."""
+    data: dict = {}
+    excluded: list[str] = []
+    for folder in folders:
+        part, left_out = collect(folder, by)
+        if clash := set(part) & set(data):
+            raise DataError(f"{folder}: variant {sorted(clash)[0]!r} is in another study of the group too")
+        data.update(part)
+        excluded += left_out
     if not data:
-        raise DataError(f"{folder}: no finished run" + (f" ({'; '.join(excluded[:3])})" if excluded else ""))
+        where = ", ".join(str(f) for f in folders)
+        raise DataError(f"{where}: no finished run" + (f" ({'; '.join(excluded[:3])})" if excluded else ""))
     text = to_csv(data, columns(group_module(group), set(data)))
     datasets = read_all(data_dir)
     csv_path = data_path(group, scale, data_dir)
     datasets[(group, scale)] = parse_csv(text, csv_path)  # as it will be read back, not the in-memory floats
     md_text = render(datasets, data_dir)
-    sel = select([folder], by=list(by))
-    write_tables(sel, build_tables(sel), folder / "compare")
+    for folder in folders:
+        sel = select([folder], by=list(by))
+        write_tables(sel, build_tables(sel), folder / "compare")
     _write(csv_path, text)
     _write(md, md_text)
     if excluded:
@@ -105,19 +122,19 @@ def main(argv: list[str] | None = None) -> int:
         from iotfl_sim.scenario.loader import ScenarioError
         from iotfl_sim.study import read_study
 
-        path = study_file(args.group, args.scale)
+        folders = []
         try:
-            name = read_study(path, check=False).spec.name
-            folder = Path(args.out) / name
-            if not args.report_only:
-                sweep(path, out=args.out, workers=args.workers)
+            for path in study_files(args.group, args.scale):
+                folders.append(Path(args.out) / read_study(path, check=False).spec.name)
+                if not args.report_only:
+                    sweep(path, out=args.out, workers=args.workers)
         except ScenarioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if not (folder / "study.json").is_file():
-            print(f"error: no study folder {folder}: run without --report-only first", file=sys.stderr)
+        if missing := [f for f in folders if not (f / "study.json").is_file()]:
+            print(f"error: no study folder {missing[0]}: run without --report-only first", file=sys.stderr)
             return 2
-        csv_path = report(args.group, args.scale, folder, args.data, args.md)
+        csv_path = report(args.group, args.scale, folders, args.data, args.md)
         print(f"claims: wrote {csv_path} and {args.md}")
         return 0
     except DataError as e:

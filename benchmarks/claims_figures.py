@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from claims_figures_adaptivefl import level_spread_run
 
 from analysis.compare import run_metrics
 from analysis.rundir import Run
@@ -89,6 +90,7 @@ def figures(run: Run) -> dict[str, float]:
     out = {k: v for k, v in rm.final_acc.items()}
     out["comm_waste"] = rm.comm_waste
     out["energy_j"] = rm.energy_j
+    out["level_spread_run"] = level_spread_run(run.algorithm, run.rounds)
     out["utility"] = device_utility(run, out)
     if not math.isfinite(out["utility"]):  # no dispatch events: the mean over the mix's sub-networks
         out["utility"] = out.get("acc_avg", out.get("acc_full", math.nan))

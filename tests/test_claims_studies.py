@@ -5,6 +5,7 @@ modules and the CSVs alone, byte for byte the committed file. The decision rule 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,21 +25,28 @@ from study_fixtures import make_study  # noqa: E402
 from analysis import claims_rule  # noqa: E402
 from iotfl_sim.study import read_study  # noqa: E402
 
+SEEDS = ROOT.parent / "shared" / "seeds"  # the papers, beside the clone (CI has a copy)
+RESTATED = ("adaptivefl", "flexfl")  # groups whose claims quote the paper (issue 45)
+
 
 @pytest.mark.parametrize("group", claims.GROUPS)
 def test_claim_studies_validate_and_hold_every_variant(group):
+    """Every variant a claim reads is a run name of the group's studies (the main file and its EXTRA_STUDIES) at
+    every scale, the same names at every scale, no name in two studies, seeds 0..n-1."""
     mod = claims_report.group_module(group)
     names = {}
     for scale in claims.SCALES:
-        path = claims.study_file(group, scale)
-        study = read_study(
-            path, check=False
-        )  # the schema, every point's overrides and scenario; no data read
-        assert study.spec.name == f"claims_{group}_{scale}"
-        assert len(set(study.spec.grid["seed"])) >= 3  # the rule needs 5 paired seeds for a verdict
-        names[scale] = study.spec.zip_["name"]
-        needed = set().union(*(claims_report.variants_of(c, set(names[scale])) for c in mod.CLAIMS))
-        assert needed <= set(names[scale]), f"{path.name}: no variant {sorted(needed - set(names[scale]))}"
+        found: list[str] = []
+        for path in claims.study_files(group, scale):
+            study = read_study(path, check=False)  # the schema, every point's overrides and scenario; no data read
+            assert study.spec.name == path.stem.replace(f"{group}_", f"claims_{group}_", 1)
+            seeds = study.spec.grid["seed"]
+            assert seeds == list(range(len(seeds))) and len(seeds) >= 3  # the rule needs 5 paired seeds
+            found += study.spec.zip_["name"]
+        assert len(found) == len(set(found)), f"{group} {scale}: a variant name in two studies"
+        needed = set().union(*(claims_report.variants_of(c, set(found)) for c in mod.CLAIMS))
+        assert needed <= set(found), f"{group} {scale}: no variant {sorted(needed - set(found))}"
+        names[scale] = sorted(found)
     assert names["smoke"] == names["hour"] == names["paper"]  # the same variants at every scale
     for c in mod.CLAIMS:  # every claim has a margin, its own or its metric's
         assert c.margin is not None or claims_rule.default_margin(c.metric)
@@ -73,7 +81,7 @@ def test_report_from_a_study_folder_round_trips_and_reproduces(monkeypatch, tmp_
     study = make_study(tmp_path / "study", with_failed=False)  # fedavg and heterofl, seeds 0-2
     data_dir, md = tmp_path / "data", tmp_path / "claims.md"
     by = ("algorithm.name",)
-    csv_path = Path(claims.report("fedx", "smoke", study, data_dir, md, by))
+    csv_path = Path(claims.report("fedx", "smoke", [study], data_dir, md, by))
     assert csv_path == data_dir / "fedx_smoke.csv"
     collected, _ = claims_figures.collect(study, by)
     back = claims_figures.read_csv(csv_path)
@@ -89,7 +97,7 @@ def test_report_from_a_study_folder_round_trips_and_reproduces(monkeypatch, tmp_
     assert list(back) == ["fedavg", "heterofl"] and list(back["fedavg"]) == [0, 1, 2]
     first_csv, first_md = csv_path.read_bytes(), md.read_bytes()
     assert (study / "compare").is_dir()
-    claims.report("fedx", "smoke", study, data_dir, md, by)  # the report rebuilt from the folder
+    claims.report("fedx", "smoke", [study], data_dir, md, by)  # the report rebuilt from the folder
     assert (csv_path.read_bytes(), md.read_bytes()) == (first_csv, first_md)
     md.unlink()
     assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 0
@@ -166,3 +174,19 @@ def test_near_chance_and_pending(monkeypatch, tmp_path):
     low = next(ln for ln in text.splitlines() if ln.startswith("| low |"))
     assert "**not testable**" in low and "below 3 x chance (30.00 %)" in low
     assert "– / –" not in low and "| – | **not testable**" in low  # no p-value
+
+
+@pytest.mark.parametrize("group", RESTATED)
+def test_every_paper_claim_quotes_its_line(group):
+    for c in claims_report.group_module(group).CLAIMS:
+        if c.section != "paper":
+            continue
+        m = re.fullmatch(r"([a-z0-9_]+\.txt):([0-9]+)", c.source)
+        assert m, f"{c.cid}: source {c.source!r} is not file.txt:LINE"
+        assert c.paper, f"{c.cid}: no paper numbers or 'no numbers' note"
+        path = SEEDS / m.group(1)
+        if not path.is_file():
+            pytest.skip(f"{path} not here")
+        line = path.read_text(encoding="utf-8").splitlines()[int(m.group(2)) - 1]
+        quote = c.sentence.split(": ")[0]  # the paper's words come before the first ': '
+        assert quote in line, f"{c.cid}: {quote!r} is not on {c.source}"
