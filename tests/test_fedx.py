@@ -287,3 +287,25 @@ def test_fine_tuning_is_charged_only_in_rounds_the_engine_aggregates():
     assert "fine_tune" not in [w for w, _ in s.c.server_work.drain()]
     s.observe(1, [Outcome(a[0], "completed"), Outcome(a[2], "completed")])
     assert "fine_tune" in [w for w, _ in s.c.server_work.drain()]
+
+
+def test_public_fraction_gives_the_server_a_share_of_the_devices_classes_too():
+    from iotfl_sim.scenario.loader import load_scenario
+    from iotfl_sim.sim.setup import load_data, split_clients
+
+    def split(**algo):
+        data = base_scenario(algorithm={"name": "fedx", "proxy_classes": [8, 9], **algo})
+        sc = load_scenario(text=json.dumps(data))
+        ds = load_data(sc)
+        return ds.y_train.numpy(), *split_clients(sc, ds, 8)
+
+    y, _, proxy, parts = split(public_fraction=0.25)
+    others = np.flatnonzero(~np.isin(y, [8, 9]))
+    assert set(np.flatnonzero(np.isin(y, [8, 9]))) <= set(proxy)  # every sample of the server's classes
+    assert len(proxy) - int(np.isin(y, [8, 9]).sum()) == round(0.25 * len(others))  # and a quarter of the rest
+    clients = np.concatenate(parts)
+    assert not set(clients) & set(proxy) and len(clients) + len(proxy) == len(y)
+    _, _, proxy0, _ = split()
+    assert len(proxy0) == int(np.isin(y, [8, 9]).sum())  # default: the server's classes only
+    with pytest.raises(ValueError, match="public_fraction > 0 .* proxy_classes"):
+        FedXConfig(name="fedx", public_fraction=0.1)

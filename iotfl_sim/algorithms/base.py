@@ -213,6 +213,7 @@ class StrategyContext:
     # callable(recipe, spec) -> seconds per device of one local round of spec by each declared profile (the
     # cost model without jitter: what a server predicts from the profiles devices declare); None: unknown
     predict_train_seconds: Any = None
+    calib_x: Any = None  # the static-BN calibration inputs the engine's evaluation uses (None in system-only mode)
     min_participants: int = 1  # the engine aggregates a round only with at least this many updates
 
 
@@ -282,6 +283,16 @@ class Strategy(ABC):
         """The models the server evaluates on the test set (a column acc_<label> each)."""
 
     # -- optional, with these defaults
+
+    def eval_labels(self) -> list[str]:
+        """Labels of the figures ``eval_figures`` adds to each evaluation (a column acc_<label> each); default none."""
+        return []
+
+    def eval_figures(self) -> dict[str, float]:
+        """``acc_<label>`` for each of ``eval_labels``, computed by the method itself when a round is evaluated
+        (a figure the engine's whole-test-set evaluation of ``eval_targets`` cannot give: FedX's mean over devices
+        of their own test accuracy); default none."""
+        return {}
 
     @property
     def ignores_memory(self) -> bool:

@@ -83,6 +83,7 @@ from iotfl_sim.algorithms.base import (
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions
+from iotfl_sim.algorithms.device_test import DeviceTest
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.evaluate import evaluate
 from iotfl_sim.fl.quantize import NORM_BITS, encoded_bits, stochastic_levels
@@ -170,6 +171,9 @@ class DAdaQuant(Exclusive, GlobalModel, Strategy):
         if cfg.finetune_epochs > 0 and ctx.data is not None and ctx.proxy_indices is not None:
             self.server_x, self.server_y = ctx.data.x_train[ctx.proxy_indices], ctx.data.y_train[ctx.proxy_indices]
         self.wire = UpdateWire(ctx.seed)
+        self.device_test = None
+        if cfg.utility_test == "devices" and ctx.data is not None and ctx.parts is not None:
+            self.device_test = DeviceTest(ctx, cfg.proxy_classes)
 
     def candidate_specs(self) -> list[tuple[ModelRecipe, SubmodelSpec]]:
         return [(self.recipe, self.spec)]
@@ -235,6 +239,16 @@ class DAdaQuant(Exclusive, GlobalModel, Strategy):
 
     def eval_targets(self) -> list[EvalTarget]:
         return [EvalTarget("full", self.spec, self.state, self.recipe)]
+
+    def eval_labels(self) -> list[str]:
+        return [DeviceTest.LABEL] if self.cfg.utility_test == "devices" else []
+
+    def eval_figures(self) -> dict[str, float]:
+        """acc_devices (``utility_test: devices``): FedX's utility for this one model, so that FedX's comparison
+        scores both on the same per-device test data."""
+        if self.device_test is None or not self.state:
+            return {}
+        return self.device_test.figures(self.recipe, [(self.spec, self.state)], np.where(self.eligible, 0, -1))
 
 
 class UpdateWire(Wire):

@@ -56,8 +56,10 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
 - Quantized FedAvg-S/M/L (baselines): ``server_data: false`` and a one-sub-network mix: no pretraining, no
   fine-tuning, quantization still on the server. The clients keep the same data (the server's classes then
   reach nobody).
-- Evaluation: each sub-network of the mix on the whole test set (``acc_<level>``, averaged in ``acc_avg``,
-  the paper's mean over devices of their sub-network's accuracy up to device weighting) and the global model.
+- Evaluation: each sub-network of the mix on the whole test set (``acc_<level>``, averaged in ``acc_avg``) and
+  the global model; with ``utility_test: devices`` (default) also ``acc_devices``, the paper's utility (Section
+  IV-D, fedx.txt:213): the mean over the devices that hold a sub-network of its accuracy on the device's own test
+  data (``algorithms.device_test`` says how that data is defined); ``global`` leaves it out.
 - DAdaQuant is a method of its own (``algorithms.dadaquant``: one full model; with ``proxy_classes`` and
   ``finetune_epochs`` it gets this module's server data and fine-tuning without regularisation, the setting of
   FedX's comparison); AdaGQ is not implemented (why: that module's docstring).
@@ -83,6 +85,7 @@ from iotfl_sim.algorithms.base import (
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions
+from iotfl_sim.algorithms.device_test import DeviceTest
 from iotfl_sim.algorithms.fedx_assign import search, search_work, utility_drops
 from iotfl_sim.algorithms.wire import QuantizedWire
 from iotfl_sim.fl.aggregate import aggregate_nested
@@ -133,6 +136,9 @@ class FedX(GlobalModel, Strategy):
         if ctx.data is not None and ctx.proxy_indices is not None and cfg.server_data:
             idx = ctx.proxy_indices
             self.server_x, self.server_y = ctx.data.x_train[idx], ctx.data.y_train[idx]
+        self.device_test = None
+        if cfg.utility_test == "devices" and ctx.data is not None and ctx.parts is not None:
+            self.device_test = DeviceTest(ctx, cfg.proxy_classes)
         if self._server_samples() > 1:
             self._pretrain(self._server_samples())
         if cfg.assign == "eq2":
@@ -251,6 +257,17 @@ class FedX(GlobalModel, Strategy):
         ]
         out.append(EvalTarget("full", self.global_spec, self.state, self.recipe, is_level=False))
         return out
+
+
+    def eval_labels(self) -> list[str]:
+        return [DeviceTest.LABEL] if self.cfg.utility_test == "devices" else []
+
+    def eval_figures(self) -> dict[str, float]:
+        """acc_devices: the paper's utility (fedx.txt:213), each device scored with the sub-network it holds."""
+        if self.device_test is None or not self.state:
+            return {}
+        models = [(self.specs[x], self.slice_for(self.state, self.recipe, self.specs[x])) for x in self.levels]
+        return self.device_test.figures(self.recipe, models, np.where(self.eligible, self.level_of, -1))
 
 
 class FedXWire(Wire):

@@ -106,6 +106,25 @@ def batch_scores(model: nn.Module, x: Images, y: torch.Tensor, batch_size: int) 
     return out
 
 
+def class_correct(
+    recipe: ModelRecipe, spec: SubmodelSpec, state: State, calib_x: Images, x: Images, y: torch.Tensor, batch_size: int,
+    num_classes: int,
+) -> torch.Tensor:  # fmt: skip
+    """Correct predictions per true class (a tensor of ``num_classes`` counts) of ``state`` as ``spec`` over (x, y),
+    static BN calibrated on ``calib_x`` first: ``evaluate``'s model and scoring, counted by class."""
+    model = prepared(recipe, spec, state)
+    calibrate_bn(model, calib_x, batch_size)
+    model.eval()
+    model = scoring_model(model)
+    out = torch.zeros(num_classes, dtype=torch.int64)
+    with torch.no_grad():  # not inference_mode: the cached skeleton's tensors are loaded again outside it
+        for start in range(0, len(x), batch_size):
+            yb = y[start : start + batch_size]
+            hit = final_logits(model(batch_layout(x[start : start + batch_size]))).argmax(1) == yb
+            out += torch.bincount(yb[hit], minlength=num_classes)
+    return out
+
+
 def combine(scores: list[tuple[int, float]], n: int) -> tuple[float, float]:
     """(accuracy, mean cross-entropy) from per-batch figures, summed in batch order."""
     correct, loss = 0, 0.0

@@ -205,6 +205,7 @@ class Simulation:
             parts=self.numerics.parts or None,
             proxy_indices=self.numerics.proxy,
             predict_train_seconds=self.training_time.predict,
+            calib_x=self.numerics.calib_x,
         )
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
         # the engine gives the method its context (a setup that forgets ``self.ctx = ctx``, or an __init__ that

@@ -104,6 +104,7 @@ class Learning:
         next aggregation may replace, and the models' prototypes are built here first (``fl.evaluate.eval_prototype``:
         no evaluation thread then draws from torch's global RNG)."""
         targets = self.strategy.eval_targets()
+        figures = self.strategy.eval_figures()  # the method's own, from the weights as they are now
         keys, jobs = [], {}
         for target in targets:
             # the same weights under another name (HeteroFL's level a is the full model) are evaluated once
@@ -120,7 +121,7 @@ class Learning:
         else:
             pending = Future()
             pending.set_result(self.executor.evaluate(list(jobs.values())))
-        return Evaluation(targets, keys, list(jobs), pending, self.trim_heap)
+        return Evaluation(targets, keys, list(jobs), pending, self.trim_heap, figures)
 
 
 @dataclass
@@ -132,6 +133,7 @@ class Evaluation:
     unique: list[tuple]  # the keys of the jobs, in the order the executor got them
     pending: Future
     trim_heap: bool = True  # Learning.trim_heap
+    figures: dict[str, float] | None = None  # the strategy's ``eval_figures``
 
     def result(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -146,6 +148,7 @@ class Evaluation:
                 levels.append(acc)
         if levels:
             out["acc_avg"] = float(np.mean(levels))
+        out.update(self.figures or {})
         if self.trim_heap:
             release_free_heap()  # the evaluation's feature maps
         return out

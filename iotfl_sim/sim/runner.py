@@ -289,7 +289,9 @@ def _store(sc: Scenario, path: Path) -> CheckpointStore | None:
 
 
 def _labels(sim: Simulation) -> list[str]:
-    return [t.label for t in sim.strategy.eval_targets()] if sim.sc.numerics == "torch" else []
+    if sim.sc.numerics != "torch":
+        return []
+    return [*(t.label for t in sim.strategy.eval_targets()), *sim.strategy.eval_labels()]
 
 
 def _extra_columns(sim: Simulation) -> list[str]:

@@ -127,6 +127,10 @@ def split_clients(
     server_classes = sc.algorithm.held_out_classes()
     if server_classes:  # FedX's disjoint split: the server holds every sample of its classes
         held = np.isin(labels, np.asarray(server_classes))
+        public = sc.algorithm.held_out_public_fraction()
+        if public > 0:  # the server's public samples of the clients' classes (FedX's D_S: fedx.txt:205)
+            rest = np.flatnonzero(~held)
+            held[np.sort(stream(sc.seed, "public").choice(rest, size=int(round(len(rest) * public)), replace=False))] = True
         proxy, clients = np.flatnonzero(held), np.flatnonzero(~held)
         if len(proxy) == 0 or len(clients) == 0:
             raise ScenarioError(f"algorithm.proxy_classes: {server_classes} leaves the server or the clients no data")

@@ -40,6 +40,11 @@ class MethodConfig(Strict):
         or None; when given, ``held_out_fraction`` does not apply."""
         return None
 
+    def held_out_public_fraction(self) -> float:
+        """With ``held_out_classes``: the share of the other classes' train samples the server holds too (public
+        data of every class, drawn at random), the clients splitting the rest; 0: none."""
+        return 0.0
+
     def problem(self, *, numerics: str) -> str | None:
         """What makes these options unusable with the rest of the scenario, which they cannot see by themselves
         (one line naming the field and the fix), or None."""

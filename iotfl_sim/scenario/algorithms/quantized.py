@@ -20,6 +20,24 @@ ProxyClasses = Annotated[
         "sample of these classes goes to the server and none to the devices",
     ),
 ]
+PublicFraction = Annotated[
+    float,
+    Field(
+        ge=0,
+        lt=1,
+        description="with proxy_classes: share of the other classes' train samples the server holds too, drawn at "
+        "random (public data of every class, as FedX pretrains HAR-Wild on public HAR-UCI, fedx.txt:205, and scores "
+        "eq. 2 on it); the devices split the rest; 0: the server holds only proxy_classes",
+    ),
+]
+_PUBLIC_NEEDS_CLASSES = (
+    "public_fraction > 0 adds public samples to the server's classes: name them in proxy_classes, or set public_fraction: 0"
+)
+UTILITY_TEST_HELP = (
+    "devices: add acc_devices, the mean over devices of each device's accuracy on its own test data (FedX's utility, "
+    "fedx.txt:213; each device's test data follows its own label distribution plus the server's classes at their "
+    "test share: iotfl_sim.algorithms.device_test); global: only the whole test set's acc_<model> columns"
+)
 FinetuneLr = Annotated[float, Field(gt=0, description="server fine-tuning learning rate lambda (FedX: SGD 0.01)")]
 FinetuneSamples = Annotated[
     int | None,
@@ -67,6 +85,8 @@ class FedXConfig(MethodConfig):
         0.1, ge=0, lt=1, description="share of the train set the server holds (all classes) when proxy_classes is null"
     )
     proxy_classes: ProxyClasses = None
+    public_fraction: PublicFraction = 0.0
+    utility_test: Literal["devices", "global"] = Field("devices", description=UTILITY_TEST_HELP)
     qsgd_bucket: int | None = Field(
         None,
         ge=1,
@@ -118,6 +138,8 @@ class FedXConfig(MethodConfig):
 
     @model_validator(mode="after")
     def _eq2_needs_server_data(self) -> FedXConfig:
+        if self.public_fraction > 0 and not self.proxy_classes:
+            raise ValueError(_PUBLIC_NEEDS_CLASSES)
         if self.assign == "eq2" and not (self.server_data and (self.proxy_fraction > 0 or self.proxy_classes)):
             raise ValueError(
                 "assign: eq2 scores the sub-networks on the server's data: set server_data: true and proxy_fraction "
@@ -130,6 +152,9 @@ class FedXConfig(MethodConfig):
 
     def held_out_classes(self) -> list[int] | None:
         return self.proxy_classes
+
+    def held_out_public_fraction(self) -> float:
+        return self.public_fraction
 
 
 
@@ -157,6 +182,10 @@ class DAdaQuantConfig(MethodConfig):
         100, ge=1, le=MAX_BATCH, description="batch size of the pass that computes each client's loss F_k(p_t)"
     )
     proxy_classes: ProxyClasses = None
+    public_fraction: PublicFraction = 0.0
+    utility_test: Literal["devices", "global"] = Field(
+        "global", description=UTILITY_TEST_HELP + " (global by default: DAdaQuant's own paper scores the test set)"
+    )
     finetune_epochs: int = Field(
         0,
         ge=0,
@@ -170,6 +199,8 @@ class DAdaQuantConfig(MethodConfig):
 
     @model_validator(mode="after")
     def _levels_ordered(self) -> DAdaQuantConfig:
+        if self.public_fraction > 0 and not self.proxy_classes:
+            raise ValueError(_PUBLIC_NEEDS_CLASSES)
         if self.q_min > self.q_max:
             raise ValueError(f"q_min ({self.q_min}) must not exceed q_max ({self.q_max})")
         if self.finetune_epochs > 0 and not self.proxy_classes:
@@ -182,3 +213,5 @@ class DAdaQuantConfig(MethodConfig):
     def held_out_classes(self) -> list[int] | None:
         return self.proxy_classes
 
+    def held_out_public_fraction(self) -> float:
+        return self.public_fraction
