@@ -50,15 +50,6 @@ def test_eq2_ties_go_to_the_larger_network_then_fewer_bits():
     assert (level[0], bits[0]) == (1, 1)
 
 
-def _scenario(**algo) -> dict:
-    return base_scenario(
-        model={"family": "harwild"},
-        algorithm={"name": "fedx", "proxy_classes": [8, 9], "pretrain_epochs": 1, "finetune_samples": 64,
-                   "assign": "eq2", "max_bits": 2, **algo},
-        rounds=1, output={"progress": False, "events": "all"},
-    )  # fmt: skip
-
-
 def harwild_forward_flops(c: int, length: int, classes: int) -> int:
     """Forward FLOPs of one sample of HAR-Wild at c channels, by hand from its layers (``fl.models.fedx``), 2 per
     multiply-accumulate of the convolutions and linear layers (biases, BN, ReLU and pooling are not counted, as in
