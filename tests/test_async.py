@@ -285,17 +285,72 @@ def test_the_pool_executor_gives_the_inline_numbers_in_async_mode():
 
 
 def test_a_sweep_compares_the_server_modes_in_one_study(tmp_path):
+    """One study: FedAvg in sync and semi_async, FedBuff (K = 10) in async, on the base fleet with a 10 s deadline.
+    By hand from the profiles: a tiny device's task downloads cnn_small's 378,664 bytes (94,410 float32 and a
+    1,024-byte header) at 1 Mb/s (3.03 s + 50 ms RTT), trains 2.57 GFLOPs (its train_start event's count) at 1 GFLOP/s
+    and uploads at 0.5 Mb/s (6.06 s + 50 ms): 11.76 s, past the deadline; a big device's task takes 0.48 s. So sync
+    drops every tiny task and applies nothing late; semi_async applies a tiny task of round r with round r + 1's
+    aggregation (version r + 2, staleness 1), a big one with its own (version r + 1, staleness 0); FedBuff never
+    applies a tiny task and makes a version of every 10 updates, each update's staleness the versions made between
+    its dispatch and its arrival (read off the event log's order)."""
     import iotfl_sim
 
-    base = base_scenario(rounds=3, numerics="none", server={"deadline_s": 10.0})
+    base = base_scenario(rounds=3, numerics="none", server={"deadline_s": 10.0}, output={"progress": False, "events": "all"})
     study = iotfl_sim.sweep(
         {"name": "modes", "base": base, "workers": 1,
          "zip": {"algorithm.name": ["fedavg", "fedbuff", "fedavg"], "server.mode": ["sync", "async", "semi_async"]}},
         out=tmp_path,
     )  # fmt: skip
     assert [r["status"] for r in study.records] == ["done"] * 3
-    modes = {r["id"]: study.runs[r["id"]].summary["server_mode"] for r in study.records}
-    assert sorted(modes.values()) == ["async", "semi_async", "sync"]
+    runs = {r["overrides"]["server.mode"]: study.runs[r["id"]] for r in study.records}
+    assert {mode: run.summary["server_mode"] for mode, run in runs.items()} == {m: m for m in ("sync", "async", "semi_async")}
+    logs = {mode: events(run.path) for mode, run in runs.items()}
+    tiny = set(range(4))  # base_scenario: devices 0-3 tiny, 4-7 big
+
+    for evs in logs.values():  # the hand task times: a tiny task 11.76 s, a big one 0.48 s, from their dispatch
+        start = {(e["round"], e["device"]): e["t"] for e in evs if e["event"] == "dispatch"}
+        for e in (e for e in evs if e["event"] == "upload"):
+            took = e["t"] - start[(e["round"], e["device"])]
+            assert took == pytest.approx(11.757 if e["device"] in tiny else 0.478, abs=2e-3), e
+
+    def applies(mode: str) -> list[dict]:
+        return [e for e in logs[mode] if e["event"] == "apply"]
+
+    # sync: every tiny task dropped at its deadline, every big one accepted, nothing applied late
+    sync = logs["sync"]
+    for e in (e for e in sync if e["event"] == "dispatch"):
+        ends = [x for x in sync if x["event"] in ("dropped", "accepted") and (x["round"], x["device"]) == (e["round"], e["device"])]
+        assert [x["event"] for x in ends] == (["dropped"] if e["device"] in tiny else ["accepted"])
+    assert not applies("sync") and "staleness_mean" not in rows(runs["sync"].path)[0]
+
+    # semi_async: the hand rule above, for every task dispatched before the last round
+    semi = logs["semi_async"]
+    got = {(e["round"], e["device"]): (e["staleness"], e["version"]) for e in applies("semi_async")}
+    want = {
+        (e["round"], e["device"]): (1, e["round"] + 2) if e["device"] in tiny else (0, e["round"] + 1)
+        for e in semi if e["event"] == "dispatch" and (e["device"] not in tiny or e["round"] < 2)
+    }  # fmt: skip
+    assert got == want and any(s == 1 for s, _ in got.values())
+
+    # async: versions in blocks of K = 10, in order; staleness = versions made between dispatch and arrival
+    made, at_dispatch, seen = 0, {}, []
+    for e in logs["async"]:
+        if e["event"] == "dispatch":
+            at_dispatch[(e["round"], e["device"])] = made
+        elif e["event"] == "apply":
+            assert e["device"] not in tiny
+            seen.append(e["version"])
+            assert e["staleness"] == e["version"] - 1 - at_dispatch[(e["round"], e["device"])], e
+            made = e["version"]
+    assert seen == [v for v in (1, 2, 3) for _ in range(10)]
+    assert any(e["staleness"] > 0 for e in applies("async"))
+
+    # each row carries its version's updates: cumulative count, mean and max staleness of those applied with it
+    for mode in ("semi_async", "async"):
+        for i, row in enumerate(rows(runs[mode].path)):
+            mine = [e["staleness"] for e in applies(mode) if e["version"] == i + 1]
+            assert int(row["updates_applied"]) == sum(e["version"] <= i + 1 for e in applies(mode))
+            assert float(row["staleness_mean"]) == pytest.approx(sum(mine) / len(mine)) and int(row["staleness_max"]) == max(mine)
 
 
 def test_the_summary_weights_each_rows_staleness_by_its_updates():

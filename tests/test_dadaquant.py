@@ -58,23 +58,42 @@ def test_config_and_registry():
         DAdaQuantConfig(name="dadaquant", q_min=16, q_max=8)
 
 
-def test_two_round_run_books_the_encoded_uploads(write_scenario, tmp_path):
+def test_a_run_follows_the_doubling_rule_on_a_scripted_loss_history(write_scenario, tmp_path, monkeypatch):
+    """phi = 2, psi = 0.5, q_min = 1, q_max = 8, the loss estimates G^_1..G^_6 = 5, 3, 4, 4, 2, 6 (scripted: the
+    rule is under test, not the loss). By hand: G^^ = 5, 4, 4, 4, 3, 4.5. After round 1 (held 1 < phi): 1. After
+    round 2: 4 >= G^^_1 = 5? no: 1. After round 3: 4 >= G^^_2 = 4, held 3 >= 2: doubles to 2 (held 0). After round 4:
+    4 >= 4 but held 1 < phi: 2. After round 5: 3 >= 4? no: 2. After round 6: 4.5 >= 3, held 3: 4. A round uses the
+    level decided after the one before: rounds 1-7 at 1, 1, 1, 2, 2, 2, 4."""
     from iotfl_sim.cli import main
 
-    sc = base_scenario(algorithm={"name": "dadaquant", "phi": 1}, rounds=2, clients_per_round=2,
-                       output={"progress": False, "events": "all"})  # fmt: skip
+    scripted = iter([5.0, 3.0, 4.0, 4.0, 2.0, 6.0, 1.0])
+    monkeypatch.setattr(DAdaQuant, "_loss_estimate", lambda self, updates: next(scripted))
+    used: list[list[int]] = []
+    select = DAdaQuant.select
+
+    def spy(self, *args):
+        out = select(self, *args)
+        used.append([a.extras["q"] for a in out])
+        return out
+
+    monkeypatch.setattr(DAdaQuant, "select", spy)
+    sc = base_scenario(
+        algorithm={"name": "dadaquant", "adapt": "time", "phi": 2, "psi": 0.5, "q_min": 1, "q_max": 8},
+        rounds=7, clients_per_round=2, server={"eval_every": 7}, output={"progress": False, "events": "all"},
+    )  # fmt: skip
     assert main(["run", str(write_scenario(sc)), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert used == [[q, q] for q in (1, 1, 1, 2, 2, 2, 4)]
     (run,) = list((tmp_path / "r").iterdir())
     rows = [r.split(",") for r in (run / "rounds.csv").read_text().splitlines()]
     cols = [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
     encoded = [(e["round"] + 1, e["bytes"]) for e in events if e["event"] == "upload_encoded"]  # events: 0-based
-    assert len(encoded) == 4
-    for r in (1, 2):
+    assert len(encoded) == 14
+    for r in range(1, 8):
         assert float(cols[r - 1]["bytes_up_round"]) == pytest.approx(sum(b for k, b in encoded if k == r))
-    # phi = 1 doubles the level every round (G^^_t >= G^^_t): round 2's levels are higher, its messages longer,
-    # and both far below float32 (cnn_small: 94,410 parameters of 4 bytes)
-    assert max(b for k, b in encoded if k == 1) < min(b for k, b in encoded if k == 2) < 4 * 94410 / 10
+    # more intervals, more non-zero levels to code: the q = 4 messages are longer than every q = 1 message, and
+    # all far below float32 (cnn_small: 94,410 parameters of 4 bytes)
+    assert max(b for k, b in encoded if k <= 3) < min(b for k, b in encoded if k == 7) < 4 * 94410 / 10
 
 
 # ------------------------------------------------------------------- FedX's comparison setting: server data, plain FT

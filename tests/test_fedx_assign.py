@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 import yaml
-from conftest import base_scenario
+from conftest import BIG, TINY, base_scenario
 
+from iotfl_sim.algorithms import fedx as fedx_module
 from iotfl_sim.algorithms.fedx_assign import search
 from iotfl_sim.fl.models.fedx import level_specs
 from iotfl_sim.scenario.algorithms import FedXConfig
@@ -49,6 +50,40 @@ def test_eq2_ties_go_to_the_larger_network_then_fewer_bits():
     assert (level[0], bits[0]) == (1, 1)
 
 
+def harwild_forward_flops(c: int, length: int, classes: int) -> int:
+    """Forward FLOPs of one sample of HAR-Wild at c channels, by hand from its layers (``fl.models.fedx``), 2 per
+    multiply-accumulate of the convolutions and linear layers (biases, BN, ReLU and pooling are not counted, as in
+    the papers' FLOP figures): conv k7 1 -> c over ``length`` steps (same padding), pool 2; conv k1 c -> c over
+    length / 2, pool 2; conv k3 c -> c / 2 over length / 4; FC (c / 2 x length / 4) -> 128 -> 32 -> 32 -> 16 ->
+    classes. Digits (8 x 8 = 64 steps, 10 classes): small (c = 32) 2 x (14,336 + 32,768 + 24,576 + 256 x 128 +
+    128 x 32 + 32 x 32 + 32 x 16 + 16 x 10) = 220,480; medium (c = 64) 658,752."""
+    half, l2, l4 = c // 2, length // 2, length // 4
+    macs = length * c * 7 + l2 * c * c + l4 * c * half * 3
+    widths = [half * l4, 128, 32, 32, 16, classes]
+    macs += sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
+    return 2 * macs
+
+
+def test_harwild_flops_by_hand():
+    assert (harwild_forward_flops(32, 64, 10), harwild_forward_flops(64, 64, 10)) == (220_480, 658_752)
+
+
+def test_eq2_search_equals_a_brute_force_on_random_tables():
+    """The search (no tolerance) against an independent brute force: every feasible (sub-network, q <= max_bits)
+    pair, the least drop, ties to the larger sub-network and then to fewer bits. Drops on a 0.1 grid make ties."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        m, qn, n = rng.integers(1, 4), rng.integers(1, 5), rng.integers(1, 7)
+        drops = rng.integers(0, 4, size=(m, qn)) / 10
+        feasible = rng.random((n, m)) < 0.6
+        max_bits = int(rng.integers(1, qn + 2))
+        level, bits = search(drops, feasible, max_bits=max_bits)
+        for u in range(n):
+            pairs = [(drops[j, q - 1], -j, q) for j in range(m) if feasible[u, j] for q in range(1, min(max_bits, qn) + 1)]
+            want = (-min(pairs)[1], min(pairs)[2]) if pairs else (-1, 0)
+            assert (level[u], bits[u]) == want, (drops, feasible[u], max_bits)
+
+
 def _scenario(**algo) -> dict:
     return base_scenario(
         model={"family": "harwild"},
@@ -58,28 +93,37 @@ def _scenario(**algo) -> dict:
     )  # fmt: skip
 
 
-def test_predicted_times_follow_the_declared_profile_and_filter_eq2():
-    # mu between a tiny device's (1 GFLOP/s) small and medium rounds: harwild on 8x8 digits costs 220,480 (small)
-    # and 658,752 (medium) forward FLOPs a sample, training 3x that, on about 145 samples a device: tiny small
-    # ~0.1 s, tiny medium ~0.29 s, big (10 GFLOP/s) medium ~0.03 s
+# utility drops by hand, rows small / medium, columns q = 1, 2: a device that can train both takes medium at 1 bit
+# (0.02, the least); one that can train only small takes it at 2 bits (0.10 < 0.30)
+HAND_DROPS = np.array([[0.30, 0.10], [0.02, 0.04]])
+
+
+def test_predicted_times_follow_the_declared_profile_and_filter_eq2(monkeypatch):
+    # mu = 0.15 s between a tiny device's (1 GFLOP/s) small and medium rounds: training is 3x the forward FLOPs
+    # (harwild_forward_flops) on about 145 samples a device: tiny small ~0.1 s, tiny medium ~0.29 s, big
+    # (10 GFLOP/s) medium ~0.03 s. The server's drop table is replaced by HAND_DROPS (eq. 2's choice is under test)
+    calls = []
+
+    def hand_drops(recipe, specs, global_spec, state, x, y, *, max_bits, **kw):
+        calls.append(([s.rate for s in specs], max_bits))
+        return HAND_DROPS.copy()
+
+    monkeypatch.setattr(fedx_module, "utility_drops", hand_drops)
     sc = load_scenario(text=yaml.safe_dump(_scenario(time_threshold_s=0.15)))
     sim = Simulation(sc, resolve_groups(sc))
     fedx = sim.strategy
     n = sim.numerics.samples_per_device
-    flops = np.array([1e9] * 4 + [1e10] * 4)
-    for name, spec in level_specs("harwild").items():
-        hand = 3 * sim.recipe.cost(spec).flops_forward_per_sample * n * sc.local.epochs / flops
-        assert np.allclose(sim.predict_train_seconds(sim.recipe, spec), hand, rtol=1e-12), name
-    assert fedx.levels == ["small", "medium"]  # eq2 searches the sub-networks named in mix
-    assert (n[:4] * 3 * 220480 / 1e9 <= 0.15).all() and (n[:4] * 3 * 658752 / 1e9 > 0.15).all()
-    assert [fedx.levels[j] for j in fedx.level_of[:4]] == ["small"] * 4  # tiny: medium is over mu
-    # the whole assignment is eq. 2's search on the hand-computed feasibility (memory is plentiful here)
-    specs = level_specs("harwild")
-    feasible = np.stack([3 * sim.recipe.cost(specs[x]).flops_forward_per_sample * n / flops <= 0.15 for x in fedx.levels], 1)
-    level, bits = search(fedx.utility_drop, feasible, max_bits=2)
-    assert fedx.level_of.tolist() == level.tolist() and fedx.bits_of.tolist() == bits.tolist()
-    assert (fedx.level_of >= 0).all() and set(fedx.bits_of.tolist()) <= {1, 2}
-    assert fedx.utility_drop.shape == (2, 2)
+    device_flops = np.array([TINY["compute"]["flops"]] * 4 + [BIG["compute"]["flops"]] * 4)
+    forward = {"small": harwild_forward_flops(32, 64, 10), "medium": harwild_forward_flops(64, 64, 10)}
+    for name in ("small", "medium"):
+        hand = 3 * forward[name] * n * sc.local.epochs / device_flops
+        assert np.allclose(sim.predict_train_seconds(sim.recipe, level_specs("harwild")[name]), hand, rtol=1e-12), name
+    assert calls == [([0.25, 0.5], 2)]  # eq2 scores the sub-networks named in mix, smallest first, q = 1 .. max_bits
+    assert fedx.levels == ["small", "medium"]
+    tiny_fits_medium = 3 * forward["medium"] * n[:4] / device_flops[:4] <= 0.15
+    assert (3 * forward["small"] * n[:4] / device_flops[:4] <= 0.15).all() and not tiny_fits_medium.any()
+    assert [fedx.levels[j] for j in fedx.level_of] == ["small"] * 4 + ["medium"] * 4
+    assert fedx.bits_of.tolist() == [2] * 4 + [1] * 4
 
 
 def test_eq2_run_and_config_errors(write_scenario, tmp_path):

@@ -303,9 +303,30 @@ def test_self_kd_wiring_paper_and_code():
     def obj(name):
         return s.local_objective(s.adapt(a, DeviceState(0, relative_need(CONV, spec[name]), 1.0)))
 
+    # hand-made logits (2 samples, 3 classes) and 4 distinct teachers: the loss eq. 4 gives with the official code's
+    # tau = 3, lambda = 10 and KLDivLoss()'s mean over batch x classes (official_code_notes.md:51), in numpy
+    student = torch.tensor([[3.0, 0.0, 0.0], [0.0, 1.5, -1.5]], dtype=torch.float64)
+    y = torch.tensor([0, 2])
+    zs = [torch.tensor(z, dtype=torch.float64) for z in ([[0, 0, 0], [1, 0, 0]], [[2, 1, 0], [0, 0, 3]],
+                                                          [[-1, 2, 0], [0.5, 0.5, 0]], [[0, 0, 4], [1, -1, 0]])]  # fmt: skip
+
+    def by_hand(k: int, divisor: float) -> float:
+        def soft(z, t):
+            e = np.exp(z / t - z.max(1, keepdims=True) / t)
+            return e / e.sum(1, keepdims=True)
+
+        zn = student.numpy()
+        ce = -np.mean(np.log(soft(zn, 1.0))[np.arange(2), y.numpy()])
+        ps = soft(zn, 3.0)
+        kd = sum(9.0 * np.mean(soft(z.numpy(), 3.0) * np.log(soft(z.numpy(), 3.0) / ps)) for z in zs[:k])
+        return float(ce + 10.0 * kd / divisor)
+
+    def loss(o) -> float:
+        return float(objective_loss(o, student, y, teachers=lambda x: zs[: len(o.teachers)], x=torch.zeros(2, 1)))
+
     o = obj("M3")
     assert (o.kind, o.teachers, o.divisor, o.reduction) == ("self_kd", (spec["M1"], spec["M2"]), 2.0, "mean")
-    assert (o.temperature, o.weight) == (3.0, 10.0)
+    assert loss(o) == pytest.approx(by_hand(2, 2.0), rel=1e-12)  # the defaults' eq. 4: M1 and M2 teach, / 2
     assert obj("M3'").teachers == (spec["M1"], spec["M2"]) and obj("M3'").divisor == 2.0
     assert obj("M2").teachers == (spec["M1"],) and obj("M2").divisor == 1.0
     assert obj("M2'").teachers == (spec["M1"],) and obj("M2'").divisor == 1.0
@@ -314,7 +335,7 @@ def test_self_kd_wiring_paper_and_code():
     spec = {p.name: p.spec for p in s.pool}
     o = obj("M3")
     assert o.teachers == (spec["M1"], spec["M2'"], spec["M2"], spec["M3'"]) and o.divisor == 4.0
-    assert o.reduction == "mean"
+    assert loss(o) == pytest.approx(by_hand(4, 4.0), rel=1e-12)  # the code's four teachers, / 4, KL mean-reduced
     assert obj("M2").teachers == (spec["M1"], spec["M2'"]) and obj("M2").divisor == 2.0
     # the reduction is its own option, whichever reference picks the teachers
     for reference in ("paper", "code"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import csv
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -299,7 +300,7 @@ def test_paced_needs_fix_mode_and_the_oracle():
         HeteroFLIoTConfig(name="heterofl_iot", selection="paced", energy_info="outcomes")
 
 
-def budget_run(tmp_path, write_scenario, selection: str) -> tuple[list[Counter], dict]:
+def budget_run(tmp_path, write_scenario, selection: str) -> tuple[list[Counter], dict, Path]:
     data = battery_scenario(
         10.0, rounds=12, numerics="none", output={"progress": False, "events": "all"},
         algorithm={"name": "heterofl_iot", "proportions": "a2-b8", "selection": selection},
@@ -312,21 +313,57 @@ def budget_run(tmp_path, write_scenario, selection: str) -> tuple[list[Counter],
         e = json.loads(line)
         if e["event"] == "dispatch":
             per_round[e["round"]][e["level"]] += 1
-    return per_round, json.loads((path / "summary.json").read_text())
+    return per_round, json.loads((path / "summary.json").read_text()), path
+
+
+def task_energy_by_hand(path: Path) -> dict[tuple[int, int], tuple[str, float]]:
+    """(level, energy) of each task (round, device) from the TINY profile's powers (train 1 W, receive 0.3 W, send 0.8 W, no idle
+    draw here) and the simulated times in the event log: train_w x (train_end - train_start) + rx_w x the download's
+    air time + tx_w x the upload's, the air time being the transfer's span less the 50 ms RTT (no radio power), which
+    is also the message's bytes over the link's rate (1 Mb/s down, 0.5 Mb/s up; the same model both ways)."""
+    power, rtt = TINY["power"], TINY["link"]["rtt_ms"] / 1e3
+    at: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
+    for line in open(path / "events.jsonl"):
+        e = json.loads(line)
+        at[(e["round"], e["device"])][e["event"]] = e
+    energy: dict[tuple[int, int], tuple[str, float]] = {}
+    for key, ev in at.items():
+        if "dispatch" not in ev:
+            continue
+        down = ev["arrive"]["t"] - ev["dispatch"]["t"] - rtt
+        train = ev["train_end"]["t"] - ev["train_start"]["t"]
+        up = ev["upload"]["t"] - ev["train_end"]["t"] - rtt
+        nbytes = ev["upload"]["bytes"]
+        assert down == pytest.approx(nbytes * 8 / (TINY["link"]["down_mbps"] * 1e6), abs=2e-6)
+        assert up == pytest.approx(nbytes * 8 / (TINY["link"]["up_mbps"] * 1e6), abs=2e-6)
+        assert train == pytest.approx(ev["train_start"]["flops"] / TINY["compute"]["flops"], abs=2e-6)
+        energy[key] = (ev["dispatch"]["level"], power["train_w"] * train + power["rx_w"] * down + power["tx_w"] * up)
+    return energy
 
 
 def test_paced_mix_holds_to_the_last_round_system_only(tmp_path, write_scenario):
-    """20 nodes of 10 J (a2-b8: a-nodes 0-3), 5 a round (quota 1:4), 12 rounds. On this profile an a-task
-    draws ~6.8 J and a b-task ~1.7 J, so an a-node pays for 1 task and a b-node for 5 (80 > the 60 slots).
-    Proportional: a fresh a-node in rounds 0-3, then the four drained ones (3.2 J left) in rounds 4-7, which
-    run dry mid-task, then 0:5. Paced: round 0 sends 1 (no measurement yet); then 3 affordable a-tasks over
-    11 rounds: x = 3/11 = .27, 3/10 + .27 = .57, 3/9 + .57 = .91, 3/8 + .91 = 1.28 -> round 4; 2/7 + .28 = .57,
-    2/6 + .57 = .90, 2/5 + .90 = 1.30 -> round 7; 1/4 + .30 = .55, 1/3 + .55 = .88, 1/2 + .88 = 1.38 -> round 10."""
-    paced, s_paced = budget_run(tmp_path, write_scenario, "paced")
-    prop, s_prop = budget_run(tmp_path, write_scenario, "proportional")
+    """20 nodes of 10 J (a2-b8: a-nodes 0-3), 5 a round (quota 1:4), 12 rounds. The task energies, by hand from the
+    profile and the simulated times (``task_energy_by_hand``): an a-task 1.028 s of training, 3.03 s receiving and
+    6.06 s sending, 6.78 J; a b-task 0.26 s, 0.78 s and 1.56 s, 1.74 J. So an a-node pays for 1 task and a b-node for
+    5 (80 > the 60 slots). Proportional: a fresh a-node in rounds 0-3, then the four drained ones (3.2 J left) in
+    rounds 4-7, which run dry mid-task, then 0:5. Paced: round 0 sends 1 (no measurement yet); then 3 affordable
+    a-tasks over 11 rounds: x = 3/11 = .27, 3/10 + .27 = .57, 3/9 + .57 = .91, 3/8 + .91 = 1.28 -> round 4;
+    2/7 + .28 = .57, 2/6 + .57 = .90, 2/5 + .90 = 1.30 -> round 7; 1/4 + .30 = .55, 1/3 + .55 = .88,
+    1/2 + .88 = 1.38 -> round 10."""
+    paced, s_paced, path = budget_run(tmp_path, write_scenario, "paced")
+    energy = task_energy_by_hand(path)
+    per_level = {lv: [x for level, x in energy.values() if level == lv] for lv in ("a", "b")}
+    assert [min(per_level[lv]) for lv in "ab"] == pytest.approx([6.783, 1.741], abs=1e-3)  # 71 or 72 samples a node
+    assert [max(per_level[lv]) for lv in "ab"] == pytest.approx([6.783, 1.744], abs=1e-3)
+    assert {10.0 // x for x in per_level["a"]} == {1} and {10.0 // x for x in per_level["b"]} == {5}
+    # the simulator's books agree: each node's energy is its tasks' (every task here completed)
+    for row in csv.DictReader(open(path / "devices.csv")):
+        mine = [x for (_, dev), (_, x) in energy.items() if dev == int(row["device"])]
+        assert len(mine) == int(row["completed"]) and float(row["energy_j"]) == pytest.approx(sum(mine), abs=1e-5)
     assert [m["a"] for m in paced] == [1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0]
     assert all(m["a"] + m["b"] == 5 for m in paced)
     assert s_paced["failures"]["depleted"] == 0
+    prop, s_prop, _ = budget_run(tmp_path, write_scenario, "proportional")
     assert [m["a"] for m in prop] == [1] * 8 + [0] * 4
     assert s_prop["failures"]["depleted"] == 4
 
