@@ -51,7 +51,8 @@ variant at ≥ 80 % of the paper's accuracy for that dataset and model, or ≥ 3
 the paper's model cannot run here (width 0.125 is not the paper's model). The earlier hour scale (width 0.5,
 10 rounds of 4, E = 1, β = 0.3) left every model within 14 points of chance: it tested nothing. Probes (one run
 at a time, 1 thread, seed 0; CPU seconds): width 0.125, IID, E = 5, 10 rounds of 5 reached L-S / L-M / L-L
-33.1 / 29.7 / 28.7 % in 149 CPU-s (E = 1 and β = 0.3 at 20 rounds of 4: 9.6 / 11.2 / 19.2 % in 71 CPU-s); 30
+33.1 / 29.7 / 28.7 % in 149 CPU-s, Table V's 0.8 / 0.1 / 0.1 at Dirichlet 0.6 31.5 / 23.1 / 23.2 % in 132
+CPU-s (E = 1 and β = 0.3 at 20 rounds of 4: 9.6 / 11.2 / 19.2 % in 71 CPU-s); 30
 rounds triple the training. The group (13 variants x 5 seeds) is estimated at about 7.4 CPU-hours (the study
 file's header gives the per-variant estimate), one run at a time; the study resumes where it stopped.
 
