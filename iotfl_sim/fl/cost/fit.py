@@ -5,7 +5,8 @@ log(predicted / measured time) over the rows, within bounds (``BOUNDS``). Log ra
 milliseconds to hours and a relative error counts the same on each (in seconds the longest rows alone would set the
 fit), 2x too slow weighs as much as 2x too fast, and the targets are relative errors. Training power ``train_w`` is
 the board's power while training, so it is fitted to the measured average powers (published, or energy / time) by
-the same criterion: their geometric mean. Fitting it to energy / predicted time instead would fold the time model's
+the same criterion: their geometric mean, over the rows that measured the whole board (``power_scope`` rails rows
+read part of it and are left out). Fitting it to energy / predicted time instead would fold the time model's
 error into the power and carry it to every other workload.
 
 A parameter the rows cannot determine is kept from the base: one no row's time depends on (elasticity below
@@ -128,8 +129,9 @@ def _solve(rows: Sequence[Measurement], rates: Rates, names: Sequence[str]) -> R
 
 
 def fit_power(rows: Sequence[Measurement]) -> float | None:
-    """The geometric mean of the rows' measured average powers, W (None when no row has one)."""
-    p = [w for m in rows if (w := m.measured_power_w) is not None]
+    """The geometric mean of the rows' measured average board powers, W (None when no row has one). Rows of
+    ``power_scope`` rails are left out: ``train_w`` is the whole board's power, a rail reading only part of it."""
+    p = [w for m in rows if (w := m.measured_power_w) is not None and not m.rails]
     if not p:
         return None
     lo, hi = BOUNDS["train_w"]
@@ -174,10 +176,18 @@ def fit(
         solved = with_values(solved, train_w=power)
         fitted.append("train_w")
     elif params is not None and "train_w" in params:
-        raise FitError("the rows cannot determine train_w (no row publishes energy or power); leave it out of --params")
+        raise FitError(
+            f"the rows cannot determine train_w ({_no_power(rows)}); leave it out of --params"
+        )
     else:
-        kept.setdefault("train_w", "no row publishes energy or power")
+        kept.setdefault("train_w", _no_power(rows))
     return Fit(solved, fitted, kept, [check_row(m, base, solved) for m in rows])
+
+
+def _no_power(rows: Sequence[Measurement]) -> str:
+    if any(m.measured_power_w is not None for m in rows):
+        return "the rows' energy or power covers compute rails only (power_scope rails), not the board"
+    return "no row publishes energy or power"
 
 
 def workloads(rows: Sequence[Measurement]) -> list[tuple]:
