@@ -18,7 +18,7 @@ taken greedily, the one the times depend on most at the base's values first, and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -195,17 +195,25 @@ def workloads(rows: Sequence[Measurement]) -> list[tuple]:
     return list(dict.fromkeys(m.workload for m in rows))
 
 
-def leave_one_workload_out(base: DeviceProfile, rows: Sequence[Measurement], rates: Rates) -> tuple[list[Checked], int]:
-    """Each workload's rows predicted by a fit to every other workload's rows (every parameter those determine),
-    and how many of those fits kept a parameter from the base; ([], 0) with fewer than two workloads."""
-    loads = workloads(rows)
-    if len(loads) < 2:
+def leave_one_out(
+    base: DeviceProfile, rows: Sequence[Measurement], rates: Rates, key: Callable[[Measurement], Hashable]
+) -> tuple[list[Checked], int]:
+    """Each group of rows (rows of equal ``key``) predicted by a fit to every other group's rows (every parameter
+    those determine), and how many of those fits kept a time parameter from the base; ([], 0) with fewer than two
+    groups."""
+    groups = list(dict.fromkeys(key(m) for m in rows))
+    if len(groups) < 2:
         return [], 0
     out: list[Checked] = []
     short = 0
-    for w in loads:
-        f = fit(base, [m for m in rows if m.workload != w], rates)
+    for g in groups:
+        f = fit(base, [m for m in rows if key(m) != g], rates)
         short += bool(set(f.kept) - {"train_w"} - set(k for k in TIME_PARAMS if k not in candidates(rates)))
-        out.extend(check_row(m, base, f.rates) for m in rows if m.workload == w)
+        out.extend(check_row(m, base, f.rates) for m in rows if key(m) == g)
     order = {m.label: i for i, m in enumerate(rows)}
     return sorted(out, key=lambda c: order[c.m.label]), short
+
+
+def leave_one_workload_out(base: DeviceProfile, rows: Sequence[Measurement], rates: Rates) -> tuple[list[Checked], int]:
+    """Each workload's rows predicted by a fit to every other workload's rows (``leave_one_out`` by workload)."""
+    return leave_one_out(base, rows, rates, lambda m: m.workload)
