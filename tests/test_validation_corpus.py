@@ -79,3 +79,14 @@ def test_the_corpus_has_five_sources_and_every_device_class_the_issue_names():
     rows = _rows()
     assert len({m.file for m in rows}) >= 5
     assert {"sbc", "edge_gpu", "phone", "mcu"} <= {m.device_class for m in rows}
+
+
+def test_the_trust_page_quotes_the_validation_benchmark():
+    """docs/trust.md's errors (one-decimal percentages) are ones benchmarks/validation.md records: rerunning the
+    benchmark with other numbers fails here until the page is updated."""
+    root = VALIDATION.parent
+    page = (root / "docs" / "trust.md").read_text()
+    bench = (root / "benchmarks" / "validation.md").read_text()
+    quoted = set(re.findall(r"\b\d+\.\d %", page))
+    assert quoted, "no figure found on the page"
+    assert not quoted - set(re.findall(r"\b\d+\.\d %", bench)), sorted(quoted - set(re.findall(r"\b\d+\.\d %", bench)))
