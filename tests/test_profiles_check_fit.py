@@ -408,8 +408,8 @@ def test_depth_prices_fedx_sub_network_as_fedx_builds_it(tmp_path):
     from iotfl_sim.scenario.loader import load_profile
 
     rows = [
-        full_row(row="d2", model="ofa_mbv3", width="0.5", depth="2", input_shape="3x32x32", samples="70"),
-        full_row(row="full", model="ofa_mbv3", width="0.5", input_shape="3x32x32", samples="70"),
+        full_row(row="d2", model="ofa_mbv3", width="0.5", depth="2", input_shape="3x16x16", batch_size="4", steps="2", samples="6"),
+        full_row(row="full", model="ofa_mbv3", width="0.5", input_shape="3x16x16", batch_size="4", steps="2", samples="6"),
     ]
     (tmp_path / "d.csv").write_text(FULL + "\n" + "\n".join(rows) + "\n")
     d2, full = read_corpus(tmp_path / "d.csv")
@@ -417,7 +417,7 @@ def test_depth_prices_fedx_sub_network_as_fedx_builds_it(tmp_path):
     assert check.spec_of(d2) == dataclasses.replace(fedx_levels("ofa_mbv3")["small"], name="")
     rates = load_profile("raspberry_pi_5").rates()
     small = opcost.device_train_seconds(
-        ModelRecipe("ofa_mbv3", 10, 3, (32, 32)), fedx_levels("ofa_mbv3")["small"], 70, 1, 32, rates.flops,
+        ModelRecipe("ofa_mbv3", 10, 3, (16, 16)), fedx_levels("ofa_mbv3")["small"], 6, 1, 4, rates.flops,
         (rates.flops, rates.mem_bw, rates.op_overhead_s, rates.kernels, rates.steps), check.STEP,
     )  # fmt: skip
     assert check.predict_seconds(d2, rates) == small
@@ -425,7 +425,7 @@ def test_depth_prices_fedx_sub_network_as_fedx_builds_it(tmp_path):
     import torch
 
     with torch.device("meta"):
-        net = build_model("ofa_mbv3", check.spec_of(d2), num_classes=200, in_channels=3, image_size=(32, 32))
+        net = build_model("ofa_mbv3", check.spec_of(d2), num_classes=200, in_channels=3, image_size=(16, 16))
     assert sum(p.numel() for p in net.parameters()) == pytest.approx(2.41e6, rel=0.01)
 
 
