@@ -22,6 +22,7 @@ from iotfl_sim.scenario.loader import (
     resolve_groups,
     resolved_dict,
 )
+from iotfl_sim.scenario.profile import DEVICE_CLASSES
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -451,7 +452,7 @@ def _profiles_parser(sub: Subparsers) -> None:
         action="store_true",
         help="measure: also time a server's own work (aggregation, QSGD encode/decode) for use as server.profile",
     )
-    p.add_argument("--device-class", default="server", choices=["mcu", "sbc", "edge_gpu", "phone", "server"])
+    p.add_argument("--device-class", default="server", choices=DEVICE_CLASSES)
     p.add_argument("--idle-w", type=float, help="measure (required): idle power to record, W (not measured)")
     p.add_argument("--train-w", type=float, help="measure (required): training power to record, W (not measured)")
     p.set_defaults(func=cmd_profiles)

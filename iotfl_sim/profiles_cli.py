@@ -122,23 +122,30 @@ def cmd_profiles_check(args: argparse.Namespace) -> int:
 def check_table(checked: Sequence) -> str:
     """One line per row: the measured and predicted time and energy and their signed relative errors."""
     head = (
-        f"{'row':<30} {'class':<6} {'profile (mode)':<24} {'workload':<30} "
+        f"{'row':<30} {'class':<8} {'profile (mode)':<24} {'workload':<36} "
         f"{'time: measured':>14} {'predicted':>10} {'error':>9}   {'energy: measured':>16} {'predicted':>10} {'error':>9}"
     )
     lines = [head]
     for c in checked:
         m = c.m
-        load = f"{m.model} w{m.width:g} {'x'.join(map(str, m.input_shape))} b{m.batch_size} x{m.steps}"
+        load = workload_text(m)
         prof = c.profile + (f" ({c.mode})" if c.mode else "")
         e = m.measured_energy_j
-        mark = " (P)" if m.energy_from_power else ""
+        mark = "".join(f" ({x})" for x, on in (("P", m.energy_from_power), ("R", m.rails)) if on)
         lines.append(
-            f"{m.label[:30]:<30} {m.device_class:<6} {prof[:24]:<24} {load[:30]:<30} "
+            f"{m.label[:30]:<30} {m.device_class:<8} {prof[:24]:<24} {load[:36]:<36} "
             f"{_g(m.time_s, 's'):>14} {_g(c.time_s, 's'):>10} {_pct(c.time_err):>9}   "
             f"{_g(e, 'J') + mark:>16} {_g(c.energy_j, 'J'):>10} {_pct(c.energy_err):>9}"
             + (f"  [{c.note}]" if c.note else "")
         )
     return "\n".join(lines) + "\n"
+
+
+def workload_text(m) -> str:  # noqa: ANN001
+    """``ofa_mbv3 w0.5 d2 3x32x32 b32 x24 (750)``: family, width, depth, input, batch, steps (samples if partial)."""
+    depth = f" d{m.depth}" if m.depth is not None else ""
+    partial = f" ({m.samples})" if m.samples is not None and m.samples != m.batch_size * m.steps else ""
+    return f"{m.model} w{m.width:g}{depth} {'x'.join(map(str, m.input_shape))} b{m.batch_size} x{m.steps}{partial}"
 
 
 def summary_text(checked: Sequence, heading: str = "summary") -> str:
@@ -148,19 +155,30 @@ def summary_text(checked: Sequence, heading: str = "summary") -> str:
     def cell(s) -> str:  # noqa: ANN001
         return f"{'-':>5}" if s is None else f"{s.n:>5} {100 * s.median:>7.1f} % {100 * s.worst:>7.1f} % ({s.worst_row})"
 
-    lines = [f"{heading}: |predicted - measured| / measured", f"{'':<8} {'time: rows, median, worst (row)':<56} energy: rows, median, worst (row)"]
-    for group, q in summary(checked).items():
-        lines.append(f"{group:<8} {cell(q['time']):<56} {cell(q['energy'])}")
+    groups = summary(checked)
+    rails = any(q["rails"] for q in groups.values())
+    lines = [
+        f"{heading}: |predicted - measured| / measured",
+        f"{'':<8} {'time: rows, median, worst (row)':<56} {'energy (board): rows, median, worst (row)':<56}"
+        + (" energy (rails only, R): rows, median, worst (row)" if rails else ""),
+    ]
+    for group, q in groups.items():
+        lines.append(f"{group:<8} {cell(q['time']):<56} {cell(q['energy']):<56}" + (f" {cell(q['rails'])}" if rails else ""))
     from_power = sum(c.m.energy_from_power for c in checked)
     if from_power:
         lines.append(f"(P): {from_power} row(s) publish power, not energy: measured energy = power x measured time")
+    if rails:
+        lines.append(
+            "(R): power_scope rails: the source measured compute rails only, not the whole board that a profile's "
+            "train_w stands for; their energy errors are kept apart"
+        )
     return "\n".join(lines) + "\n"
 
 
 CSV_COLUMNS = (
-    "row", "file", "line", "device", "device_class", "profile", "power_mode_priced", "model", "width", "input_shape",
-    "classes", "batch_size", "steps", "measured_time_s", "predicted_time_s", "time_error", "measured_energy_j",
-    "energy_from_power", "predicted_energy_j", "energy_error", "note",
+    "row", "file", "line", "device", "device_class", "profile", "power_mode_priced", "model", "width", "depth",
+    "input_shape", "classes", "batch_size", "steps", "samples", "measured_time_s", "predicted_time_s", "time_error", "measured_energy_j",
+    "energy_from_power", "power_scope", "predicted_energy_j", "energy_error", "note",
 )  # fmt: skip
 
 
@@ -174,8 +192,9 @@ def check_csv(checked: Sequence) -> str:
         e = m.measured_energy_j
         w.writerow([
             m.row, m.file, m.line, m.device, m.device_class, c.profile, c.mode or "default", m.model, repr(m.width),
-            "x".join(map(str, m.input_shape)), m.classes, m.batch_size, m.steps, repr(m.time_s), repr(c.time_s),
-            repr(c.time_err), "" if e is None else repr(e), int(m.energy_from_power), repr(c.energy_j),
+            "" if m.depth is None else m.depth, "x".join(map(str, m.input_shape)), m.classes, m.batch_size, m.steps,
+            m.samples_total, repr(m.time_s), repr(c.time_s), repr(c.time_err), "" if e is None else repr(e),
+            int(m.energy_from_power), m.power_scope, repr(c.energy_j),
             "" if c.energy_err is None else repr(c.energy_err), c.note,
         ])  # fmt: skip
     return buf.getvalue()
@@ -186,7 +205,7 @@ def check_plot(checked: Sequence, title: str, fmt: str) -> bytes:
     from iotfl_sim.fl.cost.corpus import DEVICE_CLASSES
 
     time = [Point(c.m.device_class, c.m.time_s, c.time_s) for c in checked]
-    energy = [Point(c.m.device_class, e, c.energy_j) for c in checked if (e := c.m.measured_energy_j) is not None]
+    energy = [Point(c.m.device_class, e, c.energy_j, c.m.rails) for c in checked if (e := c.m.measured_energy_j) is not None]
     fig = scatter_figure(time, energy, DEVICE_CLASSES, title)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=120)

@@ -31,6 +31,7 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 # kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
 # "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
 SLOW_TESTS = (
+    "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
     "test_profiles_check_fit.py::test_check_plot_writes_an_image",
     "test_fedx_eq2_hour.py::test_eq2_on_the_hour_setting_gives_devices_of_different_capacity_different_subnetworks",
     "test_method_examples.py::test_the_example_in_a_folder_outside_the_repository_gives_the_builtins_numbers",

@@ -4,6 +4,7 @@ a fit that recovers known parameters; measurement files refused with one line na
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import yaml
 
 from iotfl_sim.cli import main
 from iotfl_sim.fl.cost import check, fit
-from iotfl_sim.fl.cost.corpus import MAX_FILE_BYTES, MAX_ROWS, Measurement, read_corpus
+from iotfl_sim.fl.cost.corpus import MAX_FILE_BYTES, MAX_ROWS, CorpusError, Measurement, read_corpus
 
 HEADER = "row,device,device_class,power_mode,profile,model,width,input_shape,classes,batch_size,steps,time,energy,power,how_read,source"
 
@@ -140,7 +141,7 @@ def test_a_row_power_mode_the_profile_has_is_priced_in_it():
     from iotfl_sim.scenario.loader import load_profile
 
     nano = load_profile("jetson_nano")
-    m = Measurement("f.csv", 2, "r", "Nano", "jetson", "5W", "", "mlp", 1.0, (1, 8, 8), 10, 4, 2, 1.0, None, 4.0, "t", "s")
+    m = Measurement("f.csv", 2, "r", "Nano", "edge_gpu", "5W", "", "mlp", 1.0, (1, 8, 8), 10, 4, 2, 1.0, None, 4.0, "t", "s")
     five = check.check_row(m, nano)
     assert five.mode == "5w" and five.energy_j == pytest.approx(4.5 * five.time_s)  # the 5w mode's train_w
     other = check.check_row(Measurement(**{**m.__dict__, "power_mode": "15W"}), nano)
@@ -251,7 +252,7 @@ BAD = {
     "unit_missing": (_replace("energy", "3"), ["row 'a' (line 2), column energy", "no unit (J, kJ, mJ, Wh, mWh)"]),
     "unit_case": (_replace("energy", "3 kj"), ["row 'a' (line 2), column energy", "unit 'kj'"]),
     "not_a_number": (_replace("power", "about 3 W"), ["row 'a' (line 2), column power", "not a number with a unit"]),
-    "unknown_class": (_replace("device_class", "laptop"), ["row 'a' (line 2), column device_class", "mcu, sbc, jetson"]),
+    "unknown_class": (_replace("device_class", "laptop"), ["row 'a' (line 2), column device_class", "mcu, sbc, edge_gpu, phone, server, other"]),
     "unknown_model": (_replace("model", "resnet50"), ["row 'a' (line 2), column model", "not a model family"]),
     "bad_shape": (_replace("input_shape", "32x32"), ["row 'a' (line 2), column input_shape", "'3x32x32'"]),
     "empty_source": (_replace("source", ""), ["row 'a' (line 2), column source", "empty"]),
@@ -352,3 +353,117 @@ def test_energy_and_power_units(tmp_path, col, text, si):
     (tmp_path / "u.csv").write_text(_replace(col, text))
     m = read_corpus(tmp_path / "u.csv")[0]
     assert (m.energy_j if col == "energy" else m.power_w) == pytest.approx(si)
+
+
+# ------------------------------------------------------------------------------- depth, samples, power_scope
+
+FULL = "row,device,device_class,model,width,depth,input_shape,classes,batch_size,steps,samples,time,energy,power,power_scope,how_read,source"
+
+
+def full_row(**cells: str) -> str:
+    """One row of the full format: an mlp of 1x28x28 at batch 32, 3 steps, 0.2 s, 1 W, with ``cells`` replaced."""
+    row = {"row": "a", "device": "board", "device_class": "sbc", "model": "mlp", "width": "1", "depth": "",
+           "input_shape": "1x28x28", "classes": "10", "batch_size": "32", "steps": "3", "samples": "", "time": "0.2 s",
+           "energy": "", "power": "1 W", "power_scope": "", "how_read": "table", "source": "hand"}  # fmt: skip
+    row.update(cells)
+    return ",".join(row[c] for c in FULL.split(","))
+
+
+def test_samples_price_the_full_steps_and_one_step_of_the_remainder(tmp_path, monkeypatch, capsys):
+    """70 samples at batch 32 over 3 steps: 2 steps of 32 and one of 6, each priced as the hand count says (1 GFLOP/s,
+    no overhead); the same 3 steps without `samples` are 3 full steps."""
+    monkeypatch.chdir(tmp_path)
+    profile_yaml(tmp_path / "hand.yaml", 1e9, 1e9, 0.0, 2.0)
+    Path("s.csv").write_text(FULL + "\n" + full_row(row="part", samples="70") + "\n" + full_row(row="full") + "\n")
+    assert main(["profiles", "check", "hand.yaml", "--against", "s.csv", "--csv", "out.csv"]) == 0
+    assert "x3 (70)" in capsys.readouterr().out  # the table names the partial step
+    with open("out.csv", newline="") as fh:
+        got = {r["row"]: r for r in csv.DictReader(fh)}
+    part = (2 * mlp_step_flops(32) + mlp_step_flops(6)) / 1e9  # 0.0622... s
+    assert float(got["part"]["predicted_time_s"]) == pytest.approx(part, rel=1e-12)
+    assert float(got["full"]["predicted_time_s"]) == pytest.approx(3 * mlp_step_flops(32) / 1e9, rel=1e-12)
+    assert got["part"]["samples"] == "70" and got["full"]["samples"] == "96"
+
+
+@pytest.mark.parametrize(("samples", "ok"), [("65", True), ("96", True), ("64", False), ("97", False), ("0", False)])
+def test_samples_must_end_in_a_partial_last_step(tmp_path, samples, ok):
+    """3 steps of 32 cover 65 to 96 samples: 64 would be 2 steps, 97 a fourth."""
+    (tmp_path / "s.csv").write_text(FULL + "\n" + full_row(samples=samples) + "\n")
+    if ok:
+        assert read_corpus(tmp_path / "s.csv")[0].samples_total == int(samples)
+        return
+    with pytest.raises(CorpusError) as e:
+        read_corpus(tmp_path / "s.csv")
+    assert "row 'a' (line 2), column samples" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_depth_prices_fedx_sub_network_as_fedx_builds_it(tmp_path):
+    """An ofa_mbv3 row of depth 2 and width 3/6 is FedX's small sub-network (d2, e3) as algorithms.fedx builds it:
+    the same seconds as pricing that spec, fewer than the full-depth net at the same width, and its model has
+    the parameters FedX's Table reports for small with a 200-class head (2.41 M; without BN affine here 2.407 M)."""
+    from iotfl_sim.algorithms.fedx import fedx_levels
+    from iotfl_sim.fl.cost import opcost
+    from iotfl_sim.fl.models.build import build_model
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from iotfl_sim.scenario.loader import load_profile
+
+    rows = [
+        full_row(row="d2", model="ofa_mbv3", width="0.5", depth="2", input_shape="3x16x16", batch_size="4", steps="2", samples="6"),
+        full_row(row="full", model="ofa_mbv3", width="0.5", input_shape="3x16x16", batch_size="4", steps="2", samples="6"),
+    ]
+    (tmp_path / "d.csv").write_text(FULL + "\n" + "\n".join(rows) + "\n")
+    d2, full = read_corpus(tmp_path / "d.csv")
+    assert d2.depth == 2 and full.depth is None and d2.workload != full.workload
+    assert check.spec_of(d2) == dataclasses.replace(fedx_levels("ofa_mbv3")["small"], name="")
+    rates = load_profile("raspberry_pi_5").rates()
+    small = opcost.device_train_seconds(
+        ModelRecipe("ofa_mbv3", 10, 3, (16, 16)), fedx_levels("ofa_mbv3")["small"], 6, 1, 4, rates.flops,
+        (rates.flops, rates.mem_bw, rates.op_overhead_s, rates.kernels, rates.steps), check.STEP,
+    )  # fmt: skip
+    assert check.predict_seconds(d2, rates) == small
+    assert check.predict_seconds(full, rates) > 1.2 * small
+    import torch
+
+    with torch.device("meta"):
+        net = build_model("ofa_mbv3", check.spec_of(d2), num_classes=200, in_channels=3, image_size=(16, 16))
+    assert sum(p.numel() for p in net.parameters()) == pytest.approx(2.41e6, rel=0.01)
+
+
+@pytest.mark.parametrize(("cells", "needles"), [
+    ({"depth": "2"}, ["column depth", "mlp has no depth", "ofa_mbv3"]),
+    ({"model": "ofa_mbv3", "input_shape": "3x32x32", "depth": "5"}, ["column depth", "whole number from 1 to 4"]),
+    ({"model": "ofa_mbv3", "input_shape": "3x32x32", "depth": "2", "width": "0.55"}, ["column width", "e / 6"]),
+    ({"power_scope": "wall"}, ["column power_scope", "'wall' is not a power scope", "board or rails"]),
+    ({"device_class": "jetson"}, ["column device_class", "edge_gpu"]),
+])  # fmt: skip
+def test_a_bad_depth_or_power_scope_is_one_line_naming_row_and_column(tmp_path, monkeypatch, capsys, cells, needles):
+    monkeypatch.chdir(tmp_path)
+    Path("b.csv").write_text(FULL + "\n" + full_row(**cells) + "\n")
+    line = one_error_line(main(["profiles", "check", "raspberry_pi_4b", "--against", "b.csv", "--csv", "o.csv"]), *capsys.readouterr())
+    assert "b.csv: row 'a' (line 2)" in line and not Path("o.csv").exists()
+    for n in needles:
+        assert n in line, (n, line)
+
+
+def test_rails_energy_is_summarised_apart_and_not_fitted_as_board_power(tmp_path, monkeypatch, capsys):
+    """Two rows: board power 1 W, rails power 0.5 W. The board summary holds only the board row's energy error
+    (2 W x t / (1 W x 0.2 s) - 1), the rails column only the rails row's; a fit sets train_w to the board row's 1 W,
+    not the geometric mean with the rails row's 0.5 W."""
+    monkeypatch.chdir(tmp_path)
+    profile_yaml(tmp_path / "hand.yaml", 1e9, 1e9, 0.0, 2.0)
+    rows = [full_row(row="b", power_scope="board"), full_row(row="r", power="500 mW", power_scope="rails", batch_size="8")]
+    Path("p.csv").write_text(FULL + "\n" + "\n".join(rows) + "\n")
+    assert main(["profiles", "check", "hand.yaml", "--against", "p.csv"]) == 0
+    out = capsys.readouterr().out
+    t_b, t_r = 3 * mlp_step_flops(32) / 1e9, 3 * mlp_step_flops(8) / 1e9
+    e_b, e_r = 2 * t_b / 0.2 - 1, 2 * t_r / (0.5 * 0.2) - 1  # +116.1 %, -8.1 %
+    (overall,) = [x for x in out.splitlines() if x.startswith("all ")]
+    cells = re.findall(r"(\d+)\s+(\d+\.\d) %", overall)  # rows and median of time, board energy, rails energy
+    assert cells[1:] == [("1", f"{100 * abs(e_b):.1f}"), ("1", f"{100 * abs(e_r):.1f}")], overall
+    assert "(R): power_scope rails" in out and "(P) (R)" in out
+    assert main(["profiles", "fit", "hand.yaml", "--against", "p.csv", "--out", "f.yaml", "--params", "flops,train_w"]) == 0
+    assert yaml.safe_load(Path("f.yaml").read_text())["power"]["train_w"] == pytest.approx(1.0)
+    Path("r.csv").write_text(FULL + "\n" + rows[1] + "\n")
+    code = main(["profiles", "fit", "hand.yaml", "--against", "r.csv", "--out", "g.yaml", "--params", "flops,train_w"])
+    capsys.readouterr()
+    assert code == 2 and not Path("g.yaml").exists()

@@ -1,7 +1,7 @@
 """The cost model's training time and energy beside measured ones (``iotfl-sim profiles check``).
 
 Each measurement row is priced as the engine prices a device's local training (``opcost.device_train_seconds``:
-``steps`` full batches of ``batch_size`` samples, one SGD step each with momentum 0.9, the scenario default, and
+the row's samples in batches of ``batch_size``, the last one partial when ``samples`` says so, one SGD step each with momentum 0.9, the scenario default, and
 neither weight decay nor gradient clipping, the plain loop a source times), in the power mode the row names when the
 profile has it, and charged the energy the engine charges (``energy.training_energy_j``).
 """
@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from iotfl_sim.fl.cost import opcost
-from iotfl_sim.fl.cost.corpus import CorpusError, Measurement
+from iotfl_sim.fl.cost.corpus import DEPTH_FAMILIES, CorpusError, Measurement
 from iotfl_sim.fl.cost.energy import training_energy_j
+from iotfl_sim.fl.models.fedx import ofa_spec
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.profile import DeviceProfile, Rates
@@ -67,6 +68,14 @@ def build_error(m: Measurement, e: Exception) -> CorpusError:
     )
 
 
+def spec_of(m: Measurement) -> SubmodelSpec:
+    """The sub-network the row trains, built as the simulator's methods build it: an ``ofa_mbv3`` row with a
+    ``depth`` is FedX's (d, e) sub-network (``fl.models.fedx.ofa_spec``, e = width x 6), any other a width rate."""
+    if m.depth is not None:
+        return ofa_spec(m.depth, round(m.width * DEPTH_FAMILIES[m.model][1]))
+    return SubmodelSpec(m.width)
+
+
 def predict_seconds(m: Measurement, rates: Rates) -> float:
     """Seconds the engine prices the row's training at, on a device with ``rates``."""
     ch, h, w = m.input_shape
@@ -74,7 +83,7 @@ def predict_seconds(m: Measurement, rates: Rates) -> float:
     roofline = (rates.flops, rates.mem_bw, rates.op_overhead_s, rates.kernels, rates.steps) if rates.roofline else None
     try:
         return opcost.device_train_seconds(
-            recipe, SubmodelSpec(m.width), m.steps * m.batch_size, 1, m.batch_size, rates.flops, roofline, STEP
+            recipe, spec_of(m), m.samples_total, 1, m.batch_size, rates.flops, roofline, STEP
         )
     except (ValueError, RuntimeError, NotImplementedError) as e:  # the family refuses the shape
         raise build_error(m, e) from None
@@ -112,11 +121,19 @@ def spread(rows: Sequence[Checked], err: Callable[[Checked], float | None]) -> S
 
 
 def summary(rows: Sequence[Checked]) -> dict[str, dict[str, Spread | None]]:
-    """{'all' and each device class: {'time': Spread, 'energy': Spread or None}}."""
+    """{'all' and each device class: {'time': Spread, 'energy': Spread or None, 'rails': Spread or None}}.
+
+    'energy' is over the rows whose energy is the board's (``power_scope`` board or not stated), what the
+    profile's ``train_w`` stands for; 'rails' over the rows that measured compute rails only, kept apart because
+    a rail reading leaves out the rest of the board, so its error is not the energy model's alone."""
     groups = {"all": list(rows)}
     for c in rows:
         groups.setdefault(c.m.device_class, []).append(c)
     return {
-        g: {"time": spread(rs, lambda c: c.time_err), "energy": spread(rs, lambda c: c.energy_err)}
+        g: {
+            "time": spread(rs, lambda c: c.time_err),
+            "energy": spread([c for c in rs if not c.m.rails], lambda c: c.energy_err),
+            "rails": spread([c for c in rs if c.m.rails], lambda c: c.energy_err),
+        }
         for g, rs in groups.items()
     }

@@ -15,14 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iotfl_sim.catalog import MODEL_FAMILIES
+from iotfl_sim.fl.models.fedx import OFA_MAX_DEPTH, OFA_MAX_EXPAND
+from iotfl_sim.scenario.profile import DEVICE_CLASSES as PROFILE_CLASSES
 
-DEVICE_CLASSES = ("mcu", "sbc", "jetson", "phone", "other")
+DEVICE_CLASSES = (*PROFILE_CLASSES, "other")  # a profile's device_class, or a device no class fits
 REQUIRED = (
     "row", "device", "device_class", "model", "width", "input_shape", "classes", "batch_size", "steps", "time",
     "how_read", "source",
 )  # fmt: skip
-OPTIONAL = ("power_mode", "profile", "energy", "power")
+OPTIONAL = ("power_mode", "profile", "depth", "samples", "energy", "power", "power_scope")
 COLUMNS = REQUIRED + OPTIONAL
+# what `energy` / `power` cover: the whole board at its supply (what a profile's train_w is), or only the compute
+# rails the source names (a Jetson's CPU and GPU rail monitors)
+POWER_SCOPES = ("board", "rails")
+# families whose `depth` the cost model builds: family -> (deepest depth, the widest expand ratio `width` is a share of)
+DEPTH_FAMILIES = {"ofa_mbv3": (OFA_MAX_DEPTH, OFA_MAX_EXPAND)}
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "min": 60.0, "h": 3600.0}
 ENERGY_UNITS = {"J": 1.0, "kJ": 1e3, "mJ": 1e-3, "Wh": 3600.0, "mWh": 3.6}
@@ -68,6 +75,19 @@ class Measurement:
     power_w: float | None  # as published
     how_read: str
     source: str
+    depth: int | None = None  # blocks per stage of a DEPTH_FAMILIES model; None: the full depth
+    samples: int | None = None  # the samples the steps cover when the last step is partial; None: all steps full
+    power_scope: str = ""  # one of POWER_SCOPES, "" when the source does not say
+
+    @property
+    def samples_total(self) -> int:
+        """The samples the measured steps train on: ``samples``, else ``steps`` full batches."""
+        return self.batch_size * self.steps if self.samples is None else self.samples
+
+    @property
+    def rails(self) -> bool:
+        """Energy / power measured on compute rails only, not the board power a profile's ``train_w`` is."""
+        return self.power_scope == "rails"
 
     @property
     def label(self) -> str:
@@ -75,9 +95,9 @@ class Measurement:
         return f"{Path(self.file).name}:{self.row}"
 
     @property
-    def workload(self) -> tuple[str, float, tuple[int, int, int], int]:
-        """What one training step is: (model, width, input shape, batch)."""
-        return (self.model, self.width, self.input_shape, self.batch_size)
+    def workload(self) -> tuple[str, float, int | None, tuple[int, int, int], int]:
+        """What one training step is: (model, width, depth, input shape, batch)."""
+        return (self.model, self.width, self.depth, self.input_shape, self.batch_size)
 
     @property
     def measured_energy_j(self) -> float | None:
@@ -253,6 +273,22 @@ def _row(path: Path, line: int, columns: dict[str, int], cells: list[str]) -> Me
         width = math.nan
     if not 0 < width <= 1:  # NaN fails too
         raise c.fail("width", f"{width_text!r} is not a width multiplier in (0, 1]", "give 1 for the full model")
+    depth = _depth(c, model, width)
+    batch, steps = c.integer("batch_size", 1, MAX_BATCH), c.integer("steps", 1, MAX_STEPS)
+    samples = None
+    if c.get("samples"):
+        samples = c.integer("samples", 1, MAX_BATCH * MAX_STEPS)
+        if not batch * (steps - 1) < samples <= batch * steps:
+            raise c.fail(
+                "samples", f"{samples} samples do not end in a partial last step of {steps} steps of {batch}",
+                f"give a count from {batch * (steps - 1) + 1} to {batch * steps}, or leave it empty when every step is full",
+            )  # fmt: skip
+    scope = c.get("power_scope")
+    if scope and scope not in POWER_SCOPES:
+        raise c.fail(
+            "power_scope", f"{scope!r} is not a power scope",
+            f"use {' or '.join(POWER_SCOPES)} (the whole board, or only the compute rails how_read names), or leave it empty",
+        )  # fmt: skip
     return Measurement(
         file=str(path),
         line=line,
@@ -265,14 +301,37 @@ def _row(path: Path, line: int, columns: dict[str, int], cells: list[str]) -> Me
         width=width,
         input_shape=_shape(c),
         classes=c.integer("classes", 1, MAX_CLASSES),
-        batch_size=c.integer("batch_size", 1, MAX_BATCH),
-        steps=c.integer("steps", 1, MAX_STEPS),
+        batch_size=batch,
+        steps=steps,
         time_s=float(c.quantity("time", TIME_UNITS, "10.9 s", required=True)),  # type: ignore[arg-type]
         energy_j=c.quantity("energy", ENERGY_UNITS, "68 J", required=False),
         power_w=c.quantity("power", POWER_UNITS, "6.2 W", required=False),
         how_read=c.required("how_read"),
         source=c.required("source"),
+        depth=depth,
+        samples=samples,
+        power_scope=scope,
     )
+
+
+def _depth(c: _Cells, model: str, width: float) -> int | None:
+    """``depth``, for a family that has one: then ``width`` must be an expand ratio over the widest (e / 6)."""
+    if not c.get("depth"):
+        return None
+    if model not in DEPTH_FAMILIES:
+        raise c.fail(
+            "depth", f"{model} has no depth the cost model varies",
+            f"leave it empty, or use a depth-elastic family ({', '.join(DEPTH_FAMILIES)})",
+        )  # fmt: skip
+    deepest, widest = DEPTH_FAMILIES[model]
+    depth = c.integer("depth", 1, deepest)
+    expand = width * widest
+    if abs(expand - round(expand)) > 1e-3:
+        raise c.fail(
+            "width", f"{width:g} is not an expand ratio of {model} (e / {widest} for a whole e)",
+            f"give e / {widest}, e.g. {4 / widest:.6f} for e = 4",
+        )  # fmt: skip
+    return depth
 
 
 def _shape(c: _Cells) -> tuple[int, int, int]:

@@ -5,7 +5,8 @@ log(predicted / measured time) over the rows, within bounds (``BOUNDS``). Log ra
 milliseconds to hours and a relative error counts the same on each (in seconds the longest rows alone would set the
 fit), 2x too slow weighs as much as 2x too fast, and the targets are relative errors. Training power ``train_w`` is
 the board's power while training, so it is fitted to the measured average powers (published, or energy / time) by
-the same criterion: their geometric mean. Fitting it to energy / predicted time instead would fold the time model's
+the same criterion: their geometric mean, over the rows that measured the whole board (``power_scope`` rails rows
+read part of it and are left out). Fitting it to energy / predicted time instead would fold the time model's
 error into the power and carry it to every other workload.
 
 A parameter the rows cannot determine is kept from the base: one no row's time depends on (elasticity below
@@ -17,7 +18,7 @@ taken greedily, the one the times depend on most at the base's values first, and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,8 +129,9 @@ def _solve(rows: Sequence[Measurement], rates: Rates, names: Sequence[str]) -> R
 
 
 def fit_power(rows: Sequence[Measurement]) -> float | None:
-    """The geometric mean of the rows' measured average powers, W (None when no row has one)."""
-    p = [w for m in rows if (w := m.measured_power_w) is not None]
+    """The geometric mean of the rows' measured average board powers, W (None when no row has one). Rows of
+    ``power_scope`` rails are left out: ``train_w`` is the whole board's power, a rail reading only part of it."""
+    p = [w for m in rows if (w := m.measured_power_w) is not None and not m.rails]
     if not p:
         return None
     lo, hi = BOUNDS["train_w"]
@@ -174,10 +176,18 @@ def fit(
         solved = with_values(solved, train_w=power)
         fitted.append("train_w")
     elif params is not None and "train_w" in params:
-        raise FitError("the rows cannot determine train_w (no row publishes energy or power); leave it out of --params")
+        raise FitError(
+            f"the rows cannot determine train_w ({_no_power(rows)}); leave it out of --params"
+        )
     else:
-        kept.setdefault("train_w", "no row publishes energy or power")
+        kept.setdefault("train_w", _no_power(rows))
     return Fit(solved, fitted, kept, [check_row(m, base, solved) for m in rows])
+
+
+def _no_power(rows: Sequence[Measurement]) -> str:
+    if any(m.measured_power_w is not None for m in rows):
+        return "the rows' energy or power covers compute rails only (power_scope rails), not the board"
+    return "no row publishes energy or power"
 
 
 def workloads(rows: Sequence[Measurement]) -> list[tuple]:
@@ -185,17 +195,25 @@ def workloads(rows: Sequence[Measurement]) -> list[tuple]:
     return list(dict.fromkeys(m.workload for m in rows))
 
 
-def leave_one_workload_out(base: DeviceProfile, rows: Sequence[Measurement], rates: Rates) -> tuple[list[Checked], int]:
-    """Each workload's rows predicted by a fit to every other workload's rows (every parameter those determine),
-    and how many of those fits kept a parameter from the base; ([], 0) with fewer than two workloads."""
-    loads = workloads(rows)
-    if len(loads) < 2:
+def leave_one_out(
+    base: DeviceProfile, rows: Sequence[Measurement], rates: Rates, key: Callable[[Measurement], Hashable]
+) -> tuple[list[Checked], int]:
+    """Each group of rows (rows of equal ``key``) predicted by a fit to every other group's rows (every parameter
+    those determine), and how many of those fits kept a time parameter from the base; ([], 0) with fewer than two
+    groups."""
+    groups = list(dict.fromkeys(key(m) for m in rows))
+    if len(groups) < 2:
         return [], 0
     out: list[Checked] = []
     short = 0
-    for w in loads:
-        f = fit(base, [m for m in rows if m.workload != w], rates)
+    for g in groups:
+        f = fit(base, [m for m in rows if key(m) != g], rates)
         short += bool(set(f.kept) - {"train_w"} - set(k for k in TIME_PARAMS if k not in candidates(rates)))
-        out.extend(check_row(m, base, f.rates) for m in rows if m.workload == w)
+        out.extend(check_row(m, base, f.rates) for m in rows if key(m) == g)
     order = {m.label: i for i, m in enumerate(rows)}
     return sorted(out, key=lambda c: order[c.m.label]), short
+
+
+def leave_one_workload_out(base: DeviceProfile, rows: Sequence[Measurement], rates: Rates) -> tuple[list[Checked], int]:
+    """Each workload's rows predicted by a fit to every other workload's rows (``leave_one_out`` by workload)."""
+    return leave_one_out(base, rows, rates, lambda m: m.workload)
