@@ -43,11 +43,8 @@ class TrainingTime:
         f = self.fleet
         per_epoch = int(self.samples_per_device[d])
         rates = f.roofline(d) if self.roofline else None
-        if rates is None:
-            return float(recipe.cost(spec).train_flops(per_epoch * self.epochs) / f.flops[d])
-        flops_s, bw, overhead, kernels, steps = rates
-        return opcost.train_seconds(
-            recipe, spec, per_epoch, self.epochs, self.batch_size, flops_s, bw, overhead, self.step_options, kernels, steps
+        return opcost.device_train_seconds(
+            recipe, spec, per_epoch, self.epochs, self.batch_size, f.flops[d], rates, self.step_options
         )
 
     def predict(self, recipe: Any, spec: Any) -> np.ndarray:

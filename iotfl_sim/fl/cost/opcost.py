@@ -416,6 +416,30 @@ def train_seconds(
     return epochs * t
 
 
+# The roofline rates of one device, as ``fleet.Fleet.roofline`` gives them: (FLOP/s, bytes/s, seconds per op,
+# per-kind kernel costs, measured steps); None prices training by the FLOPs-only rule.
+Roofline = tuple[float, float, float, KernelRates, MeasuredSteps]
+
+
+def device_train_seconds(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    samples: int,
+    epochs: int,
+    batch: int,
+    flops_per_s: float,
+    roofline: Roofline | None,
+    options: StepOptions = StepOptions(),
+) -> float:
+    """Seconds of a device's local training before jitter, as the engine prices it (``sim.training_time``) and
+    ``profiles check`` predicts it: the per-operator roofline when the device has rates for it, else the old rule,
+    3 x forward FLOPs / FLOP/s."""
+    if roofline is None:
+        return float(recipe.cost(spec).train_flops(samples * epochs) / flops_per_s)
+    flops_s, bw, overhead, kernels, steps = roofline
+    return train_seconds(recipe, spec, samples, epochs, batch, flops_s, bw, overhead, options, kernels, steps)
+
+
 def train_flops(
     recipe: ModelRecipe, spec: SubmodelSpec, samples: int, epochs: int, batch: int, options: StepOptions = StepOptions()
 ) -> float:

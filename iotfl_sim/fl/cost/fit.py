@@ -1,0 +1,199 @@
+"""A profile's free parameters fitted to measured training (``iotfl-sim profiles fit``).
+
+Time parameters (compute FLOP/s, memory bandwidth, per-operator overhead) minimise the sum of squared log ratios
+log(predicted / measured time) over the rows, within bounds (``BOUNDS``). Log ratios, not seconds: the rows span
+milliseconds to hours and a relative error counts the same on each (in seconds the longest rows alone would set the
+fit), 2x too slow weighs as much as 2x too fast, and the targets are relative errors. Training power ``train_w`` is
+the board's power while training, so it is fitted to the measured average powers (published, or energy / time) by
+the same criterion: their geometric mean. Fitting it to energy / predicted time instead would fold the time model's
+error into the power and carry it to every other workload.
+
+A parameter the rows cannot determine is kept from the base: one no row's time depends on (elasticity below
+``MIN_ELASTICITY`` at the fit: every op compute-bound leaves the bandwidth free) or one the rows cannot separate
+from those already fitted (one workload gives one equation: FLOP/s and overhead trade off exactly). Parameters are
+taken greedily, the one the times depend on most first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from iotfl_sim.fl.cost.check import Checked, check_row, mode_for, predict_seconds, with_values
+from iotfl_sim.fl.cost.corpus import Measurement
+from iotfl_sim.scenario.profile import DeviceProfile, Rates
+
+TIME_PARAMS = ("flops", "mem_bw", "op_overhead")
+PARAMS = (*TIME_PARAMS, "train_w")
+FIELD = {"flops": "flops", "mem_bw": "mem_bw", "op_overhead": "op_overhead_s", "train_w": "train_w"}
+# in SI units: FLOP/s, bytes/s, seconds per op, W; the widest a device could plausibly be
+BOUNDS = {"flops": (1e5, 1e17), "mem_bw": (1e5, 1e14), "op_overhead": (1e-9, 1.0), "train_w": (1e-4, 1e4)}
+MIN_ELASTICITY = 0.01  # d log(time) / d log(parameter) of at least one row
+MIN_SEPARATION = 0.01  # smallest / largest singular value of the fitted parameters' normalised elasticities
+_H = 1e-3  # central-difference step in log(parameter)
+
+
+class FitError(ValueError):
+    """Rows from which the asked-for parameters cannot be fitted; the message is one line."""
+
+
+@dataclass
+class Fit:
+    rates: Rates  # the base's, with the fitted values
+    fitted: list[str]
+    kept: dict[str, str] = field(default_factory=dict)  # parameter -> why it was kept from the base
+    rows: list[Checked] = field(default_factory=list)  # in-sample
+
+
+def operating_point(base: DeviceProfile, rows: Sequence[Measurement]) -> tuple[Rates, str | None]:
+    """The base's rates in the one power mode the rows are priced in, without measured steps (they would rescale
+    the fitted rates away for their family)."""
+    modes = {mode_for(base, m)[0] for m in rows}
+    if len(modes) > 1:
+        named = ", ".join(sorted(m or "default" for m in modes))
+        raise FitError(
+            f"the rows are in {len(modes)} of {base.name}'s power modes ({named}); a fit gives one operating point: "
+            "fit the rows of one mode at a time"
+        )
+    mode = modes.pop()
+    r = base.rates(mode)
+    return with_values(r, steps=()), mode
+
+
+def candidates(rates: Rates) -> tuple[str, ...]:
+    """Time parameters the model uses: without a memory bandwidth a profile is priced by FLOPs alone."""
+    return TIME_PARAMS if rates.roofline else ("flops",)
+
+
+def _log_values(rates: Rates, names: Sequence[str]) -> np.ndarray:
+    return np.array([math.log(min(max(getattr(rates, FIELD[n]), BOUNDS[n][0]), BOUNDS[n][1])) for n in names])
+
+
+def _at(rates: Rates, names: Sequence[str], x: np.ndarray) -> Rates:
+    return with_values(rates, **{FIELD[n]: float(math.exp(v)) for n, v in zip(names, x, strict=True)})
+
+
+def _residuals(rows: Sequence[Measurement], rates: Rates, names: Sequence[str], x: np.ndarray) -> np.ndarray:
+    r = _at(rates, names, x)
+    return np.array([math.log(predict_seconds(m, r) / m.time_s) for m in rows])
+
+
+def elasticities(rows: Sequence[Measurement], rates: Rates, names: Sequence[str]) -> np.ndarray:
+    """d log(predicted time) / d log(parameter), rows x parameters, by central differences."""
+    x = _log_values(rates, names)
+    cols = []
+    for j in range(len(names)):
+        e = np.zeros(len(names))
+        e[j] = _H
+        cols.append((_residuals(rows, rates, names, x + e) - _residuals(rows, rates, names, x - e)) / (2 * _H))
+    return np.stack(cols, axis=1)
+
+
+def determinable(jac: np.ndarray, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """(the parameters the rows determine, taken greedily by elasticity; why each other one is not)."""
+    size = np.abs(jac).max(axis=0) if jac.size else np.zeros(len(names))
+    keep: list[int] = []
+    why: dict[str, str] = {}
+    for j in np.argsort(-size, kind="stable"):
+        n = names[j]
+        if size[j] < MIN_ELASTICITY:
+            why[n] = "no row's time depends on it"
+            continue
+        cols = jac[:, [*keep, j]] / size[[*keep, j]]
+        s = np.zeros(cols.shape[1])  # fewer rows than parameters: the missing singular values are 0
+        got = np.linalg.svd(cols, compute_uv=False)
+        s[: len(got)] = got
+        if len(keep) and s[-1] < MIN_SEPARATION * s[0]:
+            why[n] = f"the rows cannot separate it from {', '.join(names[k] for k in keep)}"
+            continue
+        keep.append(int(j))
+    return [names[k] for k in sorted(keep)], why
+
+
+def _solve(rows: Sequence[Measurement], rates: Rates, names: Sequence[str]) -> Rates:
+    if not names:
+        return rates
+    lo = np.log([BOUNDS[n][0] for n in names])
+    hi = np.log([BOUNDS[n][1] for n in names])
+    x0 = np.clip(_log_values(rates, names), lo, hi)
+    res = least_squares(
+        lambda x: _residuals(rows, rates, names, x), x0, bounds=(lo, hi), method="trf",
+        ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=500,
+    )  # fmt: skip
+    return _at(rates, names, res.x)
+
+
+def fit_power(rows: Sequence[Measurement]) -> float | None:
+    """The geometric mean of the rows' measured average powers, W (None when no row has one)."""
+    p = [w for m in rows if (w := m.measured_power_w) is not None]
+    if not p:
+        return None
+    lo, hi = BOUNDS["train_w"]
+    return min(max(math.exp(sum(math.log(w) for w in p) / len(p)), lo), hi)
+
+
+def fit(
+    base: DeviceProfile, rows: Sequence[Measurement], rates: Rates, params: Sequence[str] | None = None
+) -> Fit:
+    """Fit ``params`` (None: every one the rows determine) of ``rates`` (``operating_point``) to ``rows``."""
+    want = [p for p in (params or PARAMS) if p in TIME_PARAMS]
+    usable = candidates(rates)
+    kept: dict[str, str] = {}
+    if params is not None:
+        unused = [p for p in want if p not in usable]
+        if unused:
+            raise FitError(
+                f"{base.name} has no compute.mem_bw_gbs, so time is FLOPs / FLOP/s and {', '.join(unused)} "
+                "is not used; fit flops only, or add compute.mem_bw_gbs to the base"
+            )
+    else:
+        kept.update({p: "the base has no compute.mem_bw_gbs (time is FLOPs / FLOP/s)" for p in TIME_PARAMS if p not in usable})
+        want = [p for p in want if p in usable]
+    while True:
+        solved = _solve(rows, rates, want)
+        ok, why = determinable(elasticities(rows, solved, want), want)
+        if not why:
+            break
+        if params is not None:
+            name, reason = next(iter(why.items()))
+            raise FitError(
+                f"the rows cannot determine {name} ({reason}); fit fewer parameters (--params "
+                f"{','.join(ok) or 'flops'}) or add rows of other workloads"
+            )
+        kept.update(why)
+        want = ok  # refit from the base without them: their drift in the first fit is arbitrary
+    fitted = list(want)
+    power = fit_power(rows)
+    if power is not None and (params is None or "train_w" in params):
+        solved = with_values(solved, train_w=power)
+        fitted.append("train_w")
+    elif params is not None and "train_w" in params:
+        raise FitError("the rows cannot determine train_w (no row publishes energy or power); leave it out of --params")
+    else:
+        kept.setdefault("train_w", "no row publishes energy or power")
+    return Fit(solved, fitted, kept, [check_row(m, base, solved) for m in rows])
+
+
+def workloads(rows: Sequence[Measurement]) -> list[tuple]:
+    """The distinct workloads (model, width, input shape, batch) in the rows' order."""
+    return list(dict.fromkeys(m.workload for m in rows))
+
+
+def leave_one_workload_out(base: DeviceProfile, rows: Sequence[Measurement], rates: Rates) -> tuple[list[Checked], int]:
+    """Each workload's rows predicted by a fit to every other workload's rows (every parameter those determine),
+    and how many of those fits kept a parameter from the base; ([], 0) with fewer than two workloads."""
+    loads = workloads(rows)
+    if len(loads) < 2:
+        return [], 0
+    out: list[Checked] = []
+    short = 0
+    for w in loads:
+        f = fit(base, [m for m in rows if m.workload != w], rates)
+        short += bool(set(f.kept) - {"train_w"} - set(k for k in TIME_PARAMS if k not in candidates(rates)))
+        out.extend(check_row(m, base, f.rates) for m in rows if m.workload == w)
+    order = {m.label: i for i, m in enumerate(rows)}
+    return sorted(out, key=lambda c: order[c.m.label]), short
