@@ -18,7 +18,7 @@ from iotfl_sim.catalog import FAILURE_REASONS
 from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
-from iotfl_sim.scenario.profile import KernelRates, MeasuredSteps
+from iotfl_sim.scenario.profile import KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
@@ -48,6 +48,8 @@ class Fleet:
     memory_units: str = "mb"
     kernels: list[KernelRates] = field(default_factory=list)  # per group: per-kind operator costs
     measured_steps: list[MeasuredSteps] = field(default_factory=list)  # per group: real steps timed on the profile's machine
+    # per group: the rates when training power depends on the work (fl.cost.energy), None for a constant train_w
+    activity_power: list[Rates | None] = field(default_factory=list)
     class_names: list[str] = field(default_factory=list)
     harvests: list[Harvest | None] = field(default_factory=list)  # per group
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # battery level at settled_at (harvesting devices)
@@ -109,6 +111,7 @@ class Fleet:
         fleet.memory_units = memory_units
         fleet.kernels = [r.kernels for r in rates]  # per group
         fleet.measured_steps = [r.steps for r in rates]  # per group
+        fleet.activity_power = [r if r.compute_w is not None else None for r in rates]
         fleet.radio = [RADIO_PRESETS[g.config.network.radio or g.profile.link.radio] for g in groups]
         fleet.preset_power = [g.config.network.power_model == "preset" for g in groups]
         fleet.link_jitter = per_device([g.config.network.jitter for g in groups])

@@ -161,7 +161,7 @@ class DeviceTasks:
             power = f.radio_power(d, up, sent * 8.0 / air) * air / (duration + rtt)
             reason, end = yield from self.activity(task, duration + rtt, power, "radio")
         if reason is None and preset.tail_s > 0:
-            dead = f.charge_lump(d, self.env.now, preset.tail_w * preset.tail_s, "radio")
+            dead = f.charge_lump(d, self.env.now, preset.tail_j, "radio")
             if dead is not None:
                 reason, end = "depleted", dead
         return reason, end
@@ -202,7 +202,8 @@ class DeviceTasks:
                 return
             flops, duration = self.training_time.task_cost(recipe_b, b.spec, d, rnd)
             host.log(rnd, d, "train_start", level=b.level, flops=flops)
-            reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
+            power = self.training_time.task_power(recipe_b, b.spec, d)
+            reason, at = yield from self.activity(task, duration, power, "compute", memory_need=need)
             if reason is not None:
                 oom = {"need": round(need / host.memory_scale, 4)} if reason == "oom" and need is not None else {}
                 self.fail(task, reason, at=at, phase="train", **oom)
