@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import BIG, base_scenario
-from test_system_model import MSG_BYTES, one_group, simulate
+from test_system_model import MSG_BYTES, events, one_group, simulate
 
 from iotfl_sim.fl.cost.energy import training_energy_j, training_power_w
 from iotfl_sim.fl.cost.opcost import StepParts, StepTrace
@@ -177,9 +177,11 @@ def test_engine_charges_each_technology_its_power_times_airtime(radio):
     prof = copy.deepcopy(BIG)
     prof["power"]["idle_w"] = 0.0
     prof["battery"] = {"capacity_j": None}
+    prof["compute"]["flops"] = 1e6  # training outlasts the download's LTE tail: each transfer has its full tail
     prof["link"] = {"radio": radio, "down_mbps": 0.2, "up_mbps": 0.1, "rtt_ms": 20.0}
     data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
     data["fleet"]["groups"][0]["network"] = {"power_model": "preset"}
+    data["server"] = {"deadline_s": 1e6}
     sim = simulate(data)
     p = RADIO_PRESETS[radio]
     expect = transfer_energy_j(p, False, MSG_BYTES, 0.2e6) + transfer_energy_j(p, True, MSG_BYTES, 0.1e6)
@@ -192,8 +194,11 @@ def test_lte_tail_is_charged_with_the_profiles_radio_power_too():
     prof = copy.deepcopy(BIG)
     prof["power"]["idle_w"] = 0.0
     prof["battery"] = {"capacity_j": None}
+    prof["compute"]["flops"] = 1e6  # training outlasts the download's tail
     prof["link"] = {"radio": "lte", "down_mbps": 10.0, "up_mbps": 5.0, "rtt_ms": 0.0}
-    sim = simulate(base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof)))
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
+    data["server"] = {"deadline_s": 1e6}
+    sim = simulate(data)
     expect = 1.0 * MSG_BYTES * 8 / 10e6 + 1.0 * MSG_BYTES * 8 / 5e6 + 2 * 11.576 * 1.06
     assert sim.fleet.energy["radio"][0] == pytest.approx(expect, rel=1e-9)
 
@@ -202,3 +207,22 @@ def test_yaml_round_trip_of_a_profile_with_terms():
     p = profile({"compute_w": 9.0, "memory_w": 5.0, "overhead_w": 4.0})
     again = DeviceProfile.model_validate(yaml.safe_load(yaml.safe_dump(p.model_dump())))
     assert again.rates() == p.rates()
+
+
+def test_a_transfer_inside_the_last_tail_cuts_it_so_one_connected_period_has_one_tail(tmp_path):
+    # training (on BIG's 1e10 FLOP/s) ends well inside the download's 11.576 s tail: the radio stays connected from
+    # the download's end to the upload's start, so that gap is charged at the tail's 1.06 W, and one full tail
+    # follows the upload (before: two full tails, 11.576 s of tail power counted twice over the gap)
+    prof = copy.deepcopy(BIG)
+    prof["power"]["idle_w"] = 0.0
+    prof["battery"] = {"capacity_j": None}
+    prof["link"] = {"radio": "lte", "down_mbps": 10.0, "up_mbps": 5.0, "rtt_ms": 0.0}
+    data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
+    data["fleet"]["groups"][0]["network"] = {"power_model": "preset"}
+    sim = simulate(data, tmp_path)
+    ev = {e["event"]: e["t"] for e in events(tmp_path) if e.get("device") == 0}
+    gap = ev["train_end"] - ev["arrive"]  # download end to upload start
+    assert 0 < gap < 11.576
+    air_down, air_up = MSG_BYTES * 8 / 10e6, MSG_BYTES * 8 / 5e6
+    expect = (0.05197 * 10 + 1.28804) * air_down + 1.06 * gap + (0.43839 * 5 + 1.28804) * air_up + 11.576 * 1.06
+    assert sim.fleet.energy["radio"][0] == pytest.approx(expect, abs=1e-5)  # the log rounds event times

@@ -122,6 +122,8 @@ class DeviceTasks:
         d = task.assignment.device
         g = f.group_of[d]
         preset = f.radio[g]
+        if preset.tail_s > 0:
+            f.cut_tail(d, self.env.now, preset.tail_w)
         loss, sigma = float(f.link_loss[d]), float(f.link_jitter[d])
         # the stream only when a draw is made: building a generator is most of a clean link's cost
         rng = stream(host.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
@@ -162,6 +164,7 @@ class DeviceTasks:
             reason, end = yield from self.activity(task, duration + rtt, power, "radio")
         if reason is None and preset.tail_s > 0:
             dead = f.charge_lump(d, self.env.now, preset.tail_j, "radio")
+            f.tail_until[d] = self.env.now + preset.tail_s
             if dead is not None:
                 reason, end = "depleted", dead
         return reason, end
