@@ -109,9 +109,11 @@ def test_fleet_figures_kept_incrementally_equal_the_full_computation():
 def test_lte_tail_energy_is_charged_after_each_transfer():
     prof = copy.deepcopy(BIG)
     prof["power"]["idle_w"] = 0.0
+    prof["compute"]["flops"] = 1e6  # training outlasts the download's 11.576 s tail: each transfer has its full tail
     prof["link"] = {"radio": "lte", "down_mbps": 10.0, "up_mbps": 5.0, "rtt_ms": 0.0}
     data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
     data["fleet"]["groups"][0]["network"] = {"power_model": "preset"}
+    data["server"] = {"deadline_s": 1e6}
     sim = simulate(data)
     air_down, air_up = MSG_BYTES * 8 / 10e6, MSG_BYTES * 8 / 5e6
     expect = (0.05197 * 10 + 1.28804) * air_down + (0.43839 * 5 + 1.28804) * air_up + 2 * 11.576 * 1.06

@@ -18,7 +18,7 @@ from iotfl_sim.catalog import FAILURE_REASONS
 from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
-from iotfl_sim.scenario.profile import KernelRates, MeasuredSteps
+from iotfl_sim.scenario.profile import KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
@@ -48,6 +48,8 @@ class Fleet:
     memory_units: str = "mb"
     kernels: list[KernelRates] = field(default_factory=list)  # per group: per-kind operator costs
     measured_steps: list[MeasuredSteps] = field(default_factory=list)  # per group: real steps timed on the profile's machine
+    # per group: the rates when training power depends on the work (fl.cost.energy), None for a constant train_w
+    activity_power: list[Rates | None] = field(default_factory=list)
     class_names: list[str] = field(default_factory=list)
     harvests: list[Harvest | None] = field(default_factory=list)  # per group
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # battery level at settled_at (harvesting devices)
@@ -56,6 +58,7 @@ class Fleet:
     link_jitter: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
     next_tx: np.ndarray = field(default_factory=lambda: np.zeros(0))  # duty cycle: earliest next transmission
+    tail_until: np.ndarray = field(default_factory=lambda: np.zeros(0))  # end of the radio tail charged last
     ou_tau: np.ndarray = field(default_factory=lambda: np.zeros(0))  # >0: OU memory with this correlation time
     ou_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # last OU sample (nan: none yet)
     ou_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -109,11 +112,13 @@ class Fleet:
         fleet.memory_units = memory_units
         fleet.kernels = [r.kernels for r in rates]  # per group
         fleet.measured_steps = [r.steps for r in rates]  # per group
+        fleet.activity_power = [r if r.compute_w is not None else None for r in rates]
         fleet.radio = [RADIO_PRESETS[g.config.network.radio or g.profile.link.radio] for g in groups]
         fleet.preset_power = [g.config.network.power_model == "preset" for g in groups]
         fleet.link_jitter = per_device([g.config.network.jitter for g in groups])
         fleet.link_loss = per_device([g.config.network.loss for g in groups])
         fleet.next_tx = np.zeros(n)
+        fleet.tail_until = np.zeros(n)
         fleet.ou_tau = per_device([g.config.memory.tau_s if g.config.memory.process == "ou" else 0.0 for g in groups])
         fleet.ou_value = np.full(n, np.nan)
         fleet.ou_time = np.zeros(n)
@@ -333,7 +338,7 @@ class Fleet:
             return float(max(t, self.depleted_at[d]))
         h = self.harvests[self.group_of[d]]
         if h is not None:
-            self.level[d] -= joules
+            self.level[d] = min(self.level[d] - joules, self.capacity_j[d])  # a refund (< 0) never overfills
             if self.level[d] > 0:
                 self._add(d, kind, joules)
                 self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], h))
@@ -353,6 +358,15 @@ class Fleet:
         self._set_depleted(d, t)
         self._kill_if_due(d, t)
         return t
+
+    def cut_tail(self, d: int, t: float, tail_w: float) -> None:
+        """A transfer starting at ``t`` inside the tail charged after the last one ends that tail there (the radio
+        stays connected and sends again): refund the part of the tail not spent, so one connected period is
+        charged one tail, after its last transfer."""
+        left = self.tail_until[d] - t
+        if left > 0 and not self.dead[d]:
+            self.tail_until[d] = t
+            self.charge_lump(d, t, -tail_w * left, "radio")
 
     def energy_total(self, t: float) -> np.ndarray:
         """Energy used by every device up to ``t`` (J), idle draw included, without mutating state (O(devices))."""

@@ -36,6 +36,11 @@ class RadioPreset:
     lte_model: bool = False
     source: str = ""
 
+    @property
+    def tail_j(self) -> float:
+        """Energy of the tail after a transfer (J, above idle): charged once per message, not per packet."""
+        return self.tail_w * self.tail_s
+
 
 LTE_A_UP_W_PER_MBPS = 0.43839
 LTE_A_DOWN_W_PER_MBPS = 0.05197
@@ -69,6 +74,15 @@ def transfer_power(preset: RadioPreset, up: bool, throughput_bps: float) -> floa
         a = LTE_A_UP_W_PER_MBPS if up else LTE_A_DOWN_W_PER_MBPS
         return a * throughput_bps / 1e6 + LTE_BASE_W
     return preset.tx_w if up else preset.rx_w
+
+
+def transfer_energy_j(preset: RadioPreset, up: bool, nbytes: float, throughput_bps: float) -> float:
+    """Radio energy (J, above the board's idle power) of one message of ``nbytes`` at ``throughput_bps`` with the
+    preset's power model: power x airtime, plus the tail once after the message. A duty cycle's silences and the
+    round-trip wait draw no radio power (the board's idle power covers them), so they add nothing here; this is
+    what ``sim.device`` charges for a transfer on a link of its own (``network.power_model: preset``)."""
+    airtime = nbytes * 8.0 / throughput_bps
+    return transfer_power(preset, up, throughput_bps) * airtime + preset.tail_j
 
 
 def retransmitted_bytes(nbytes: float, loss: float, rng: np.random.Generator) -> float:

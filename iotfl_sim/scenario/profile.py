@@ -27,7 +27,35 @@ class Jitter(Strict):
     sigma: float = Field(0.1, ge=0.0, description="spread of the multiplicative noise on compute time (0: none)")
 
 
-class PowerMode(Strict):
+class ActivityPower(Strict):
+    """Training power that depends on what the device is doing (``fl.cost.energy.training_power_w``): board power
+    while the step is compute-bound, memory-bound, and dispatching operators. Set ``compute_w`` and ``memory_w``
+    together, or neither (then training draws the constant ``train_w``)."""
+
+    compute_w: float | None = Field(
+        None, gt=0, description="board power while training ops are compute-bound (roofline), W; with memory_w"
+    )
+    memory_w: float | None = Field(
+        None, gt=0, description="board power while training ops are memory-bound (roofline), W; with compute_w"
+    )
+    overhead_w: float | None = Field(
+        None, gt=0, description="board power during per-op dispatch overhead, W (null: memory_w); needs compute_w"
+    )
+
+    @model_validator(mode="after")
+    def _terms_together(self) -> ActivityPower:
+        if (self.compute_w is None) != (self.memory_w is None):
+            missing = "memory_w" if self.memory_w is None else "compute_w"
+            raise ValueError(f"{missing} is missing: set compute_w and memory_w together, or neither")
+        if self.overhead_w is not None and self.compute_w is None:
+            raise ValueError("overhead_w needs compute_w and memory_w: set all three, or only train_w")
+        return self
+
+    def terms(self) -> tuple[float | None, float | None, float | None]:
+        return self.compute_w, self.memory_w, self.overhead_w
+
+
+class PowerMode(ActivityPower):
     flops: float = Field(gt=0, description="sustained training FLOP/s in this mode")
     train_w: float = Field(gt=0, description="board power while training in this mode, W")
     mem_bw_gbs: float | None = Field(None, gt=0, description="achieved memory bandwidth in this mode, GB/s (null: the profile's)")
@@ -74,6 +102,10 @@ class Rates:
     op_overhead_s: float  # seconds per dispatched operator
     kernels: KernelRates = ()
     steps: MeasuredSteps = ()  # real steps timed on the machine: the family's price is scaled to them
+    # activity-dependent training power (fl.cost.energy.training_power_w); None: the constant train_w
+    compute_w: float | None = None
+    memory_w: float | None = None
+    overhead_w: float | None = None
 
     @property
     def roofline(self) -> bool:
@@ -126,7 +158,7 @@ class Memory(Strict):
     sigma_mb: float = Field(0.0, ge=0, description="std of u in r = r_M - |u|, u ~ N(0, sigma^2)")
 
 
-class Power(Strict):
+class Power(ActivityPower):
     idle_w: float = Field(ge=0)
     train_w: float = Field(ge=0)
     tx_w: float = Field(ge=0)
@@ -214,7 +246,8 @@ class DeviceProfile(Strict):
         steps = () if m is not None else tuple(
             (s.family, tuple(s.input), s.batch, s.seconds) for s in self.compute.measured_steps or ()
         )
-        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6, kernels, steps)
+        terms = (m if m is not None else self.power).terms()  # a mode's operating point has its own levels
+        return Rates(flops, train_w, None if bw is None else bw * 1e9, (ov or 0.0) * 1e-6, kernels, steps, *terms)
 
     def power_warnings(self) -> list[str]:
         """Power figures of 0 W: such devices spend no energy on that activity (``profiles measure`` writes 0 W

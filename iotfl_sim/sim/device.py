@@ -122,6 +122,8 @@ class DeviceTasks:
         d = task.assignment.device
         g = f.group_of[d]
         preset = f.radio[g]
+        if preset.tail_s > 0:
+            f.cut_tail(d, self.env.now, preset.tail_w)
         loss, sigma = float(f.link_loss[d]), float(f.link_jitter[d])
         # the stream only when a draw is made: building a generator is most of a clean link's cost
         rng = stream(host.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
@@ -161,7 +163,8 @@ class DeviceTasks:
             power = f.radio_power(d, up, sent * 8.0 / air) * air / (duration + rtt)
             reason, end = yield from self.activity(task, duration + rtt, power, "radio")
         if reason is None and preset.tail_s > 0:
-            dead = f.charge_lump(d, self.env.now, preset.tail_w * preset.tail_s, "radio")
+            dead = f.charge_lump(d, self.env.now, preset.tail_j, "radio")
+            f.tail_until[d] = self.env.now + preset.tail_s
             if dead is not None:
                 reason, end = "depleted", dead
         return reason, end
@@ -202,7 +205,8 @@ class DeviceTasks:
                 return
             flops, duration = self.training_time.task_cost(recipe_b, b.spec, d, rnd)
             host.log(rnd, d, "train_start", level=b.level, flops=flops)
-            reason, at = yield from self.activity(task, duration, float(f.train_w[d]), "compute", memory_need=need)
+            power = self.training_time.task_power(recipe_b, b.spec, d)
+            reason, at = yield from self.activity(task, duration, power, "compute", memory_need=need)
             if reason is not None:
                 oom = {"need": round(need / host.memory_scale, 4)} if reason == "oom" and need is not None else {}
                 self.fail(task, reason, at=at, phase="train", **oom)

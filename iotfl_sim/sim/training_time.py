@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from iotfl_sim.fl.cost import opcost
+from iotfl_sim.fl.cost.energy import training_power_w
 from iotfl_sim.fleet.fleet import Fleet
 
 
@@ -46,6 +47,19 @@ class TrainingTime:
         return opcost.device_train_seconds(
             recipe, spec, per_epoch, self.epochs, self.batch_size, f.flops[d], rates, self.step_options
         )
+
+    def task_power(self, recipe: Any, spec: Any, d: int) -> float:
+        """Board power (W) of device ``d`` while training ``spec``: the profile's constant ``train_w``, or, when
+        it sets activity terms, ``fl.cost.energy.training_power_w`` over the training's roofline parts."""
+        f = self.fleet
+        terms = f.activity_power[f.group_of[d]] if f.activity_power else None
+        if terms is None:
+            return float(f.train_w[d])
+        rates = f.roofline(d) if self.roofline else None
+        parts = opcost.device_train_parts(
+            recipe, spec, int(self.samples_per_device[d]), self.epochs, self.batch_size, f.flops[d], rates, self.step_options
+        )
+        return training_power_w(terms, parts)
 
     def predict(self, recipe: Any, spec: Any) -> np.ndarray:
         """``declared_seconds`` of every device, computed once per distinct (compute rates, group, samples)."""

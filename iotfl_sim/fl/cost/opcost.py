@@ -200,12 +200,52 @@ class StepTrace:
         self, flops_per_s: float, bytes_per_s: float, overhead_s: float, kernels: KernelRates = ()
     ) -> np.ndarray:
         """Each op's roofline seconds (``time`` is their sum), for breaking a step's price down by kind."""
-        extra, curves = _kernel_arrays(self.names, kernels)
+        extra, _ = _kernel_arrays(self.names, kernels)
+        rate = self._rates(flops_per_s, kernels)
+        return np.maximum(self.flops / rate, self.bytes / bytes_per_s) + overhead_s + extra
+
+    def parts(self, flops_per_s: float, bytes_per_s: float, overhead_s: float, kernels: KernelRates = ()) -> StepParts:
+        """The step's roofline seconds split by what bounds each op (``StepParts``); the parts sum to ``time``."""
+        extra, _ = _kernel_arrays(self.names, kernels)
+        compute = self.flops / self._rates(flops_per_s, kernels)
+        memory = self.bytes / bytes_per_s
+        bound = compute >= memory  # a tie counts as compute-bound
+        return StepParts(
+            float(compute[bound].sum()), float(memory[~bound].sum()), float(self.n_ops * overhead_s + extra.sum())
+        )
+
+    def _rates(self, flops_per_s: float, kernels: KernelRates) -> np.ndarray:
+        """Each op's FLOP/s: the device's, or its kind's own rate curve from ``kernels``."""
+        _, curves = _kernel_arrays(self.names, kernels)
         rate = np.full(len(self.names), float(flops_per_s))
         for idx, pts in curves:
             f = np.log(np.maximum(self.flops[idx], 1.0))
             rate[idx] = np.exp(np.interp(f, np.log([p[0] for p in pts]), np.log([p[1] for p in pts])))
-        return np.maximum(self.flops / rate, self.bytes / bytes_per_s) + overhead_s + extra
+        return rate
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """Seconds of training split by what bounds them, as the roofline prices each op (``StepTrace.parts``).
+
+    ``compute_s``: the ops whose FLOPs take at least as long as their bytes (sum of FLOPs / FLOP/s over them);
+    ``memory_s``: the other ops (sum of bytes / bytes/s); ``overhead_s``: per-op dispatch and per-kind fixed costs.
+    Training power that depends on the work (``fl.cost.energy``) weighs its levels by these times.
+    """
+
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.memory_s + self.overhead_s
+
+    def __add__(self, other: StepParts) -> StepParts:
+        return StepParts(self.compute_s + other.compute_s, self.memory_s + other.memory_s, self.overhead_s + other.overhead_s)
+
+    def scaled(self, k: float) -> StepParts:
+        return StepParts(self.compute_s * k, self.memory_s * k, self.overhead_s * k)
 
 
 @lru_cache(maxsize=1024)
@@ -438,6 +478,46 @@ def device_train_seconds(
         return float(recipe.cost(spec).train_flops(samples * epochs) / flops_per_s)
     flops_s, bw, overhead, kernels, steps = roofline
     return train_seconds(recipe, spec, samples, epochs, batch, flops_s, bw, overhead, options, kernels, steps)
+
+
+@lru_cache(maxsize=65536)
+def step_parts(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    batch: int,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    options: StepOptions = StepOptions(),
+    kernels: KernelRates = (),
+    steps: MeasuredSteps = (),
+) -> StepParts:
+    """``step_time`` split by what bounds each op; a measured step's scale applies to every part alike."""
+    parts = step_trace(recipe, spec, batch, options).parts(flops_per_s, bytes_per_s, overhead_s, kernels)
+    return parts.scaled(measured_scale(recipe, flops_per_s, bytes_per_s, overhead_s, kernels, steps))
+
+
+def device_train_parts(
+    recipe: ModelRecipe,
+    spec: SubmodelSpec,
+    samples: int,
+    epochs: int,
+    batch: int,
+    flops_per_s: float,
+    roofline: Roofline | None,
+    options: StepOptions = StepOptions(),
+) -> StepParts:
+    """``device_train_seconds`` split by what bounds the time (``StepParts``): batch by batch as ``train_seconds``
+    prices them. The FLOPs-only rule (no roofline) knows only arithmetic, so all of its time is compute-bound."""
+    if roofline is None:
+        return StepParts(device_train_seconds(recipe, spec, samples, epochs, batch, flops_per_s, None, options), 0.0, 0.0)
+    flops_s, bw, overhead, kernels, steps = roofline
+    full, rest = steps_of(samples, batch)
+    rates = (flops_s, bw, overhead, options, kernels, steps)
+    parts = step_parts(recipe, spec, batch, *rates).scaled(full) if full else StepParts(0.0, 0.0, 0.0)
+    if rest:
+        parts = parts + step_parts(recipe, spec, rest, *rates)
+    return parts.scaled(epochs)
 
 
 def train_flops(
