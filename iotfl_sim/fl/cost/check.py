@@ -12,6 +12,7 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.cost.corpus import DEPTH_FAMILIES, CorpusError, Measurement
@@ -76,17 +77,27 @@ def spec_of(m: Measurement) -> SubmodelSpec:
     return SubmodelSpec(m.width)
 
 
-def predict_seconds(m: Measurement, rates: Rates) -> float:
-    """Seconds the engine prices the row's training at, on a device with ``rates``."""
+def _priced(m: Measurement, rates: Rates, price: Callable[..., Any]) -> Any:
+    """``price`` (``opcost.device_train_seconds`` or ``device_train_parts``) of the row's training on ``rates``."""
     ch, h, w = m.input_shape
     recipe = ModelRecipe(m.model, m.classes, ch, (h, w))
     roofline = (rates.flops, rates.mem_bw, rates.op_overhead_s, rates.kernels, rates.steps) if rates.roofline else None
     try:
-        return opcost.device_train_seconds(
-            recipe, spec_of(m), m.samples_total, 1, m.batch_size, rates.flops, roofline, STEP
-        )
+        return price(recipe, spec_of(m), m.samples_total, 1, m.batch_size, rates.flops, roofline, STEP)
     except (ValueError, RuntimeError, NotImplementedError) as e:  # the family refuses the shape
         raise build_error(m, e) from None
+
+
+def predict_seconds(m: Measurement, rates: Rates) -> float:
+    """Seconds the engine prices the row's training at, on a device with ``rates``."""
+    return _priced(m, rates, opcost.device_train_seconds)
+
+
+def predict_energy_j(m: Measurement, rates: Rates, seconds: float) -> float:
+    """Joules the engine charges for the row's training (``energy.training_energy_j``: the constant ``train_w``, or
+    the activity-dependent power over the training's roofline parts when the rates set its terms)."""
+    parts = _priced(m, rates, opcost.device_train_parts) if rates.compute_w is not None else None
+    return training_energy_j(rates, seconds, parts)
 
 
 def check_row(m: Measurement, profile: DeviceProfile, rates: Rates | None = None) -> Checked:
@@ -94,7 +105,7 @@ def check_row(m: Measurement, profile: DeviceProfile, rates: Rates | None = None
     mode, note = mode_for(profile, m)
     r = rates if rates is not None else profile.rates(mode)
     t = predict_seconds(m, r)
-    return Checked(m, profile.name, mode or "", t, training_energy_j(r.train_w, t), note)
+    return Checked(m, profile.name, mode or "", t, predict_energy_j(m, r, t), note)
 
 
 def with_values(rates: Rates, **values: float) -> Rates:
