@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from claims_groups import Claim, gt
 
-TITLE = "5. FedX: Figs. 3-6 on HAR, eq. 2 vs the shuffle, DAdaQuant in FedX's setting"
+TITLE = "FedX (Lai et al., DCOSS-IoT 2025): Figs. 3-6 on HAR, eq. 2 vs the shuffle, DAdaQuant in FedX's setting"
 
 SETTING = """\
 **Setting (hour).** UCI HAR in full, one device per train subject (21), FedX's disjoint server split (Sec. IV-B,
