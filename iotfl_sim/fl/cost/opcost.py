@@ -247,6 +247,9 @@ class StepParts:
     def scaled(self, k: float) -> StepParts:
         return StepParts(self.compute_s * k, self.memory_s * k, self.overhead_s * k)
 
+    def __rmul__(self, k: float) -> StepParts:  # k x parts, as k x seconds: what ``_over_batches`` writes
+        return self.scaled(k)
+
 
 @lru_cache(maxsize=1024)
 def _kernel_arrays(names: tuple[str, ...], kernels: KernelRates) -> tuple[np.ndarray, list[tuple[np.ndarray, tuple]]]:
@@ -434,6 +437,18 @@ def steps_of(samples: int, batch: int) -> tuple[int, int]:
     return full, rest
 
 
+def _over_batches(price: Callable[[int], Any], samples: int, epochs: int, batch: int, zero: Any) -> Any:
+    """``epochs`` x (full batches x ``price(batch)`` + ``price`` of the last partial batch), batches as
+    ``steps_of`` cuts them: the one rule by which training seconds, their ``StepParts`` and FLOPs add up over a
+    local round (a float or ``StepParts``, ``zero`` of the same type; the same operations in the same order
+    either way, so each total keeps its bits)."""
+    full, rest = steps_of(samples, batch)
+    total = full * price(batch) if full else zero
+    if rest:
+        total = total + price(rest)
+    return epochs * total
+
+
 def train_seconds(
     recipe: ModelRecipe,
     spec: SubmodelSpec,
@@ -448,12 +463,8 @@ def train_seconds(
     steps: MeasuredSteps = (),
 ) -> float:
     """Roofline training time of ``epochs`` passes over ``samples`` samples at ``batch`` per step."""
-    full, rest = steps_of(samples, batch)
     rates = (flops_per_s, bytes_per_s, overhead_s, options, kernels, steps)
-    t = full * step_time(recipe, spec, batch, *rates) if full else 0.0
-    if rest:
-        t += step_time(recipe, spec, rest, *rates)
-    return epochs * t
+    return _over_batches(lambda b: step_time(recipe, spec, b, *rates), samples, epochs, batch, 0.0)
 
 
 # The roofline rates of one device, as ``fleet.Fleet.roofline`` gives them: (FLOP/s, bytes/s, seconds per op,
@@ -492,7 +503,12 @@ def step_parts(
     kernels: KernelRates = (),
     steps: MeasuredSteps = (),
 ) -> StepParts:
-    """``step_time`` split by what bounds each op; a measured step's scale applies to every part alike."""
+    """``step_time`` split by what bounds each op; a measured step's scale applies to every part alike.
+
+    Not folded into ``step_time`` (as ``step_parts(...).total_s``): ``StepTrace.time`` sums max(compute, memory)
+    over all ops in one reduction and then adds the overhead, where the parts sum the compute-bound and
+    memory-bound subsets apart; the totals agree to rounding but not bit for bit, and every training time (the
+    golden digests) is priced by ``step_time``."""
     parts = step_trace(recipe, spec, batch, options).parts(flops_per_s, bytes_per_s, overhead_s, kernels)
     return parts.scaled(measured_scale(recipe, flops_per_s, bytes_per_s, overhead_s, kernels, steps))
 
@@ -512,23 +528,15 @@ def device_train_parts(
     if roofline is None:
         return StepParts(device_train_seconds(recipe, spec, samples, epochs, batch, flops_per_s, None, options), 0.0, 0.0)
     flops_s, bw, overhead, kernels, steps = roofline
-    full, rest = steps_of(samples, batch)
     rates = (flops_s, bw, overhead, options, kernels, steps)
-    parts = step_parts(recipe, spec, batch, *rates).scaled(full) if full else StepParts(0.0, 0.0, 0.0)
-    if rest:
-        parts = parts + step_parts(recipe, spec, rest, *rates)
-    return parts.scaled(epochs)
+    return _over_batches(lambda b: step_parts(recipe, spec, b, *rates), samples, epochs, batch, StepParts(0.0, 0.0, 0.0))
 
 
 def train_flops(
     recipe: ModelRecipe, spec: SubmodelSpec, samples: int, epochs: int, batch: int, options: StepOptions = StepOptions()
 ) -> float:
     """Traced FLOPs of the same training (forward, backward and optimizer of every step)."""
-    full, rest = steps_of(samples, batch)
-    f = full * step_trace(recipe, spec, batch, options).total_flops if full else 0.0
-    if rest:
-        f += step_trace(recipe, spec, rest, options).total_flops
-    return epochs * f
+    return _over_batches(lambda b: step_trace(recipe, spec, b, options).total_flops, samples, epochs, batch, 0.0)
 
 
 def infer_seconds(
