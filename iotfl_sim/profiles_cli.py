@@ -294,6 +294,9 @@ def fit_report(base, f, rates, mode, rows, held, short, n_loads) -> str:  # noqa
     return text
 
 
+ACTIVITY_LEVELS = ("compute_w", "memory_w", "overhead_w")  # fl.cost.energy's work-dependent power levels
+
+
 def fitted_profile_yaml(base, f, mode, name: str, command: str, rows, held) -> str:  # noqa: ANN001
     """The base profile with the fitted values and a source line saying what was fitted from which rows."""
     from pydantic import ValidationError
@@ -310,6 +313,9 @@ def fitted_profile_yaml(base, f, mode, name: str, command: str, rows, held) -> s
             notes.append(f"power modes of {base.name} dropped: the fit is one operating point ({mode or 'its default'})")
     if comp.pop("measured_steps", None):
         notes.append(f"compute.measured_steps of {base.name} dropped: they would rescale the fitted rates for their family")
+    levels = [k for k in ACTIVITY_LEVELS if data["power"].pop(k, None) is not None] if "train_w" in f.fitted else []
+    if levels:
+        notes.append(f"power.{', power.'.join(levels)} of {base.name} dropped: the fitted constant train_w replaces them")
     for pname in f.fitted:
         key, scale, _ = VALUE[pname]
         section, field = key.split(".")

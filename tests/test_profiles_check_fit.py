@@ -190,6 +190,27 @@ def test_fit_recovers_known_parameters_within_one_percent(tmp_path, monkeypatch,
     assert "syn.csv:r0s3" in src and "compute.flops, compute.mem_bw_gbs, compute.op_overhead_us, power.train_w" in src
 
 
+def test_a_fitted_train_w_replaces_the_bases_activity_levels(tmp_path, monkeypatch, capsys):
+    """A base with work-dependent power levels: the levels would override a fitted train_w (fl.cost.energy), so
+    the fit drops them and says so, and the fitted profile charges train_w x time."""
+    monkeypatch.chdir(tmp_path)
+    synthetic_rows(tmp_path)
+    start = profile_yaml(tmp_path / "start.yaml", flops=3.2e10, mem_bw_gbs=3.0, op_overhead_us=100.0, train_w=7.5)
+    data = yaml.safe_load(start.read_text())
+    data["power"].update(compute_w=9.0, memory_w=4.0)
+    start.write_text(yaml.safe_dump(data))
+    assert main(["profiles", "fit", "start.yaml", "--against", "syn.csv", "--out", "fitted.yaml"]) == 0
+    capsys.readouterr()
+    got = yaml.safe_load(Path("fitted.yaml").read_text())
+    assert "compute_w" not in got["power"] and "memory_w" not in got["power"]
+    assert any("power.compute_w, power.memory_w of start dropped" in x for x in got["sources"])
+    from iotfl_sim.scenario.loader import load_profile
+
+    m = Measurement("x", 0, "", "", "sbc", "", "", "mlp", 1.0, (1, 28, 28), 10, 8, 3, 1.0, None, None, "", "")
+    row = check.check_row(m, load_profile(str(Path("fitted.yaml").resolve())))
+    assert row.energy_j == pytest.approx(got["power"]["train_w"] * row.time_s, rel=1e-12)
+
+
 def test_one_workload_fits_one_time_parameter_and_says_which_were_kept(tmp_path, monkeypatch, capsys):
     """Two step counts of one workload are one equation: FLOP/s and overhead trade off exactly."""
     monkeypatch.chdir(tmp_path)

@@ -109,7 +109,7 @@ def check_row(m: Measurement, profile: DeviceProfile, rates: Rates | None = None
 
 
 def with_values(rates: Rates, **values: float) -> Rates:
-    """``rates`` with some of flops, mem_bw, op_overhead_s, train_w replaced."""
+    """``rates`` with some of its values (flops, mem_bw, op_overhead_s, train_w, the activity levels) replaced."""
     return dataclasses.replace(rates, **values)
 
 

@@ -173,7 +173,8 @@ def fit(
     fitted = list(want)
     power = fit_power(rows)
     if power is not None and (params is None or "train_w" in params):
-        solved = with_values(solved, train_w=power)
+        # a fitted constant power replaces the base's activity levels, which would otherwise override it
+        solved = with_values(solved, train_w=power, compute_w=None, memory_w=None, overhead_w=None)
         fitted.append("train_w")
     elif params is not None and "train_w" in params:
         raise FitError(
