@@ -346,3 +346,28 @@ def test_measured_steps_reach_the_rates_outside_power_modes_only():
     with pytest.raises(Exception, match="seconds"):
         full["compute"]["measured_steps"][0]["seconds"] = 0.0
         DeviceProfile.model_validate(full)
+
+
+def test_the_cpu_boards_depthwise_rate_prices_a_depthwise_call_as_profile_derivations_says():
+    """benchmarks/profile_derivations.md#raspberry_pi_4b: the Pi 4's grouped-convolution rate is
+    1.7287e9 FLOP / (15.274 - 2.348 - 34 x 30 us) s = 1.34e8 FLOP/s (jafermarq's Pi 4 MobileNetV2 step); the
+    Pi 5's is 2x it (as its flops), the QCS605 kit's its flops x the Pi 4's 1.34e8 / 1.6e10."""
+    import numpy as np
+
+    pi4, pi5, kit = (load_profile(n).rates() for n in ("raspberry_pi_4b", "raspberry_pi_5", "qualcomm_ai_kit"))
+    assert 1.7287e9 / (15.274 - 2.348 - 34 * 30e-6) == pytest.approx(1.34e8, rel=5e-3)
+    # one depthwise 3x3 call, 96 channels at 56x56, batch 16 (a MobileNetV2 stage-2 shape), forward and backward
+    x = torch.empty(16, 96, 56, 56, device="meta", requires_grad=True)
+    w = torch.empty(96, 1, 3, 3, device="meta", requires_grad=True)
+    rec = record(lambda: F.conv2d(x, w, padding=1, groups=96).sum().backward())
+    macs = 16 * 96 * 56 * 56 * 9  # one 3x3 window per output element, one input channel per group
+    for rates, rate in ((pi4, 1.34e8), (pi5, 2 * 1.34e8), (kit, 1.5e10 * 1.34e8 / 1.6e10)):
+        t = StepTrace(1, tuple(rec.names), np.array(rec.flops, float), np.array(rec.bytes, float))
+        times = dict(zip(rec.names, t.op_times(rates.flops, rates.mem_bw, rates.op_overhead_s, rates.kernels), strict=True))
+        # forward: 2 x MACs at the grouped rate (compute-bound: 0.0385 GB at 5-8.5 GB/s is < 8 ms) plus the op overhead
+        assert times["convolution_grouped"] == pytest.approx(2 * macs / rate + rates.op_overhead_s, rel=5e-3)
+        # backward: grad_input and grad_weight, one forward's FLOPs each
+        assert times["convolution_backward_grouped"] == pytest.approx(4 * macs / rate + rates.op_overhead_s, rel=5e-3)
+        # a dense call of the same FLOPs stays at the profile's dense rate
+        dense = StepTrace(1, ("convolution",), np.array([2.0 * macs]), np.zeros(1))
+        assert dense.time(rates.flops, rates.mem_bw, 0.0, rates.kernels) == pytest.approx(2 * macs / rates.flops)
