@@ -131,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         except ScenarioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if missing := [f for f in folders if not (f / "study.json").is_file()]:
-            print(f"error: no study folder {missing[0]}: run without --report-only first", file=sys.stderr)
+        if not (folders[0] / "study.json").is_file():
+            print(f"error: no study folder {folders[0]}: run without --report-only first", file=sys.stderr)
             return 2
+        for extra in [f for f in folders[1:] if not (f / "study.json").is_file()]:
+            print(f"claims: no study folder {extra} yet: its variants' claims stay without seeds", file=sys.stderr)
+        folders = [f for f in folders if (f / "study.json").is_file()]
         csv_path = report(args.group, args.scale, folders, args.data, args.md)
         print(f"claims: wrote {csv_path} and {args.md}")
         return 0
