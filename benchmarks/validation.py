@@ -232,20 +232,20 @@ CAUSES: list[tuple[str, Callable[[Measurement], bool], str]] = [
      "work fits one or the other."),
     ("b", lambda m: m.profile == "raspberry_pi_4b",
      "Two workloads, leave-one-workload-out: each fit sees one workload, which determines FLOP/s only (bandwidth and "
-     "per-op overhead kept from the profile), so the rate the Pi 4 reaches on a depthwise MobileNetV2 is carried to a "
-     "dense ResNet18 and back; on this board the two differ by about 6x (section (a))."),
+     "per-op overhead kept from the profile); the grouped-convolution rate keeps the profile's ratio to it, which "
+     "these same two rows set (section (a)), so the pair is not independent evidence."),
     ("b", lambda m: m.profile == "raspberry_pi_5" and m.model == "resnet18",
      "Leave-one-source-out: fitted on FedX's 12 rows (depthwise MobileNetV3 and the HAR 1-D CNN, small inputs at "
      "batch 32), then asked for a dense ResNet18 at 3x56x56, "
      "which the other source's two rows put near 50 GFLOP/s. One operating point per board cannot hold both kinds "
-     "of network: the fit moves FLOP/s, bandwidth and per-op overhead, not the grouped-convolution rate, which stays "
-     "the one carried from the Pi 4."),
+     "of network: the fit scales the grouped-convolution rate with the dense one at the Pi 4's ratio (`fl.cost.fit`), "
+     "not at a ratio of this board's own."),
     ("b", lambda m: m.file.endswith("fedx.csv") and m.profile in DW_CARRIED,
-     "The fit moves FLOP/s, bandwidth and per-op overhead (`fl.cost.fit`), not the per-kind kernel rates, so the "
-     "grouped-convolution rate carried from the Pi 4 stays and overprices the large MobileNetV3 sub-networks and "
-     "the 64x64 inputs as in (a). The Pi 5's HAR-Wild rows are held out from a fit on the other source's ResNet18 and "
-     "MobileNetV2, whose times the dense rate and the depthwise rate explain without raising the per-op overhead "
-     "that the tiny 1-D CNN's step is made of."),
+     "The fit scales the grouped-convolution rate with the fitted dense rate (`fl.cost.fit`), keeping the ratio "
+     "carried from the Pi 4's MobileNetV2, a flat FLOP/s that overprices the large MobileNetV3 sub-networks' 5x5 "
+     "depthwise kernels and the 64x64 inputs as in (a). The Pi 5's FedX rows are held out from a fit on the other "
+     "source's ResNet18 and MobileNetV2, whose times the dense rate and that ratio explain without raising the "
+     "per-op overhead that the tiny 1-D CNN's (HAR-Wild) step is made of."),
     ("b", lambda m: "Jetson Nano (CPU" in m.device and m.model == "harwild",
      "The HAR-Wild 1-D CNN is this repository's reconstruction (layers chosen to match FedX's parameter counts, input "
      "9x1x128 assumed: `validation/SOURCES.md`); its step is a few dozen tiny ops, so its time is the per-op overhead "

@@ -320,6 +320,16 @@ def fitted_profile_yaml(base, f, mode, name: str, command: str, rows, held) -> s
         key, scale, _ = VALUE[pname]
         section, field = key.split(".")
         data[section][field] = float(f"{_value(f.rates, pname):.5g}")
+    if comp.get("kernels") and f.kernel_scale != 1.0:
+        for k in comp["kernels"].values():  # they keep their ratio to the fitted compute.flops (fl.cost.fit)
+            if "flops" in k:
+                k["flops"] = float(f"{k['flops'] * f.kernel_scale:.5g}")
+            if "flops_curve" in k:
+                k["flops_curve"] = [[n, float(f"{r * f.kernel_scale:.5g}")] for n, r in k["flops_curve"]]
+        notes.append(
+            f"compute.kernels FLOP/s of {base.name} scaled by {f.kernel_scale:.4g} (fitted / base compute.flops): "
+            "the ratio of a kernel's rate to the dense rate is kept from the base, which the rows rarely determine"
+        )
     labels = [m.label for m in rows]
     listed = ", ".join(labels[:MAX_LISTED_ROWS]) + (f" and {len(labels) - MAX_LISTED_ROWS} more" if len(labels) > MAX_LISTED_ROWS else "")
     fitted = ", ".join(VALUE[p][0] for p in f.fitted) or "nothing"

@@ -190,6 +190,40 @@ def test_fit_recovers_known_parameters_within_one_percent(tmp_path, monkeypatch,
     assert "syn.csv:r0s3" in src and "compute.flops, compute.mem_bw_gbs, compute.op_overhead_us, power.train_w" in src
 
 
+def test_a_fit_keeps_the_bases_kernel_rates_relative_to_its_dense_rate(tmp_path, monkeypatch, capsys):
+    """A base whose grouped (depthwise) convolutions run at 1/10 of its dense FLOP/s; rows made by a board 2x as
+    fast with its grouped convolutions at 1/10 of that. The fit scales the kernel rates with the dense rate, so it
+    recovers the board's FLOP/s and writes the kernels at 1/10 of it (left absolute, the depthwise rows would pull
+    the dense rate off)."""
+    monkeypatch.chdir(tmp_path)
+
+    def with_kernels(path: Path, flops: float) -> Path:
+        profile_yaml(path, flops=flops, mem_bw_gbs=TRUE["mem_bw_gbs"], op_overhead_us=TRUE["op_overhead_us"], train_w=5.0)
+        data = yaml.safe_load(path.read_text())
+        data["compute"]["kernels"] = {k: {"flops": flops / 10} for k in ("convolution_grouped", "convolution_backward_grouped")}
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    from iotfl_sim.scenario.loader import load_profile
+
+    true = load_profile(str(with_kernels(tmp_path / "true.yaml", 2e10)))
+    lines = [HEADER]
+    for i, (fam, w, shape, b) in enumerate([("mobilenetv2", 0.25, (3, 32, 32), 8), *LOADS[1:4]]):
+        m = Measurement("x", 0, "", "", "sbc", "", "", fam, w, shape, 10, b, 3, 1.0, None, None, "", "")
+        t = check.check_row(m, true).time_s
+        lines.append(f"r{i},board,sbc,,,{fam},{w},{'x'.join(map(str, shape))},10,{b},3,{t!r} s,,5 W,derived,model")
+    Path("syn.csv").write_text("\n".join(lines) + "\n")
+    with_kernels(tmp_path / "start.yaml", 1e10)
+    assert main(["profiles", "fit", "start.yaml", "--against", "syn.csv", "--out", "fitted.yaml"]) == 0
+    capsys.readouterr()
+    got = yaml.safe_load(Path("fitted.yaml").read_text())
+    flops = got["compute"]["flops"]
+    assert flops == pytest.approx(2e10, rel=0.01)
+    for k in ("convolution_grouped", "convolution_backward_grouped"):
+        assert got["compute"]["kernels"][k]["flops"] == pytest.approx(flops / 10, rel=1e-4)
+    assert any("compute.kernels FLOP/s of start scaled by 2" in x for x in got["sources"]), got["sources"]
+
+
 def test_a_fitted_train_w_replaces_the_bases_activity_levels(tmp_path, monkeypatch, capsys):
     """A base with work-dependent power levels: the levels would override a fitted train_w (fl.cost.energy), so
     the fit drops them and says so, and the fitted profile charges train_w x time."""

@@ -108,8 +108,9 @@ def check_row(m: Measurement, profile: DeviceProfile, rates: Rates | None = None
     return Checked(m, profile.name, mode or "", t, predict_energy_j(m, r, t), note)
 
 
-def with_values(rates: Rates, **values: float) -> Rates:
-    """``rates`` with some of its values (flops, mem_bw, op_overhead_s, train_w, the activity levels) replaced."""
+def with_values(rates: Rates, **values: object) -> Rates:
+    """``rates`` with some of its values (flops, mem_bw, op_overhead_s, kernels, train_w, the activity levels)
+    replaced."""
     return dataclasses.replace(rates, **values)
 
 

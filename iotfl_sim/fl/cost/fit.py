@@ -13,6 +13,12 @@ A parameter the rows cannot determine is kept from the base: one no row's time d
 ``MIN_ELASTICITY`` at the fit: every op compute-bound leaves the bandwidth free) or one the rows cannot separate
 from those already fitted (one workload gives one equation: FLOP/s and overhead trade off exactly). Parameters are
 taken greedily, the one the times depend on most at the base's values first, and checked again at the fit.
+
+The base's per-kernel rates (``compute.kernels``: depthwise convolutions, ...) keep their ratio to its dense rate:
+fitting ``flops`` scales every kernel's FLOP/s by fitted / base FLOP/s (their fixed per-call overheads stay). That
+ratio is a property of the board's cores and framework which the rows rarely determine (few time a depthwise model
+beside a dense one), and left absolute, a fit that moves the dense rate 5x would leave depthwise work at the base's
+rate and mis-price every model that has it.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from scipy.optimize import least_squares
 
 from iotfl_sim.fl.cost.check import Checked, check_row, mode_for, predict_seconds, with_values
 from iotfl_sim.fl.cost.corpus import Measurement
-from iotfl_sim.scenario.profile import DeviceProfile, Rates
+from iotfl_sim.scenario.profile import DeviceProfile, KernelRates, Rates
 
 TIME_PARAMS = ("flops", "mem_bw", "op_overhead")
 PARAMS = (*TIME_PARAMS, "train_w")
@@ -48,6 +54,7 @@ class Fit:
     fitted: list[str]
     kept: dict[str, str] = field(default_factory=dict)  # parameter -> why it was kept from the base
     rows: list[Checked] = field(default_factory=list)  # in-sample
+    kernel_scale: float = 1.0  # fitted / base FLOP/s: the factor on every per-kernel FLOP/s (module docstring)
 
 
 def operating_point(base: DeviceProfile, rows: Sequence[Measurement]) -> tuple[Rates, str | None]:
@@ -74,8 +81,17 @@ def _log_values(rates: Rates, names: Sequence[str]) -> np.ndarray:
     return np.array([math.log(min(max(getattr(rates, FIELD[n]), BOUNDS[n][0]), BOUNDS[n][1])) for n in names])
 
 
+def scaled_kernels(kernels: KernelRates, ratio: float) -> KernelRates:
+    """``kernels`` with every FLOP/s (a flat rate or a curve's rates) times ``ratio``; overheads and a curve's
+    call sizes unchanged."""
+    return tuple((k, ov, tuple((f, r * ratio) for f, r in pts)) for k, ov, pts in kernels)
+
+
 def _at(rates: Rates, names: Sequence[str], x: np.ndarray) -> Rates:
-    return with_values(rates, **{FIELD[n]: float(math.exp(v)) for n, v in zip(names, x, strict=True)})
+    values: dict = {FIELD[n]: float(math.exp(v)) for n, v in zip(names, x, strict=True)}
+    if "flops" in values:  # the kernels keep their ratio to the dense rate (module docstring)
+        values["kernels"] = scaled_kernels(rates.kernels, values["flops"] / rates.flops)
+    return with_values(rates, **values)
 
 
 def _residuals(rows: Sequence[Measurement], rates: Rates, names: Sequence[str], x: np.ndarray) -> np.ndarray:
@@ -182,7 +198,8 @@ def fit(
         )
     else:
         kept.setdefault("train_w", _no_power(rows))
-    return Fit(solved, fitted, kept, [check_row(m, base, solved) for m in rows])
+    scale = solved.flops / rates.flops if "flops" in fitted else 1.0
+    return Fit(solved, fitted, kept, [check_row(m, base, solved) for m in rows], scale)
 
 
 def _no_power(rows: Sequence[Measurement]) -> str:
