@@ -13,7 +13,6 @@ from iotfl_sim.algorithms.fedx_assign import search
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.sim.engine import Simulation
 
-
 STUDY = Path(__file__).resolve().parents[1] / "scenarios" / "claims" / "fedx_hour.yaml"
 
 
