@@ -140,8 +140,12 @@ def test_a_module_that_hangs_at_import_is_named_and_ctrl_c_ends_it(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(base_scenario(algorithm={"name": "sleepy_method:Sleepy"})))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Ctrl-C reaches the child as in a terminal: its SIGINT at the default, whatever the test worker's is (in the
+    # full suite an earlier test in the same xdist worker can leave SIGINT ignored, which a child inherits: CI then
+    # timed out here, the child silent; reproduced by running this test from a process with SIGINT ignored)
     proc = subprocess.Popen([sys.executable, "-m", "iotfl_sim.cli", "validate", str(path)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         announced = _read_until(proc, "...\n", timeout=120)
         expected = f"note: importing method module sleepy_method from {tmp_path / 'sleepy_method.py'} ...\n"
