@@ -60,3 +60,9 @@ class Claim:
 def gt(cid: str, sentence: str, source: str, metric: str, a: str, b: str, **kw: object) -> Claim:
     """``a`` beats ``b`` on ``metric``."""
     return Claim(cid, sentence, source, "gt", metric, (a,), (b,), **kw)  # type: ignore[arg-type]
+
+
+def paper_gt(seed_file: str, cid: str, sentence: str, line: int, metric: str, a: str, b: str, paper: str, **kw: object) -> Claim:
+    """A paper's "``a`` beats ``b``" claim at ``seed_file``'s ``line`` (a group binds its file:
+    ``functools.partial(paper_gt, "adapterfl.txt")``)."""
+    return gt(cid, sentence, f"{seed_file}:{line}", metric, a, b, paper=paper, **kw)

@@ -3,7 +3,9 @@ as the paper states it, with its line and the paper's numbers)."""
 
 from __future__ import annotations
 
-from claims_groups import Claim, gt
+from functools import partial
+
+from claims_groups import Claim, gt, paper_gt
 
 SRC = "adapterfl.txt"
 # Line 234 states Table II's IID gains of the L-group; the cells are Table II lines 207-230 (IID column).
@@ -82,8 +84,7 @@ CLASSES = 10
 TABLE_COLS = ["acc_full", "acc_L-S", "acc_L-M", "acc_L-L", "acc_S-S", "acc_S", "acc_M", "acc_L"]
 
 
-def _c(cid: str, sentence: str, line: int, metric: str, a: str, b: str, paper: str, **kw: object) -> Claim:
-    return gt(cid, sentence, f"{SRC}:{line}", metric, a, b, paper=paper, **kw)
+_c = partial(paper_gt, SRC)
 
 
 CLAIMS: list[Claim] = [

@@ -9,7 +9,9 @@ across the two.
 
 from __future__ import annotations
 
-from claims_groups import Claim, gt
+from functools import partial
+
+from claims_groups import Claim, paper_gt
 
 SRC = "adaptivefl_dac24.txt"
 # Table 2 (lines 256-270), CIFAR-10 columns IID and alpha = 0.6 (the hour study's partition), avg / full
@@ -93,8 +95,7 @@ CLASSES = 10
 TABLE_COLS = ["acc_full", "acc_avg", "level_spread_run", "acc_S1", "acc_L1", "acc_b", "acc_l3", "comm_waste"]
 
 
-def _acc(cid: str, sentence: str, line: int, metric: str, a: str, b: str, paper: str, **kw: object) -> Claim:
-    return gt(cid, sentence, f"{SRC}:{line}", metric, a, b, paper=paper, **kw)
+_acc = partial(paper_gt, SRC)
 
 
 CLAIMS: list[Claim] = [

@@ -3,7 +3,9 @@ paper states it, with its line and the paper's numbers)."""
 
 from __future__ import annotations
 
-from claims_groups import Claim, gt
+from functools import partial
+
+from claims_groups import Claim, gt, paper_gt
 
 SRC = "flexfl.txt"
 # Table II's VGG16 CIFAR-10 IID cells (line 270, where the extraction ran the table together) are Table VI's
@@ -72,8 +74,7 @@ CLASSES = 10
 TABLE_COLS = ["acc_full", "acc_avg", "acc_small", "acc_medium", "acc_large"]
 
 
-def _c(cid: str, sentence: str, line: int, metric: str, a: str, b: str, paper: str, **kw: object) -> Claim:
-    return gt(cid, sentence, f"{SRC}:{line}", metric, a, b, paper=paper, **kw)
+_c = partial(paper_gt, SRC)
 
 
 CLAIMS: list[Claim] = [
