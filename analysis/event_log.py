@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis import safe_json
 from analysis.rundir import PlotInputError, Run
+from iotfl_sim.core import safe_json
 
 __all__ = [
     "DeviceEvents",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from analysis import safe_json
+from iotfl_sim.core import safe_json
 
 __all__ = [
     "PlotInputError",

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis import safe_json
 from analysis.rundir import PlotInputError, Run, load_run, number_repeated_labels, read_resolved
+from iotfl_sim.core import safe_json
 
 __all__ = [
     "Excluded",

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: give --group (or --from-data to rebuild claims.md from the CSVs)", file=sys.stderr)
             return 2
         from iotfl_sim.api import sweep
-        from iotfl_sim.scenario.loader import ScenarioError
+        from iotfl_sim.core.errors import ScenarioError
         from iotfl_sim.study import read_study
 
         folders = []

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis import safe_json
+from iotfl_sim.core import safe_json
 
 # summary.json figures that study tables show, in this order (final_accuracy's acc_* keys come first)
 TABLE_FIGURES = (
@@ -93,7 +93,7 @@ def _targets(given: Any) -> list[float] | None:
     values = [float(given)] if _number_arg(given) else [float(t) for t in given]
     bad = [t for t in values if not 0 < t <= 100]
     if bad:
-        from iotfl_sim.scenario.loader import ScenarioError
+        from iotfl_sim.core.errors import ScenarioError
 
         raise ScenarioError(f"targets: accuracies are fractions in (0, 1] (or percent), got {bad[0]}")
     return [t / 100 if t > 1 else t for t in values]
@@ -192,7 +192,8 @@ class Run:
     @property
     def scenario(self) -> dict[str, Any]:
         """scenario.resolved.yaml: every default filled in, profiles inlined."""
-        from iotfl_sim.scenario.loader import ScenarioError, read_yaml
+        from iotfl_sim.core.errors import ScenarioError
+        from iotfl_sim.scenario.loader import read_yaml
 
         def read() -> dict[str, Any]:
             p = self.path / "scenario.resolved.yaml"
@@ -287,7 +288,8 @@ def run(
 
     from iotfl_sim import api_args
     from iotfl_sim import methods as registry
-    from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups, resolved_dict
+    from iotfl_sim.core.errors import ScenarioError
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups, resolved_dict
     from iotfl_sim.scenario.model import Scenario
     from iotfl_sim.sim.preflight import preflight
     from iotfl_sim.sim.runner import run_scenario
@@ -512,7 +514,7 @@ def compare(
     from analysis.rundir import PlotInputError
     from analysis.study import require_runs, select
     from iotfl_sim import api_args
-    from iotfl_sim.scenario.loader import ScenarioError
+    from iotfl_sim.core.errors import ScenarioError
 
     ps = _paths("compare: paths", paths)
     by = api_args.strings("compare: by", by, "scenario keys that define a method, e.g. by=['algorithm.name']")
@@ -542,7 +544,7 @@ def plot(paths: Any, out: str | Path | None = None, targets: Any = None) -> list
     from analysis.rundir import PlotInputError
     from analysis.study_plots import plot_paths
     from iotfl_sim import api_args
-    from iotfl_sim.scenario.loader import ScenarioError
+    from iotfl_sim.core.errors import ScenarioError
 
     ps = _paths("plot: paths", paths)
     out = api_args.path("plot: out", out, optional=True)

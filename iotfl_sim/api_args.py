@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 
 
 class ArgumentError(ScenarioError, TypeError):

@@ -13,9 +13,9 @@ from typing import NoReturn
 
 import yaml
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.loader import (
-    ScenarioError,
     available_profiles,
     load_profile,
     load_scenario,

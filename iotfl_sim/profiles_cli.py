@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from iotfl_sim.scenario.loader import ScenarioError, load_profile
+from iotfl_sim.core.errors import ScenarioError
+from iotfl_sim.scenario.loader import load_profile
 
 AUTO = "auto"  # `profiles check auto`: each row priced on the profile its `profile` column names
 PLOT_FORMATS = (".png", ".pdf", ".svg")

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 
 MAX_FULL = 6  # settings (besides the anchor) given every run-time check: each builds the system, ~0.1-0.5 s
 MAX_CHECKS = 200  # points checked in all (the scenario's own checks take a few ms each)

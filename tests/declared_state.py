@@ -8,6 +8,7 @@ import math
 import numpy as np
 import torch
 
+from iotfl_sim.algorithms.base import ENGINE_SHARED
 from iotfl_sim.output import codec
 
 
@@ -31,9 +32,9 @@ def assert_only_declared_changes(strategy, run) -> None:
     """Run ``run()``; every public attribute of ``strategy`` (and of the objects it holds) that changed must be
     named in its ``checkpointed``: a checkpoint saves exactly those, so one that changed but is not declared
     would come back from a resume with its set-up value."""
-    before = codec.capture(strategy)
+    before = codec.capture(strategy, shared=ENGINE_SHARED)
     run()
-    after = codec.capture(strategy)
+    after = codec.capture(strategy, shared=ENGINE_SHARED)
     changed = sorted(k for k in after if k not in before or not _same(before[k], after[k]))
     undeclared = [k for k in changed if k not in strategy.checkpointed]
     assert not undeclared, f"{strategy.name}: attributes change while it runs but are not in checkpointed: {undeclared}"

@@ -10,7 +10,8 @@ import yaml
 from conftest import base_scenario
 
 import iotfl_sim
-from iotfl_sim.scenario.loader import ScenarioError, load_scenario
+from iotfl_sim.core.errors import ScenarioError
+from iotfl_sim.scenario.loader import load_scenario
 
 
 @pytest.fixture

@@ -371,8 +371,8 @@ def test_a_method_whose_options_say_async_but_that_is_not_asynchronous_is_refuse
 
     import iotfl_sim
     from iotfl_sim.algorithms.fedavg import FedAvg
+    from iotfl_sim.core.errors import ScenarioError
     from iotfl_sim.scenario.algorithms import FedAvgConfig
-    from iotfl_sim.scenario.loader import ScenarioError
 
     class NotAsyncConfig(FedAvgConfig):
         name: Literal["not_async"] = "not_async"  # type: ignore[assignment]
@@ -429,7 +429,7 @@ def test_fedbuff_steps_by_the_staleness_weighted_mean_delta_with_heavy_ball_mome
 def test_the_weights_of_tasks_in_flight_round_trip_a_checkpoint_and_a_mismatch_is_one_line():
     from types import SimpleNamespace
 
-    from iotfl_sim.output.codec import CheckpointError
+    from iotfl_sim.core.errors import CheckpointError
     from iotfl_sim.sim.round import capture_weights, restore_weights
 
     shared = {"w": torch.tensor([1.0, 2.0])}

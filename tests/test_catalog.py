@@ -1,11 +1,11 @@
-"""The catalog of names (``iotfl_sim.catalog``) is the one list each consumer uses: the scenario format
+"""The catalog of names (``iotfl_sim.core.catalog``) is the one list each consumer uses: the scenario format
 accepts exactly its names, and the code behind each name exists."""
 
 from __future__ import annotations
 
 import pytest
 
-from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES, PROTOTYPE_STAGES
+from iotfl_sim.core.catalog import DATASETS, MODEL_FAMILIES, PROTOTYPE_STAGES
 from iotfl_sim.fl.models.build import BUILDERS, build_model
 from iotfl_sim.fl.recipe import DATASET_SHAPES
 from iotfl_sim.fl.submodel import SubmodelSpec

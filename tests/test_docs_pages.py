@@ -119,7 +119,7 @@ def test_a_bad_profile_is_one_line_naming_file_line_and_key(tmp_path, monkeypatc
 
 def test_an_executor_that_is_not_a_factory_is_one_clear_error(tmp_path):
     import iotfl_sim
-    from iotfl_sim.scenario.loader import ScenarioError
+    from iotfl_sim.core.errors import ScenarioError
 
     files = write_page(tmp_path)
     with pytest.raises(ScenarioError, match=r"^run: executor: str is not callable; give a factory"):

@@ -97,7 +97,8 @@ def test_a_run_whose_data_cannot_load_gives_the_callers_threads_back(tmp_path, m
     fails must not leave the caller's process pinned."""
     import yaml
 
-    from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups
+    from iotfl_sim.core.errors import ScenarioError
+    from iotfl_sim.scenario.loader import load_scenario, resolve_groups
     from iotfl_sim.sim.engine import Simulation
 
     monkeypatch.setenv("IOTFL_DATA", str(tmp_path))  # no MNIST files there

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import iotfl_sim.fl.train as train_module
-from iotfl_sim.catalog import MODEL_FAMILIES
+from iotfl_sim.core.catalog import MODEL_FAMILIES
 from iotfl_sim.fl.layout import model_layout
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec

@@ -8,7 +8,7 @@ import pytest
 from conftest import base_scenario
 
 import iotfl_sim
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 
 HOST = {"host_train_s", "host_eval_s", "host_aggregate_s", "host_other_s"}
 

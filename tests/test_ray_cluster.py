@@ -24,8 +24,8 @@ import yaml
 from conftest import base_scenario
 
 from iotfl_sim.cli import main
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.exec.cores import Cores
-from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.study import read_study, sweep
 
 NO_RAY = "Ray is not installed (pip install 'iotfl-sim[ray]')"

@@ -228,6 +228,7 @@ def test_checkpoint_state_loads_without_arbitrary_pickle(tmp_path):
     """A state file that smuggles in an object outside the simulator's plain data is refused on load."""
     import pickle
 
+    from iotfl_sim.core.errors import CheckpointError
     from iotfl_sim.output import codec
     from iotfl_sim.output.checkpoint import _load_tensors
 
@@ -237,11 +238,11 @@ def test_checkpoint_state_loads_without_arbitrary_pickle(tmp_path):
 
     bad = tmp_path / "state.pt"
     bad.write_bytes(pickle.dumps({"strategy": Evil()}))
-    with pytest.raises(codec.CheckpointError, match="cannot read"):
+    with pytest.raises(CheckpointError, match="cannot read"):
         _load_tensors(bad, "saved state")
-    with pytest.raises(codec.CheckpointError, match="outside iotfl_sim"):
+    with pytest.raises(CheckpointError, match="outside iotfl_sim"):
         codec.decode({"__dc__": "os:system", "f": {}})
-    with pytest.raises(codec.CheckpointError, match="not a dataclass"):
+    with pytest.raises(CheckpointError, match="not a dataclass"):
         codec.decode({"__dc__": "iotfl_sim.sim.engine:Simulation", "f": {}})
 
 

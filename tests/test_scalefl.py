@@ -24,6 +24,7 @@ from iotfl_sim.algorithms.scalefl import (
     permutation_levels_code,
 )
 from iotfl_sim.cli import main
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.cost.footprint import measure_cost
 from iotfl_sim.fl.models.build import build_model
 from iotfl_sim.fl.models.early_exit import AlwaysScaler, EarlyExitNet
@@ -31,7 +32,7 @@ from iotfl_sim.fl.models.layers import Scaler, count_params
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, check_nested, shapes_of
 from iotfl_sim.scenario.algorithms import ScaleFLConfig
-from iotfl_sim.scenario.loader import ScenarioError, load_scenario
+from iotfl_sim.scenario.loader import load_scenario
 from iotfl_sim.seeding import stream
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,10 @@ from conftest import BIG, base_scenario
 
 from iotfl_sim.algorithms.base import AggregateWork, InferWork, QsgdWork, ServerWork, TrainWork
 from iotfl_sim.cli import main
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
-from iotfl_sim.scenario.loader import ScenarioError, load_scenario, resolve_groups
+from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.scenario.profile import DeviceProfile
 from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.server_cost import ServerCost

@@ -9,7 +9,7 @@ from conftest import base_scenario
 
 from iotfl_sim import study_check
 from iotfl_sim.cli import main
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.study import read_study, spec
 
 

@@ -16,7 +16,7 @@ import yaml
 from conftest import base_scenario
 
 from iotfl_sim.cli import main
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.study import read_study, sweep
 from iotfl_sim.study.spec import expand, run_id
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, Protocol
 import numpy as np
 import torch
 
-from iotfl_sim.catalog import FAILURE_REASONS
+from iotfl_sim.core.catalog import FAILURE_REASONS
 from iotfl_sim.fl.objectives import LocalObjective
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
@@ -133,11 +133,10 @@ class QsgdWork:
 # One item of server work: a typed item, or plain FLOPs (work with no better model: CKA's Gram products,
 # a search's arithmetic), priced at the server's FLOP/s.
 Work = TrainWork | InferWork | AggregateWork | QsgdWork | float
-SERVER_WORK_KINDS = ("train", "infer", "aggregate", "qsgd", "other")  # rounds.csv: server_<kind>_s
 
 
 def work_kind(work: Work) -> str:
-    """Which of ``SERVER_WORK_KINDS`` an item of server work is."""
+    """Which of ``core.catalog.SERVER_WORK_KINDS`` an item of server work is."""
     kinds = {TrainWork: "train", InferWork: "infer", AggregateWork: "aggregate", QsgdWork: "qsgd"}
     return kinds.get(type(work), "other")
 
@@ -215,6 +214,11 @@ class StrategyContext:
     predict_train_seconds: Any = None
     calib_x: Any = None  # the static-BN calibration inputs the engine's evaluation uses (None in system-only mode)
     min_participants: int = 1  # the engine aggregates a round only with at least this many updates
+
+
+# What a strategy holds but the engine owns or rebuilds at set-up: a checkpoint never captures an attribute holding
+# one (``output.codec.capture``'s ``shared``), since restoring a copy would cut the link to the engine's
+ENGINE_SHARED: tuple[type, ...] = (ServerWork, StrategyContext)
 
 
 class Strategy(ABC):

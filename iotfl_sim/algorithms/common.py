@@ -11,10 +11,10 @@ from torch import nn
 from iotfl_sim.algorithms.base import (
     Update,
 )
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.aggregate import Contribution
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, ZeroWidthError
-from iotfl_sim.scenario.loader import ScenarioError
 
 
 def classifier_keys(recipe: ModelRecipe, spec: SubmodelSpec) -> tuple[str, ...]:

@@ -75,13 +75,13 @@ from iotfl_sim.algorithms.base import (
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions, refuse_zero_widths
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.models.early_exit import split_family
 from iotfl_sim.fl.models.families import EE_BASES, EE_FAMILIES, FULL_DEPTH
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, truncation
 from iotfl_sim.scenario.algorithms import ScaleFLConfig
-from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.seeding import stream
 
 CODE_WIDTHS = (0.7, 0.7, 0.75, 1.0)

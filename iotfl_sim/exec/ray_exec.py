@@ -41,7 +41,7 @@ def start_ray(address: str | None, num_cpus: int, setting: str = "executor.addre
 
 
 def _join_error(e: BaseException, address: str, setting: str) -> Exception:
-    from iotfl_sim.scenario.loader import ScenarioError
+    from iotfl_sim.core.errors import ScenarioError
 
     chain: list[BaseException] = []
     cause: BaseException | None = e
@@ -62,7 +62,7 @@ def _join_error(e: BaseException, address: str, setting: str) -> Exception:
 def check_reachable(address: str, setting: str) -> None:
     """Refuse at once a host:port (or ray://host:port) where nothing listens: Ray itself keeps retrying (still
     waiting after 2 minutes, measured with Ray 2.60). ``auto`` is left to Ray."""
-    from iotfl_sim.scenario.loader import ScenarioError
+    from iotfl_sim.core.errors import ScenarioError
 
     hostport = address.removeprefix("ray://")
     if hostport in ("auto", "local"):
@@ -101,7 +101,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            from iotfl_sim.scenario.loader import ScenarioError
+            from iotfl_sim.core.errors import ScenarioError
 
             raise ScenarioError(
                 "executor.kind: ray needs Ray: pip install 'iotfl-sim[ray]' (or pick kind: pool)"

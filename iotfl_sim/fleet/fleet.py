@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from iotfl_sim.catalog import FAILURE_REASONS
+from iotfl_sim.core.catalog import FAILURE_REASONS
 from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup

@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from iotfl_sim import safe_pickle
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.scenario.availability import TraceAvailability
-from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.seeding import stream
 
 INF = math.inf

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from analysis import safe_json
 from iotfl_sim import faults
-from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.core import safe_json
+from iotfl_sim.core.errors import CheckpointError
 from iotfl_sim.output.migrations import FORMAT, version_problem
 from iotfl_sim.output.space import writing
 

@@ -16,18 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from iotfl_sim.algorithms.base import ServerWork, StrategyContext
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import CheckpointError
 
 _TAGS = ("__nd__", "__np__", "__set__", "__frozenset__", "__map__", "__dc__", "__obj__")
-# attributes never captured: the set-up context and config (rebuilt from the scenario), caches ("_" names)
-# and objects shared with the engine (restoring a copy would cut the link)
+# attributes never captured: the set-up context and config (rebuilt from the scenario) and caches ("_" names);
+# nor those holding an object of the types ``capture`` is told the engine shares (restoring a copy would cut the link)
 _SKIP_NAMES = {"ctx", "cfg"}
-_SKIP_TYPES = (ServerWork, StrategyContext)
-
-
-class CheckpointError(ScenarioError):
-    """State that cannot be written to, or read from, a checkpoint (reported like bad input: exit status 2)."""
 
 
 def _torch_dtype_ok(a: np.ndarray) -> bool:
@@ -118,16 +112,17 @@ def _own_class(name: str) -> type:
     return obj
 
 
-def capture(obj: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
+def capture(obj: Any, names: tuple[str, ...] | None = None, shared: tuple[type, ...] = ()) -> dict[str, Any]:
     """The state of ``obj``'s attributes ``names`` (a strategy's declared ``checkpointed``), or of all its
-    public attributes when None: plain data encoded; the simulator's other objects captured in turn."""
+    public attributes when None but those holding a ``shared`` object (``algorithms.base.ENGINE_SHARED``):
+    plain data encoded; the simulator's other objects captured in turn."""
     if names is not None:
         missing = [n for n in names if not hasattr(obj, n)]
         if missing:
             raise CheckpointError(f"{type(obj).__qualname__}: declared checkpointed attributes it does not have: {', '.join(missing)}")
         items = [(n, getattr(obj, n)) for n in names]
     else:
-        items = [(n, v) for n, v in vars(obj).items() if not (n in _SKIP_NAMES or n.startswith("_") or isinstance(v, _SKIP_TYPES))]
+        items = [(n, v) for n, v in vars(obj).items() if not (n in _SKIP_NAMES or n.startswith("_") or isinstance(v, shared))]
     out: dict[str, Any] = {}
     for name, v in items:
         try:
@@ -137,7 +132,7 @@ def capture(obj: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
                 raise CheckpointError(
                     f"{type(obj).__qualname__}.{name}: cannot checkpoint a {type(v).__module__}.{type(v).__qualname__}"
                 ) from None
-            out[name] = {"__obj__": capture(v)}
+            out[name] = {"__obj__": capture(v, shared=shared)}
     return out
 
 

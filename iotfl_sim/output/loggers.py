@@ -24,7 +24,7 @@ EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 def check_available(output: Any, source: str) -> None:
     """ScenarioError before the run starts when a logger is on but its library is not installed."""
-    from iotfl_sim.scenario.loader import ScenarioError
+    from iotfl_sim.core.errors import ScenarioError
 
     wanted = [k for k in ("tensorboard", "wandb") if getattr(output, k, None)]
     for k in wanted:

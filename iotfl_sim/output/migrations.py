@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.core.errors import CheckpointError
 
 FORMAT = 2  # what this release writes
 OLDEST = 1  # the oldest format it resumes

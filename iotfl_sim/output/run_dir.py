@@ -24,13 +24,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from analysis import safe_json
 from iotfl_sim import faults
-from iotfl_sim.algorithms.base import SERVER_WORK_KINDS
-from iotfl_sim.fleet.fleet import FAILURE_REASONS
-from iotfl_sim.output.codec import CheckpointError
+from iotfl_sim.core import safe_json
+from iotfl_sim.core.catalog import FAILURE_REASONS, SERVER_WORK_KINDS
+from iotfl_sim.core.errors import CheckpointError, ScenarioError
 from iotfl_sim.output.space import writing
-from iotfl_sim.scenario.loader import ScenarioError
 
 _UNSET = object()
 ROUND_COLUMNS_HEAD = [

@@ -14,6 +14,7 @@ never named at a module's top level, is not found: import helpers at the top of 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import site
@@ -26,8 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from analysis import safe_json
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core import safe_json
+from iotfl_sim.core.errors import ScenarioError
 
 SOURCES = "sources.json"
 
@@ -35,14 +36,14 @@ SOURCES = "sources.json"
 @cache
 def _not_user_dirs() -> tuple[str, ...]:
     """Folders whose modules are not the user's (each real path ending in a separator)."""
-    import analysis
-
     paths = sysconfig.get_paths()
     dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
     dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
     dirs.add(site.getusersitepackages())
     dirs.add(str(Path(__file__).resolve().parents[1]))  # iotfl_sim
-    dirs.add(str(Path(analysis.__file__).resolve().parent))
+    analysis = importlib.util.find_spec("analysis")  # found, not imported: output/ imports no analysis
+    if analysis is not None and analysis.origin:
+        dirs.add(str(Path(analysis.origin).resolve().parent))
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
 
 

@@ -15,7 +15,7 @@ import errno
 from collections.abc import Iterator
 from pathlib import Path
 
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 

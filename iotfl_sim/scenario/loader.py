@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Tag, ValidationError
 
 from iotfl_sim import methods
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.scenario import safe_yaml
 from iotfl_sim.scenario.availability import AVAILABILITY_KINDS
 from iotfl_sim.scenario.model import (
@@ -26,11 +27,6 @@ from iotfl_sim.scenario.model import (
     Server,
 )
 from iotfl_sim.scenario.profile import DeviceProfile
-
-
-class ScenarioError(Exception):
-    """A problem in the user's input. The message is meant to be printed as is (one line per problem)."""
-
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
 

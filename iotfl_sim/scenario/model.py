@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim import methods
-from iotfl_sim.catalog import DATASETS, MODEL_FAMILIES
+from iotfl_sim.core.catalog import DATASETS, MODEL_FAMILIES
 from iotfl_sim.scenario.algorithms import MethodConfig, Staleness
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from iotfl_sim.algorithms.base import Asynchronous, Outcome, Update
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.learning import TrainTask

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from iotfl_sim.algorithms.base import ENGINE_SHARED
+from iotfl_sim.core.errors import CheckpointError
 from iotfl_sim.output import codec, migrations, tensor_check
 from iotfl_sim.output.checkpoint import FIX, CheckpointStore, Position
-from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder, scenario_sha256
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def write(sim: Simulation, done: int, step: int | None = None) -> None:
     if ck.store is None or sim.recorder is None:
         return
     state = {
-        "strategy": codec.capture(sim.strategy, sim.strategy.checkpointed),
+        "strategy": codec.capture(sim.strategy, sim.strategy.checkpointed, ENGINE_SHARED),
         "rng": {
             "torch": torch.get_rng_state(),
             "numpy": codec.encode(np.random.get_state()),

@@ -34,6 +34,7 @@ from iotfl_sim.algorithms.base import (
     StrategyContext,
     Update,
 )
+from iotfl_sim.core.errors import CheckpointError, ScenarioError
 from iotfl_sim.exec.auto import Choice, HostWork, choose
 from iotfl_sim.exec.base import NumericData, missing_methods, overlaps
 from iotfl_sim.exec.cores import available_cores
@@ -47,9 +48,8 @@ from iotfl_sim.fl.train import draws_global_rng
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.network import SharedMedium
-from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import RunRecorder
-from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server, resolved_compute
+from iotfl_sim.scenario.loader import ResolvedGroup, resolve_server, resolved_compute
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed, stream

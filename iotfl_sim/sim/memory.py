@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fleet.fleet import MB, Fleet
-from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.scenario.model import Scenario
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from iotfl_sim.scenario.loader import ScenarioError
+from iotfl_sim.core.errors import ScenarioError
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation

@@ -28,10 +28,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.data.datasets import NATURAL_GROUPS, DatasetError, check_files
 from iotfl_sim.output.loggers import check_available
 from iotfl_sim.scenario.availability import TraceAvailability
-from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
+from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.sim.participation import amount, memory_unit
 from iotfl_sim.sim.setup import load_data, nominal_train_samples, split_clients

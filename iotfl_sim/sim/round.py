@@ -11,10 +11,11 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
-from iotfl_sim.algorithms.base import SERVER_WORK_KINDS, Assignment, Outcome, State
-from iotfl_sim.fleet.fleet import FAILURE_REASONS, Fleet
+from iotfl_sim.algorithms.base import Assignment, Outcome, State
+from iotfl_sim.core.catalog import FAILURE_REASONS, SERVER_WORK_KINDS
+from iotfl_sim.core.errors import CheckpointError
+from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.output import codec
-from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.sim.traffic import Traffic
 
 # rounds.csv columns of each server mode beyond a synchronous round's: client updates folded in so far, the

@@ -9,9 +9,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from iotfl_sim.core.errors import CheckpointError, ScenarioError
 from iotfl_sim.exec.auto import Choice
 from iotfl_sim.output.checkpoint import CheckpointStore
-from iotfl_sim.output.codec import CheckpointError
 from iotfl_sim.output.run_dir import (
     RunLock,
     RunRecorder,
@@ -26,7 +26,7 @@ from iotfl_sim.output.run_dir import (
 )
 from iotfl_sim.output.sources import SOURCES, check_sources, sources_text, user_sources
 from iotfl_sim.output.space import no_space
-from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
+from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.sim import hierarchy
 from iotfl_sim.sim.engine import ExecutorFactory, Simulation
@@ -35,7 +35,7 @@ from iotfl_sim.sim.round import MODE_COLUMNS
 
 def _summary_complete(path: Path) -> bool:
     """Whether the run folder's summary.json says the run is complete (refuses one that is not a summary)."""
-    from analysis import safe_json
+    from iotfl_sim.core import safe_json
 
     summary_path = path / "summary.json"
     if not summary_path.is_file():

@@ -16,7 +16,7 @@ Without a profile (``server.compute`` given, the rule of scenarios written befor
 ``server.compute.flops``, with the FLOP counts the methods charged then: training 3 x forward FLOPs per sample,
 inference 1 x forward, aggregation 1 per received value, QSGD ``fl.quantize.QSGD_FLOPS_PER_VALUE`` per value.
 
-Each priced item falls in one of ``algorithms.base.SERVER_WORK_KINDS``; ``rounds.csv`` has one ``server_<kind>_s`` column per kind beside
+Each priced item falls in one of ``core.catalog.SERVER_WORK_KINDS``; ``rounds.csv`` has one ``server_<kind>_s`` column per kind beside
 ``server_time_s``.
 """
 

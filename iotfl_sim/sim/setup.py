@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.exec.auto import Choice, choose
 from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.cores import available_cores
@@ -16,7 +17,6 @@ from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
 from iotfl_sim.fl.data.images import Images, subset
 from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
 from iotfl_sim.fl.recipe import DATASET_SHAPES
-from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import stream

@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import SERVER_WORK_KINDS
-from iotfl_sim.fleet.fleet import FAILURE_REASONS
+from iotfl_sim.core.catalog import FAILURE_REASONS, SERVER_WORK_KINDS
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.exec.cores import SHARE_ENV, available_cores
 from iotfl_sim.forkserver import NoMainReimport, worker_context
 from iotfl_sim.output.space import no_space
-from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.study.folder import lock_study, prepare, study_folder, summary_host_s, write_index
 from iotfl_sim.study.spec import Study, load_point, set_args
 

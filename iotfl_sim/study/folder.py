@@ -12,10 +12,11 @@ from typing import Any
 
 import yaml
 
-from analysis import safe_json
 from analysis.study import short
+from iotfl_sim.core import safe_json
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.output.run_dir import NEW_SUFFIX, FolderLock, write_atomic
-from iotfl_sim.scenario.loader import ScenarioError, read_yaml
+from iotfl_sim.scenario.loader import read_yaml
 from iotfl_sim.study.spec import DEFAULT_EXECUTOR, Point, Study, value_text
 
 STATUSES = ("pending", "running", "done", "failed", "interrupted")

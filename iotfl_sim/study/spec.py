@@ -17,7 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from iotfl_sim.scenario.loader import ScenarioError, _format_errors, _set_parts, read_yaml
+from iotfl_sim.core.errors import ScenarioError
+from iotfl_sim.scenario.loader import _format_errors, _set_parts, read_yaml
 from iotfl_sim.scenario.model import plain_name
 from iotfl_sim.scenario.profile import Strict
 from iotfl_sim.study_check import axes_of, check_settings, raise_problems

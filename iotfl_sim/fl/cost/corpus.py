@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from iotfl_sim.catalog import MODEL_FAMILIES
+from iotfl_sim.core.catalog import MODEL_FAMILIES
 from iotfl_sim.fl.models.fedx import OFA_MAX_DEPTH, OFA_MAX_EXPAND
 from iotfl_sim.scenario.profile import DEVICE_CLASSES as PROFILE_CLASSES
 

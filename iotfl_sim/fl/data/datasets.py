@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iotfl_sim.catalog import DATASETS
+from iotfl_sim.core.catalog import DATASETS
 from iotfl_sim.fl import disk_cache
 from iotfl_sim.fl.data.dataset import (
     ENV_VAR,

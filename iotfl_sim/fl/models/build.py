@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from iotfl_sim.catalog import MODEL_FAMILIES
+from iotfl_sim.core.catalog import MODEL_FAMILIES
 from iotfl_sim.fl.models.early_exit import build_early_exit
 from iotfl_sim.fl.models.families import EE_FAMILIES, FEDX_FAMILIES, PLAIN_FAMILIES, BuildArgs
 from iotfl_sim.fl.models.fedx import build_fedx_model

@@ -39,7 +39,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from iotfl_sim.catalog import PROTOTYPE_STAGES
+from iotfl_sim.core.catalog import PROTOTYPE_STAGES
 from iotfl_sim.fl.models.families import BuildArgs
 from iotfl_sim.fl.models.layers import norm2d
 from iotfl_sim.fl.models.plain import build_plain

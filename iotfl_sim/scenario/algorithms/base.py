@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from iotfl_sim.catalog import PROTOTYPE_STAGES
+from iotfl_sim.core.catalog import PROTOTYPE_STAGES
 from iotfl_sim.scenario.limits import MAX_BUCKET
 from iotfl_sim.scenario.profile import Strict
 

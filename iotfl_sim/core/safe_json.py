@@ -1,6 +1,6 @@
 """Reading back JSON files the tool wrote (``summary.json``, checkpoint ``meta.json``, ``origin.json``,
 ``study.json``, event lines), which a user, a full disk or another program may have changed: the one reader
-for the simulator and for ``analysis/`` (which imports nothing of the simulator, so it lives here).
+for the simulator and for ``analysis/`` (which imports nothing of the simulator but ``iotfl_sim.core``).
 
 Python's decoder follows nested lists and objects by recursion: a document nested a few thousand levels deep
 (a few KB of ``[``) raises RecursionError, which is not a ValueError and would escape every handler of

@@ -22,3 +22,6 @@ FAILURE_REASONS: tuple[str, ...] = ("oom", "depleted", "offline", "refused", "de
 # AdapterFL's prototype families and the number of stages each is cut into (its reassembly points lie between
 # stages; ``scenario.algorithms.candidate_cuts``)
 PROTOTYPE_STAGES: dict[str, int] = {"cnn2": 3, "mobilenetv2": 9, "resnet18": 6, "vgg16": 6}
+
+# The kinds of server work priced apart (``algorithms.base.work_kind``; rounds.csv: one server_<kind>_s column each)
+SERVER_WORK_KINDS: tuple[str, ...] = ("train", "infer", "aggregate", "qsgd", "other")
