@@ -4,17 +4,17 @@ A method is a :class:`~iotfl_sim.algorithms.base.Strategy` subclass with its opt
 ``MethodConfig`` subclass, ``Strategy.Config``). It is found by the name a scenario gives in
 ``algorithm.name``, which is one of:
 
-- a registered name: the built-in methods (registered beside their options in ``scenario/algorithms/``, by
-  ``builtin``), or a method registered with :func:`register_method` (``iotfl_sim.run(..., methods=[...])``
-  does this for the classes it is given);
+- a registered name: the built-in methods (the table ``BUILTINS`` below), or a method registered with
+  :func:`register_method` (``iotfl_sim.run(..., methods=[...])`` does this for the classes it is given);
 - a Python import path ``package.module:Class`` (imported on first use; a scenario's own folder is searched
   too, so ``my_method:MyStrategy`` finds ``my_method.py`` beside the scenario file);
 - the name of an installed entry point in the group ``iotfl_sim.methods`` (``[project.entry-points."iotfl_sim.methods"]
   myprox = "mypkg.prox:MyProx"`` in the package's pyproject.toml).
 
 The scenario's schema, ``iotfl-sim schema``, the did-you-mean messages and the README's method table all read
-:func:`method_names` and :func:`method`. Built-in strategies are named by import path here, so validating a
-scenario never imports PyTorch; the class is imported when a run builds it.
+:func:`method_names` and :func:`method`. This module imports nothing of ``iotfl_sim``: the built-in methods'
+options and strategies are named by import path, their options class imported when first read (so validating a
+scenario never imports PyTorch), their strategy when a run builds it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import difflib
 import importlib
 import importlib.metadata
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,32 +42,49 @@ class UnknownMethod(MethodError):
 @dataclass(frozen=True)
 class Method:
     name: str
-    config: type  # a MethodConfig subclass: the method's options, validated with the scenario
+    options: str | type  # its MethodConfig subclass (validated with the scenario), or its "module:Class"
     strategy: str | type  # the Strategy subclass, or its "module:Class" (imported on first use)
 
+    @property
+    def config(self) -> type:
+        """The method's options class (a MethodConfig subclass), imported on first use."""
+        return _resolve(self.options)
+
     def strategy_class(self) -> type:
-        if isinstance(self.strategy, type):
-            return self.strategy
-        module, _, qualname = self.strategy.partition(":")
-        return _attribute(importlib.import_module(module), qualname)
+        return _resolve(self.strategy)
 
 
-_METHODS: dict[str, Method] = {}
-_listeners: list[Callable[[], None]] = []  # told when the set of methods changes (the scenario's model)
+def _resolve(ref: str | type) -> type:
+    if isinstance(ref, type):
+        return ref
+    module, _, qualname = ref.partition(":")
+    return _attribute(importlib.import_module(module), qualname)
 
 
-def builtin(strategy: str) -> Callable[[type], type]:
-    """Class decorator for a built-in method's options class: registers it under the one name its
-    ``name: Literal[...]`` field allows, with its strategy named by ``"module:Class"``."""
+_OPTIONS = "iotfl_sim.scenario.algorithms."
+_STRATEGY = "iotfl_sim.algorithms."
+# The built-in methods, in the order of the schema, the name lists and docs/methods_and_modes.md:
+# (name, options class, strategy class), each "module:Class" under the packages above.
+BUILTINS: tuple[tuple[str, str, str], ...] = (
+    ("fedavg", "nested:FedAvgConfig", "fedavg:FedAvg"),
+    ("decoupled", "nested:DecoupledConfig", "decoupled:Decoupled"),
+    ("heterofl", "nested:HeteroFLConfig", "heterofl:HeteroFL"),
+    ("heterofl_iot", "nested:HeteroFLIoTConfig", "heterofl_iot:HeteroFLIoT"),
+    ("adaptivefl", "pruning:AdaptiveFLConfig", "adaptivefl:AdaptiveFL"),
+    ("scalefl", "pruning:ScaleFLConfig", "scalefl:ScaleFL"),
+    ("flexfl", "pruning:FlexFLConfig", "flexfl:FlexFL"),
+    ("adapterfl", "prototypes:AdapterFLConfig", "adapterfl:AdapterFL"),
+    ("fedbase", "prototypes:FedBaseConfig", "adapterfl:FedBase"),
+    ("feddf", "prototypes:FedDFConfig", "feddf:FedDF"),
+    ("fedx", "quantized:FedXConfig", "fedx:FedX"),
+    ("dadaquant", "quantized:DAdaQuantConfig", "dadaquant:DAdaQuant"),
+    ("fedprox", "server_optim:FedProxConfig", "fedprox:FedProx"),
+    ("fedopt", "server_optim:FedOptConfig", "fedopt:FedOpt"),
+    ("fedasync", "asynchronous:FedAsyncConfig", "fedasync:FedAsync"),
+    ("fedbuff", "asynchronous:FedBuffConfig", "fedbuff:FedBuff"),
+)  # fmt: skip
 
-    def register(config: type) -> type:
-        from typing import get_args
-
-        (name,) = get_args(config.model_fields["name"].annotation)
-        _add(Method(name, config, strategy))
-        return config
-
-    return register
+_METHODS: dict[str, Method] = {name: Method(name, _OPTIONS + o, _STRATEGY + s) for name, o, s in BUILTINS}
 
 
 def register_method(strategy: type, name: str | None = None) -> Method:
@@ -84,7 +101,7 @@ def register_method(strategy: type, name: str | None = None) -> Method:
             return have
         raise MethodError(f"method name {name!r} is taken (by {have.strategy}); register {strategy.__qualname__} under another name")
     method = Method(name, _config_for(strategy.Config, name), strategy)
-    _add(method)
+    _METHODS[name] = method
     return method
 
 
@@ -105,7 +122,6 @@ def method(name: str, search: Iterable[Path] = ()) -> Method:
     """The method a scenario's ``algorithm.name`` names: registered, an import path (``search``: more folders
     to import it from, e.g. the scenario's own), or an installed entry point. Raises MethodError naming the
     problem and the fix."""
-    _builtins()
     found = _METHODS.get(name)
     if found is not None:
         return found
@@ -130,7 +146,6 @@ def method(name: str, search: Iterable[Path] = ()) -> Method:
 
 def method_names() -> tuple[str, ...]:
     """Every registered method's name (built-ins first, in their order), then installed entry points'."""
-    _builtins()
     names = list(_METHODS)
     names += [ep.name for ep in _entry_points() if ep.name not in _METHODS]
     return tuple(names)
@@ -138,27 +153,12 @@ def method_names() -> tuple[str, ...]:
 
 def registered() -> tuple[Method, ...]:
     """The methods registered so far (entry points are registered when first named)."""
-    _builtins()
     return tuple(_METHODS.values())
 
 
-def on_change(listener: Callable[[], None]) -> None:
-    _listeners.append(listener)
-
-
-def _add(method: Method) -> None:
-    _METHODS[method.name] = method
-    changed()
-
-
-def changed() -> None:
-    """Tell the listeners (the scenario's model) that the set of methods changed."""
-    for listener in _listeners:
-        listener()
-
-
-def _builtins() -> None:
-    import iotfl_sim.scenario.algorithms  # noqa: F401 - its options classes register the built-in methods
+def registered_method(name: str) -> Method | None:
+    """The method registered under ``name``, or None (nothing is imported or looked up)."""
+    return _METHODS.get(name)
 
 
 def _entry_points() -> list[Any]:
@@ -236,12 +236,33 @@ def _origin(module_name: str) -> str | None:
     return spec.origin if spec.name == module_name else str(Path(spec.origin).parent)
 
 
-def _check_strategy(cls: Any, what: str) -> None:
+def _derives(c: Any, module: str, qualname: str) -> bool:
     # by the bases' names: the registry (read by the configuration layer) imports no strategy code
-    def derives(c: Any, module: str, qualname: str) -> bool:
-        return isinstance(c, type) and any(b.__module__ == module and b.__qualname__ == qualname for b in c.__mro__)
+    return isinstance(c, type) and any(b.__module__ == module and b.__qualname__ == qualname for b in c.__mro__)
 
-    if not derives(cls, "iotfl_sim.algorithms.base", "Strategy"):
+
+def capability_problem(strategy: type, config: type) -> str | None:
+    """Where a strategy and its options class disagree on asynchrony (one line naming the fix), or None. A strategy
+    subclassing ``iotfl_sim.strategy.Asynchronous`` folds updates in as they arrive, with no rounds, so its options'
+    ``modes`` are exactly {"async"}; any other strategy runs in rounds, so its options do not declare async."""
+    modes = getattr(config, "modes", frozenset())
+    s, c = strategy.__name__, config.__name__
+    if _derives(strategy, "iotfl_sim.algorithms.base", "Asynchronous"):
+        if set(modes) != {"async"}:
+            return (
+                f"{s} subclasses iotfl_sim.strategy.Asynchronous, which runs only with server.mode: async, but its "
+                f"options {c} declare modes {', '.join(sorted(modes)) or 'none'}; set modes = frozenset({{'async'}}) in {c}"
+            )
+    elif "async" in modes:
+        return (
+            f"{c} declares the async mode, but {s} does not subclass iotfl_sim.strategy.Asynchronous; write "
+            f"class {s}(Asynchronous, Strategy) (docs/write_a_method.md), or drop async from {c}.modes"
+        )
+    return None
+
+
+def _check_strategy(cls: Any, what: str) -> None:
+    if not _derives(cls, "iotfl_sim.algorithms.base", "Strategy"):
         raise MethodError(f"{what}: {cls!r} is not a subclass of iotfl_sim.Strategy")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))  # what Python would refuse to instantiate
     if missing:
@@ -250,5 +271,8 @@ def _check_strategy(cls: Any, what: str) -> None:
             f"{'it' if len(missing) == 1 else 'them'} in {cls.__qualname__} (docs/write_a_method.md)"
         )
     config = getattr(cls, "Config", None)
-    if not derives(config, "iotfl_sim.scenario.algorithms.base", "MethodConfig"):
+    if not _derives(config, "iotfl_sim.scenario.algorithms.base", "MethodConfig"):
         raise MethodError(f"{what}: {cls.__qualname__}.Config must be a subclass of iotfl_sim.MethodConfig, got {config!r}")
+    problem = capability_problem(cls, config)
+    if problem is not None:
+        raise MethodError(f"{what}: {problem}")

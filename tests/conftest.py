@@ -308,4 +308,3 @@ def isolated_methods():
     yield
     methods._METHODS.clear()
     methods._METHODS.update(saved)
-    methods.changed()

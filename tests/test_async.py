@@ -383,7 +383,9 @@ def test_a_method_whose_options_say_async_but_that_is_not_asynchronous_is_refuse
         name = "not_async"
 
     sc = base_scenario(numerics="none", algorithm={"name": "not_async"}, server={"mode": "async"})
-    with pytest.raises(ScenarioError, match=r"server.mode async needs an asynchronous method.*iotfl_sim.strategy.Asynchronous"):
+    # refused when registered, before the scenario is read (``server_modes`` is the old spelling of ``modes``)
+    with pytest.raises(ScenarioError, match=r"^run: methods: .*NotAsyncConfig declares the async mode, but NotAsync does "
+                       r"not subclass iotfl_sim.strategy.Asynchronous; write class NotAsync\(Asynchronous, Strategy\)"):
         iotfl_sim.run(sc, out=tmp_path, methods=[NotAsync])
     assert not any(tmp_path.iterdir())  # refused before a run folder was made
 

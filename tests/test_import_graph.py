@@ -1,5 +1,5 @@
 """No import circle in ``iotfl_sim``: the graph of its modules' imports (grimp, as import-linter builds it; imports
-under ``if TYPE_CHECKING:`` left out, imports inside functions kept) has no cycle, but for one named exception.
+under ``if TYPE_CHECKING:`` left out, imports inside functions kept) has no cycle.
 And ``iotfl_sim.core``, the package every layer (and ``analysis/``) may import, imports nothing else."""
 
 from __future__ import annotations
@@ -14,21 +14,6 @@ import pytest
 grimp = pytest.importorskip("grimp")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# The registration circle, the one exception: iotfl_sim.methods imports the built-in methods' options modules
-# (iotfl_sim/scenario/algorithms/*), each of which imports iotfl_sim.methods to register itself (``@builtin``).
-# Issue 47 replaces the registry by a data table that imports nothing; remove this exception when it lands.
-REGISTRATION = "iotfl_sim.methods"
-REGISTRATION_OPTIONS = "iotfl_sim.scenario.algorithms"
-
-
-def _in_registration(module: str) -> bool:
-    return module == REGISTRATION or module == REGISTRATION_OPTIONS or module.startswith(REGISTRATION_OPTIONS + ".")
-
-
-def _registration_import(importer: str, imported: str) -> bool:
-    return imported == REGISTRATION and importer.startswith(REGISTRATION_OPTIONS + ".")
-
 
 @pytest.fixture(scope="module")
 def graph():
@@ -108,22 +93,12 @@ def _describe(graph, cycle: list[str]) -> str:
 
 
 def _cycles_found(graph) -> list[str]:
-    """Each import circle but the registration, as one of its shortest cycles with the import's line at each
-    step: a component of the graph that reaches beyond the registration's modules (through one of those
-    outside), or a cycle among the registration's modules that does not pass through a registration import."""
-    problems = []
+    """Each import circle, as one of its shortest cycles with the import's line at each step."""
     whole = _edges(graph)
-    for comp in _components(whole):
-        outside = [m for m in comp if not _in_registration(m)]
-        if outside:
-            problems.append(_describe(graph, _a_cycle(whole, set(comp), outside[0])))
-            continue
-        less = {m: [w for w in whole[m] if w in comp and not _registration_import(m, w)] for m in comp}
-        problems += [_describe(graph, _a_cycle(less, set(inner), inner[0])) for inner in _components(less)]
-    return problems
+    return [_describe(graph, _a_cycle(whole, set(comp), comp[0])) for comp in _components(whole)]
 
 
-def test_iotfl_sim_has_no_import_circle_but_the_registration(graph):
+def test_iotfl_sim_has_no_import_circle(graph):
     problems = _cycles_found(graph)
     assert not problems, "import circles in iotfl_sim:\n" + "\n".join(problems)
 
@@ -132,8 +107,8 @@ def test_iotfl_sim_has_no_import_circle_but_the_registration(graph):
     ("importer", "imported"),
     [
         ("iotfl_sim.core.errors", "iotfl_sim.sim.engine"),  # the engine imports core.errors
-        ("iotfl_sim.scenario.algorithms.base", "iotfl_sim.sim.engine"),  # a circle through the registration's
-        ("iotfl_sim.scenario.algorithms.nested", "iotfl_sim.scenario.algorithms"),  # one among its modules
+        ("iotfl_sim.scenario.algorithms.base", "iotfl_sim.sim.engine"),  # through the options of the methods
+        ("iotfl_sim.methods", "iotfl_sim.scenario.model"),  # the registration circle of old (the model reads the registry)
     ],
 )
 def test_a_planted_circle_is_found_and_named(importer, imported):

@@ -396,7 +396,7 @@ def fixed_level_specs(level_of: np.ndarray, levels: int) -> np.ndarray:
 
 
 class Asynchronous(ABC):
-    """A method the server runs asynchronously (``server.mode: async``, its options' ``server_modes``): no rounds;
+    """A method the server runs asynchronously (``server.mode: async``, its options' ``modes``): no rounds;
     ``concurrency`` devices train at once and the server folds their updates into the model as they arrive,
     ``buffer_size`` at a time; each fold is a new model version. Put it before the base:
     ``class MyMethod(Asynchronous, Strategy)``.

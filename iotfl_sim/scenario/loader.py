@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Tag, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from iotfl_sim import methods
 from iotfl_sim.core.errors import ScenarioError
@@ -23,8 +23,10 @@ from iotfl_sim.scenario.model import (
     DEFAULT_SERVER_PROFILE,
     Group,
     Hierarchy,
+    MethodConfig,
     Scenario,
     Server,
+    method_options,
 )
 from iotfl_sim.scenario.profile import DeviceProfile
 
@@ -154,8 +156,10 @@ def _model_at(model: type[BaseModel], loc: tuple, data: Any) -> type[BaseModel] 
             continue
         if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
             return None
-        cur = _pick_model(cur.model_fields[part].annotation, data.get(part) if isinstance(data, dict) else None)
         data = data.get(part) if isinstance(data, dict) else None
+        cur = _pick_model(cur.model_fields[part].annotation, data)
+        if cur is MethodConfig:  # Scenario.algorithm: the options of the method it names
+            cur = method_options(data)
         if isinstance(data, list):
             data = data[0] if data else None
     return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
@@ -165,16 +169,12 @@ def _pick_model(annotation: Any, data: Any) -> Any:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if not args:
         return annotation
-    for a in args:  # a member tagged with the name the data gives (the algorithm union: ``Tag(method name)``)
-        tags = [m.tag for m in getattr(a, "__metadata__", ()) if isinstance(m, Tag)]
-        if tags and isinstance(data, dict) and data.get("name") in tags:
-            return _pick_model(a, data)
     models = []
     for a in args:
         a = _pick_model(a, data)
         if isinstance(a, type) and issubclass(a, BaseModel):
             models.append(a)
-    for m in models:  # discriminated union: match on the `name` (algorithm) or `kind` (availability) literal
+    for m in models:  # discriminated union: match on a `name` or `kind` literal (availability)
         for tag in ("name", "kind"):
             tag_field = m.model_fields.get(tag)
             if tag_field is not None and isinstance(data, dict) and data.get(tag) in typing.get_args(tag_field.annotation):
@@ -272,14 +272,14 @@ def _message(e: dict, loc: tuple, model: type[BaseModel], data: Any) -> tuple[tu
         msg = f"unknown key (did you mean {hint[0]!r}?)" if hint else f"unknown key (allowed: {', '.join(fields)})"
     elif kind == "missing":
         msg = "required field is missing"
-    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+    elif kind in ("union_tag_invalid", "union_tag_not_found", "method_unknown", "method_missing"):
         field = str(ctx.get("discriminator", "")).strip("'\"") or "name"
-        if field.endswith("()"):  # a callable discriminator (the algorithm union's) reads the name field
+        if field.endswith("()"):  # a callable discriminator reads the name field
             field = "name"
         names = _tag_names(str(loc[-1]) if loc else "") or re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
         parent = str(loc[-1]) if loc else ""
         loc = (*loc, field)
-        if kind == "union_tag_invalid":
+        if kind in ("union_tag_invalid", "method_unknown"):
             what = parent if field == "name" else f"{parent} {field}".strip()  # "algorithm", "availability kind"
             msg = f"unknown {what} {ctx.get('tag')!r} ({_known(ctx.get('tag'), names)})"
         else:

@@ -6,11 +6,22 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    Tag,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, core_schema
 
 from iotfl_sim import methods
 from iotfl_sim.core.catalog import DATASETS, MODEL_FAMILIES
 from iotfl_sim.scenario.algorithms import MethodConfig, Staleness
+from iotfl_sim.scenario.algorithms.base import MODES
 from iotfl_sim.scenario.availability import AlwaysAvailability, AvailabilityConfig
 from iotfl_sim.scenario.limits import (
     MAX_BATCH,
@@ -481,6 +492,55 @@ class Executor(Strict):
 
 
 
+def able(mode: str) -> list[str]:
+    """The registered methods that run in ``mode`` (one of ``MODES``)."""
+    return [m.name for m in methods.registered() if mode in m.config.modes]
+
+
+def method_options(value: Any) -> type[MethodConfig] | None:
+    """The options class of the registered method an ``algorithm:`` block names, or None (no such method)."""
+    name = value.get("name") if isinstance(value, dict) else None
+    found = methods.registered_method(name) if isinstance(name, str) else None
+    return found.config if found is not None else None
+
+
+def _validate_algorithm(value: Any) -> MethodConfig:
+    """``algorithm`` in two steps: its ``name`` names a registered method (``iotfl_sim.methods``; the loader has
+    registered an import path or entry point it names), then the block is validated by that method's options class
+    (its errors keep their place under ``algorithm``). The loader words both errors (name, line, did-you-mean)."""
+    if isinstance(value, MethodConfig):
+        return value
+    if not isinstance(value, dict) or value.get("name") is None:
+        raise PydanticCustomError("method_missing", "algorithm.name is missing (one of {names})",
+                                  {"names": ", ".join(methods.method_names())})  # fmt: skip
+    options = method_options(value)
+    if options is None:
+        raise PydanticCustomError("method_unknown", "unknown algorithm {tag!r}", {"tag": str(value["name"])})
+    return options.model_validate(value)
+
+
+class RegisteredMethod:
+    """What ``Scenario.algorithm`` is: validated by ``_validate_algorithm``; its JSON schema is the union of the
+    registered methods' options (``iotfl-sim schema``), told apart by ``name``."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        # serialized as what it is: the method's own options class, with all its fields
+        return core_schema.no_info_plain_validator_function(
+            _validate_algorithm, serialization=core_schema.simple_ser_schema("any")
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        choices = tuple(Annotated[m.config, Tag(m.name)] for m in methods.registered())
+        union = Annotated[Union[choices], Discriminator(_method_name)]  # noqa: UP007
+        return handler(TypeAdapter(union).core_schema)
+
+
+def _method_name(value: Any) -> Any:
+    return value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+
+
 def plain_name(v: str, names: str, example: str) -> str:
     """``v`` if it can name a folder inside another (``names`` says which), else a ValueError that says why."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", v):
@@ -505,7 +565,7 @@ class Scenario(Strict):
     fleet: Fleet
     data: Data = Data()
     model: Model = Model()
-    algorithm: MethodConfig  # one of the registered methods' options (``_use_registered_methods``)
+    algorithm: Annotated[MethodConfig, RegisteredMethod]  # the options of the method its name names
     local: Local = Local()
     server: Server = Server()
     output: Output = Output()
@@ -544,11 +604,17 @@ class Scenario(Strict):
     def _mode_problem(self) -> str | None:
         """What makes ``server.mode`` unusable with the method or the rest of the server block, or None."""
         mode, alg, srv = self.server.mode, self.algorithm, self.server
-        if mode not in alg.server_modes:
-            fits = [m.name for m in methods.registered() if mode in m.config.server_modes]
+        why = alg.why_not_in(mode)
+        if why is not None:
+            runs = [m for m in MODES if m in alg.modes and m != "hierarchical"]
             return (
-                f"server.mode: {mode}: algorithm {alg.name} runs only in {', '.join(alg.server_modes)}; set server.mode "
-                f"to {' or '.join(alg.server_modes)}, or use a method made for {mode} ({', '.join(fits) or 'none registered'})"
+                f"server.mode: {mode}: algorithm {alg.name} runs only in {', '.join(runs)} ({why}); set server.mode "
+                f"to {' or '.join(runs)}, or use a method made for {mode} ({', '.join(able(mode)) or 'none registered'})"
+            )
+        if self.hierarchy is not None and (why := alg.why_not_in("hierarchical")) is not None:
+            return (
+                f"hierarchy: method {alg.name} cannot run hierarchically ({why}); use one of "
+                f"{', '.join(able('hierarchical'))}, or drop hierarchy"
             )
         if mode != "sync" and self.hierarchy is not None:
             return f"hierarchy runs synchronous rounds at every tier: set server.mode: sync (not {mode}), or drop hierarchy"
@@ -573,12 +639,6 @@ class Scenario(Strict):
                     f"hierarchy: fleet.groups[{i}]{label} has no network.gateway, so its devices report to no "
                     "gateway; give it network.gateway naming a fleet.gateways entry, or drop hierarchy"
                 )
-        if not type(self.algorithm).hierarchical:
-            able = ", ".join(m.name for m in methods.registered() if m.config.hierarchical)
-            raise ValueError(
-                f"hierarchy: method {self.algorithm.name} cannot run hierarchically (its server does more than average "
-                f"one global model); use one of {able}, or drop hierarchy"
-            )
         return self
 
     def task_epochs(self) -> int:
@@ -604,23 +664,3 @@ class Scenario(Strict):
         if self.clients_per_round is not None:
             return min(self.clients_per_round, n)
         return max(1, math.ceil((self.clients_fraction or 0.1) * n))
-
-
-def _method_name(value: Any) -> Any:
-    return value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-
-
-def _use_registered_methods() -> None:
-    """Make ``Scenario.algorithm`` the union of every registered method's options, told apart by ``name``
-    (``iotfl_sim.methods``); run again whenever a method is registered, so a scenario naming it validates."""
-    from pydantic import Discriminator, Tag
-    from pydantic.fields import FieldInfo
-
-    choices = tuple(Annotated[m.config, Tag(m.name)] for m in methods.registered())
-    union = Annotated[Union[choices], Discriminator(_method_name)]  # noqa: UP007
-    Scenario.__pydantic_fields__["algorithm"] = FieldInfo.from_annotation(union)
-    Scenario.model_rebuild(force=True)
-
-
-_use_registered_methods()
-methods.on_change(_use_registered_methods)

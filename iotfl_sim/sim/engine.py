@@ -21,12 +21,11 @@ import numpy as np
 import simpy
 import torch
 
-from iotfl_sim import faults
+from iotfl_sim import faults, methods
 from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import (
     AggregateWork,
     Assignment,
-    Asynchronous,
     DeviceState,
     Outcome,
     QsgdWork,
@@ -214,15 +213,9 @@ class Simulation:
         self.strategy.setup(ctx)
         if self.strategy.ctx is None:
             self.strategy.ctx = ctx
-        if (sc.server.mode == "async") != isinstance(self.strategy, Asynchronous):
-            kind = type(self.strategy).__name__
-            raise ScenarioError(
-                f"algorithm {sc.algorithm.name}: server.mode async needs an asynchronous method, but {kind} does not "
-                "subclass iotfl_sim.strategy.Asynchronous; use fedasync or fedbuff, or another server.mode"
-                if sc.server.mode == "async"
-                else f"algorithm {sc.algorithm.name}: {kind} subclasses iotfl_sim.strategy.Asynchronous, which runs only "
-                f"with server.mode: async (this is {sc.server.mode})"
-            )
+        problem = methods.capability_problem(type(self.strategy), type(sc.algorithm))  # a method built by hand
+        if problem is not None:
+            raise ScenarioError(f"algorithm {sc.algorithm.name}: {problem}")
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
         self.memory_ignored = bool(self.strategy.ignores_memory)

@@ -29,11 +29,11 @@ swapped in around that gateway's selection, training (payloads) and aggregation,
 parallel gateways cannot see each other's copy. The method's wire (QSGD) is shared: its state is keyed by device and
 every device belongs to one gateway. So a method runs hierarchically when its whole changing state is one averaged
 global model in ``state`` (besides a wire) and its server does nothing but aggregate: ``fedavg``, ``fedprox`` and
-``heterofl`` (their options say ``hierarchical = True``; HeteroFL's gateway copies are full global models, and
+``heterofl`` (their options' ``modes`` hold ``hierarchical``; HeteroFL's gateway copies are full global models, and
 the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value).
 The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables, FlexFL's and FedX's
 server-side pruning and fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, ScaleFL's
-and DAdaQuant's and HeteroFL-IoT's fleet-wide state; the scenario refuses them (``Scenario._hierarchy_fits``).
+and DAdaQuant's and HeteroFL-IoT's fleet-wide state; the scenario refuses them (``Scenario._mode_problem``).
 
 At a cloud round's end every gateway holds the cloud's model, so a checkpoint needs nothing beyond the strategy's
 state; a resume replays the system part (the gateways' rounds, backhaul and aggregation times come from the tape

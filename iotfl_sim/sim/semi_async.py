@@ -6,7 +6,7 @@ Its weights are the ones its device downloaded in its own round (captured at dis
 rate those of its own round; its staleness is the number of aggregations between its round's and the one it joins.
 A late update counts in its own round's ``failed_deadline`` (it missed that deadline) and in the
 ``updates_applied`` and staleness columns of the round it joins; methods that aggregate a weighted average of
-the updates (``MethodConfig.server_modes``) scale its weight by the staleness function.
+the updates (``"semi_async"`` in ``MethodConfig.modes``) scale its weight by the staleness function.
 """
 
 from __future__ import annotations

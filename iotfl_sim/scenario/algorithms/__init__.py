@@ -1,11 +1,11 @@
 """Options of each FL method, validated with the rest of the scenario.
 
 These are plain data (no PyTorch); the methods themselves live in ``iotfl_sim.algorithms``. ``base`` holds
-``MethodConfig`` and the option groups several methods share; each other module the options of a few related
-methods, each class registering its method (``@builtin``, ``iotfl_sim.methods``) when imported, in this order.
+``MethodConfig``, the modes a method may run in (``MODES``) and the option groups several methods share; each other
+module the options of a few related methods. Importing them registers nothing: ``iotfl_sim.methods.BUILTINS`` names
+each built-in method's options class.
 """
 
-# not sorted: each module registers its methods on import, and this is their order (schema, name lists)
 from iotfl_sim.scenario.algorithms.base import MethodConfig, candidate_cuts, parse_proportions  # noqa: I001
 from iotfl_sim.scenario.algorithms.nested import DecoupledConfig, FedAvgConfig, HeteroFLConfig, HeteroFLIoTConfig
 from iotfl_sim.scenario.algorithms.pruning import AdaptiveFLConfig, FlexFLConfig, ScaleFLConfig

@@ -7,7 +7,6 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.algorithms.base import MethodConfig
 from iotfl_sim.scenario.profile import Strict
 
@@ -37,10 +36,14 @@ class _Asynchronous(MethodConfig):
     """A method the server runs asynchronously (``server.mode: async``): everyone trains the full model, devices
     whose declared memory cannot hold it are never selected."""
 
-    server_modes: ClassVar[tuple[str, ...]] = ("async",)
+    modes: ClassVar[frozenset[str]] = frozenset({"async"})
+    why_not: ClassVar[dict[str, str]] = {
+        "semi_async": "semi_async closes rounds at a deadline, and it has no rounds: its strategy subclasses "
+        "iotfl_sim.strategy.Asynchronous",
+        "hierarchical": "a hierarchy runs synchronous rounds at every tier, and it has no rounds",
+    }
 
 
-@builtin("iotfl_sim.algorithms.fedasync:FedAsync")
 class FedAsyncConfig(_Asynchronous):
     name: Literal["fedasync"]
     alpha: float = Field(
@@ -53,7 +56,6 @@ class FedAsyncConfig(_Asynchronous):
     )
 
 
-@builtin("iotfl_sim.algorithms.fedbuff:FedBuff")
 class FedBuffConfig(_Asynchronous):
     name: Literal["fedbuff"]
     buffer_size: int = Field(10, ge=1, le=100_000, description="K: client updates per server step (FedBuff: 10)")

@@ -4,7 +4,7 @@ AdapterFL's prototypes)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
@@ -12,9 +12,24 @@ from iotfl_sim.core.catalog import PROTOTYPE_STAGES
 from iotfl_sim.scenario.limits import MAX_BUCKET
 from iotfl_sim.scenario.profile import Strict
 
+# The modes a method may run in, the columns of docs/methods_and_modes.md: ``server.mode`` sync (rounds), semi_async
+# (rounds whose late updates join a later round's aggregation with a staleness weight) or async (no rounds: each
+# update is folded in as it arrives), and hierarchical (``hierarchy:``, device -> gateway -> cloud, sync rounds at
+# every tier, ``sim/hierarchy.py``).
+MODES: tuple[str, ...] = ("sync", "semi_async", "async", "hierarchical")
+# Why a method does not run in a mode it does not declare, unless its options say more (``MethodConfig.why_not``).
+WHY_NOT: dict[str, str] = {
+    "sync": "it folds each update into the model as it arrives, with no rounds: its strategy subclasses "
+    "iotfl_sim.strategy.Asynchronous",
+    "semi_async": "its aggregation is not declared to take a late update with a staleness weight, which needs a "
+    "weighted average of the updates as algorithms.common.contributions gives",
+    "async": "it aggregates in rounds: its strategy does not subclass iotfl_sim.strategy.Asynchronous, the rule "
+    "for folding in one update at a time",
+    "hierarchical": "its server does more than average one global model",
+}
 # the modes of a method whose aggregation is a weighted average of the updates it gets (``algorithms.common.
 # contributions``), which a late update joins with its staleness weight
-SEMI_ASYNC_OK: tuple[str, ...] = ("sync", "semi_async")
+SEMI_ASYNC_OK: frozenset[str] = frozenset({"sync", "semi_async"})
 
 
 class MethodConfig(Strict):
@@ -24,12 +39,38 @@ class MethodConfig(Strict):
     scenario wrote it (a registered name or an import path)."""
 
     name: str
-    # the server modes the method runs in (``server.mode``): sync rounds; semi_async adds late updates to a later
-    # round's aggregation with a staleness weight (only methods that aggregate a weighted average of the updates)
-    server_modes: ClassVar[tuple[str, ...]] = ("sync",)
-    # whether the method runs under ``hierarchy:`` (``sim/hierarchy.py``): its whole changing state is one averaged
-    # global model in ``state`` (besides a per-device wire), and the server does nothing but aggregate
-    hierarchical: ClassVar[bool] = False
+    # The modes (of MODES) the method runs in: the one place its capabilities are declared, checked by ``validate``
+    # (``Scenario._mode_problem``) and against its strategy at registration (``methods.capability_problem``).
+    # semi_async: its aggregation is a weighted average of the updates; hierarchical: its whole changing state is
+    # one averaged global model in ``state`` (besides a per-device wire), and its server does nothing but aggregate.
+    modes: ClassVar[frozenset[str]] = frozenset({"sync"})
+    # why it does not run in a mode it lacks, where more is known than WHY_NOT's general reason
+    why_not: ClassVar[dict[str, str]] = {}
+    # the spelling of ``modes`` before it: a subclass setting either is read into its ``modes`` when defined
+    server_modes: ClassVar[tuple[str, ...] | None] = None
+    hierarchical: ClassVar[bool | None] = None
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        own = vars(cls)
+        if "server_modes" in own or "hierarchical" in own:
+            if "modes" in own:
+                raise TypeError(f"{cls.__qualname__}: give modes only (server_modes and hierarchical are its old spelling)")
+            server = own.get("server_modes") or [m for m in cls.modes if m != "hierarchical"]
+            # hierarchical meant sync rounds at every tier: without sync it never ran
+            hierarchical = own.get("hierarchical", "hierarchical" in cls.modes) and "sync" in server
+            cls.modes = frozenset(server) | ({"hierarchical"} if hierarchical else frozenset())
+        unknown = sorted((set(cls.modes) | set(cls.why_not)) - set(MODES))
+        if unknown:
+            raise TypeError(f"{cls.__qualname__}: unknown mode {unknown[0]!r} in its modes or why_not (modes: {', '.join(MODES)})")
+        if "sync" not in cls.modes and (not cls.modes or "hierarchical" in cls.modes):
+            raise TypeError(f"{cls.__qualname__}: modes {sorted(cls.modes)}: give a server mode, and sync with hierarchical")
+
+    @classmethod
+    def why_not_in(cls, mode: str) -> str | None:
+        """None if the method runs in ``mode``, else the one-line reason it does not."""
+        return None if mode in cls.modes else cls.why_not.get(mode, WHY_NOT[mode])
 
     def held_out_fraction(self) -> float:
         """Share of the train set held out for the server (a proxy set) before the clients' split; 0: none."""

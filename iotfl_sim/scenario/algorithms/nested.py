@@ -6,15 +6,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, LevelString, PrototypeFamily, _Levels, _Wire
 
 
-@builtin("iotfl_sim.algorithms.fedavg:FedAvg")
 class FedAvgConfig(_Wire):
     name: Literal["fedavg"]
-    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
-    hierarchical = True
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
     flavour: Literal["all_large", "smallest"] = Field(
         "all_large",
         description="all_large: everyone trains the full model and devices that cannot fit it are excluded; "
@@ -36,18 +33,16 @@ class FedAvgConfig(_Wire):
     )
 
 
-@builtin("iotfl_sim.algorithms.decoupled:Decoupled")
 class DecoupledConfig(_Levels):
     name: Literal["decoupled"]
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its state is one model per level, each averaged on its own"}
     levels: LevelString = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
     weighting: Literal["data", "count"] = "data"
 
 
-@builtin("iotfl_sim.algorithms.heterofl:HeteroFL")
 class HeteroFLConfig(_Levels, _Wire):
-    hierarchical = True
     name: Literal["heterofl"]
-    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
     mode: Literal["fix", "dynamic"] = Field(
         "fix", description="fix: a device keeps its level; dynamic: levels are re-drawn every round"
     )
@@ -63,13 +58,15 @@ class HeteroFLConfig(_Levels, _Wire):
     )
 
 
-@builtin("iotfl_sim.algorithms.heterofl_iot:HeteroFLIoT")
 class HeteroFLIoTConfig(HeteroFLConfig):
     """HeteroFL-IoT: HeteroFL under a per-node energy budget, with a per-round selection that keeps the
     configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
 
     name: Literal["heterofl_iot"]  # type: ignore[assignment]
-    hierarchical = False  # its energy budgets and carried selection are fleet-wide state (``carry``, ``dispatched``)
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
+    why_not: ClassVar[dict[str, str]] = {
+        "hierarchical": "its energy budgets and carried selection are fleet-wide state (carry, dispatched)"
+    }
     selection: Literal["proportional", "paced", "random"] = Field(
         "proportional",
         description="proportional: each round takes max(share x clients_per_round, 1) nodes of every level among "

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.algorithms.base import _Prototypes, candidate_cuts
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_INDEX, MAX_SAMPLES, MAX_STEPS
 
 
-@builtin("iotfl_sim.algorithms.adapterfl:AdapterFL")
 class AdapterFLConfig(_Prototypes):
     """AdapterFL (Liu et al.): partition, reassembly, block-wise aggregation (``iotfl_sim.algorithms.adapterfl``)."""
 
     name: Literal["adapterfl"]
+    why_not: ClassVar[dict[str, str]] = {
+        "hierarchical": "its server assembles and aggregates three prototype models, not one global model"
+    }
     extractor: Literal["S", "M", "L"] = Field(
         "L", description="whose feature-extraction block the group shares (the paper prefers the large prototype)"
     )
@@ -42,18 +43,17 @@ class AdapterFLConfig(_Prototypes):
 
 
 
-@builtin("iotfl_sim.algorithms.adapterfl:FedBase")
 class FedBaseConfig(AdapterFLConfig):
     """FedBase: AdapterFL's reassembled models, each aggregated on its own (no shared block)."""
 
     name: Literal["fedbase"]  # type: ignore[assignment]
 
 
-@builtin("iotfl_sim.algorithms.feddf:FedDF")
 class FedDFConfig(_Prototypes):
     """FedDF (Lin et al., NeurIPS 2020) over the S, M, L prototypes (``iotfl_sim.algorithms.feddf``)."""
 
     name: Literal["feddf"]
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server distils the prototype models on a proxy set"}
     weighting: Literal["data", "count"] = Field("data", description="FedAvg weights before distillation")
     proxy_fraction: float = Field(0.01, gt=0, lt=1, description="share of the train set held out as the proxy set (1%)")
     distill_steps: int = Field(100, ge=0, le=MAX_STEPS, description="server distillation steps per prototype per round")

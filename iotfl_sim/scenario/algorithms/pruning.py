@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.algorithms.base import MethodConfig
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_EPOCHS, MAX_INDEX
 from iotfl_sim.scenario.profile import Strict
 
 
-@builtin("iotfl_sim.algorithms.adaptivefl:AdaptiveFL")
 class AdaptiveFLConfig(MethodConfig):
     """AdaptiveFL (Jia et al., DAC 2024): fine-grained width pruning (r_w, I), RL client selection
     (``iotfl_sim.algorithms.adaptivefl``)."""
+
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server's RL tables are state beside the global model"}
 
     name: Literal["adaptivefl"]
     width_rates: list[float] = Field(
@@ -77,9 +77,10 @@ class ScaleFLLevel(Strict):
 SCALEFL_PAPER_KD_GAMMA = 0.05  # the only KD weight the authors publish (their BERT command)
 
 
-@builtin("iotfl_sim.algorithms.scalefl:ScaleFL")
 class ScaleFLConfig(MethodConfig):
     """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
+
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server keeps fleet-wide state beside the global model"}
 
     name: Literal["scalefl"]
     levels: list[ScaleFLLevel] | None = Field(
@@ -163,9 +164,10 @@ class ScaleFLConfig(MethodConfig):
         return self
 
 
-@builtin("iotfl_sim.algorithms.flexfl:FlexFL")
 class FlexFLConfig(MethodConfig):
     """FlexFL (Chen et al., APoZ-guided flexible pruning; ``iotfl_sim.algorithms.flexfl``)."""
+
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server prunes and fine-tunes the model"}
 
     name: Literal["flexfl"]
     reference: Literal["paper", "code"] = Field(

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.algorithms.base import MethodConfig
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES
 
@@ -53,11 +52,12 @@ ServerBatchSize = Annotated[
 ]
 
 
-@builtin("iotfl_sim.algorithms.fedx:FedX")
 class FedXConfig(MethodConfig):
     """FedX (Lai, Jiang et al.): nested sub-networks at per-level QSGD bits, server pretraining and regularised
     fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
     ``server_data: false``."""
+
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server prunes and fine-tunes the model"}
 
     name: Literal["fedx"]
     mix: dict[Literal["small", "medium", "large"], float] = Field(
@@ -158,10 +158,11 @@ class FedXConfig(MethodConfig):
 
 
 
-@builtin("iotfl_sim.algorithms.dadaquant:DAdaQuant")
 class DAdaQuantConfig(MethodConfig):
     """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
     time and clients (``iotfl_sim.algorithms.dadaquant``)."""
+
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server keeps fleet-wide state beside the global model"}
 
     name: Literal["dadaquant"]
     adapt: Literal["both", "time", "clients", "none"] = Field(

@@ -6,15 +6,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from iotfl_sim.methods import builtin
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 
 
-@builtin("iotfl_sim.algorithms.fedprox:FedProx")
 class FedProxConfig(MethodConfig):
     name: Literal["fedprox"]
-    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
-    hierarchical = True
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
     mu: float = Field(
         0.01, ge=0, le=1e4,
         description="weight of the proximal term (mu/2)||w - w_global||^2 in each device's loss (FedProx: tuned "
@@ -23,10 +20,10 @@ class FedProxConfig(MethodConfig):
     weighting: Literal["data", "count"] = Field("data", description="aggregation weights (data: local data size)")
 
 
-@builtin("iotfl_sim.algorithms.fedopt:FedOpt")
 class FedOptConfig(MethodConfig):
     name: Literal["fedopt"]
-    server_modes: ClassVar[tuple[str, ...]] = SEMI_ASYNC_OK
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
+    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server optimizer's moments (m, v) are state beside the global model"}
     server_optimizer: Literal["adam", "yogi", "adagrad"] = Field(
         "adam", description="the server's update of the averaged client delta (FedAdam, FedYogi, FedAdagrad)"
     )
