@@ -96,3 +96,27 @@ def test_fix_mode_assigns_levels_by_id_with_leftovers_last():
     assert list(levels[:2]) == [0, 0] and (levels[2:] == 1).all()
     levels = fix_levels_by_id(10, [0.5, 0.3, 0.2])
     assert list(levels) == [0] * 5 + [1] * 3 + [2] * 2
+
+
+def test_rebase_moves_a_stale_slice_onto_the_current_model_by_its_weighted_delta():
+    """By hand: base w = [1, 2, 3] (global), a device trained its 2-entry slice to [1.5, 1.0]: delta [0.5, -1.0].
+    Meanwhile the global model moved to [10, 20, 30]; at weight 0.5 the rebased slice is [10.25, 19.5]."""
+    from iotfl_sim.fl.aggregate import rebase
+
+    base = {"w": torch.tensor([1.0, 2.0, 3.0]), "n": torch.tensor(4)}
+    current = {"w": torch.tensor([10.0, 20.0, 30.0]), "n": torch.tensor(9)}
+    trained = {"w": torch.tensor([1.5, 1.0]), "n": torch.tensor(5)}
+    out = rebase(current, base, trained, weight=0.5)
+    assert out["w"].tolist() == [10.25, 19.5]
+    assert out["w"].dtype == torch.float32
+    assert out["n"].item() == 5  # an integer counter is the device's own
+    assert current["w"].tolist() == [10.0, 20.0, 30.0] and base["w"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_rebase_of_a_fresh_update_at_weight_one_is_the_update():
+    """base = current and weight 1: current + (trained - current) = trained, exactly for these values."""
+    from iotfl_sim.fl.aggregate import rebase
+
+    g = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+    trained = {"w": torch.tensor([[0.5]])}
+    assert rebase(g, g, trained)["w"].tolist() == [[0.5]]

@@ -78,3 +78,24 @@ def aggregate_nested(
         new[mask] = (total[mask] / count[mask]).to(g.dtype)
         out[key] = new
     return out
+
+
+def rebase(
+    current: Mapping[str, torch.Tensor],
+    base: Mapping[str, torch.Tensor],
+    trained: Mapping[str, torch.Tensor],
+    weight: float = 1.0,
+) -> dict[str, torch.Tensor]:
+    """A submodel trained from ``base`` (an older global model, or its slice) moved onto ``current``: each floating
+    tensor becomes current's leading slice of its shape plus ``weight`` x (trained - base's slice), in float64 and
+    rounded once, FedBuff's weighted stale delta applied to the model of now. Integer tensors (BatchNorm's counters)
+    keep ``trained``'s values. Only ``trained``'s keys; none of the arguments is modified."""
+    out: dict[str, torch.Tensor] = {}
+    for key, t in trained.items():
+        if not torch.is_floating_point(t):
+            out[key] = t
+            continue
+        region = prefix_index(tuple(t.shape))
+        delta = t.to(torch.float64) - base[key][region].to(torch.float64)
+        out[key] = (current[key][region].to(torch.float64) + weight * delta).to(t.dtype)
+    return out
