@@ -69,10 +69,7 @@ def write(sim: Simulation, done: int, step: int | None = None) -> None:
             "python": codec.encode(random.getstate()),
         },
     }
-    if sim.async_server is not None:  # the weights the devices in flight downloaded
-        state["in_flight"] = sim.async_server.captured()
-    if sim.late is not None:  # semi_async: those of the tasks that missed their round
-        state["late"] = sim.late.captured()
+    state.update(sim.loop.capture())  # e.g. the weights the devices in flight downloaded
     host_total = time.perf_counter() - sim.t_created
     meta = {
         "rows": sim.rows,
@@ -106,7 +103,7 @@ def begin_resume(
         raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
     ck.resume_round = int(meta["round"])
     ck.resume_step = meta.get("step")
-    if ck.resume_step is not None and sim.async_server is None:
+    if ck.resume_step is not None and not sim.loop.between_versions:
         raise CheckpointError("checkpoint: taken between two versions of an asynchronous run, but this run is not one; start a new run")
     ck.pending = (meta, state)
     ck.tape_files = meta["tape"]
@@ -185,10 +182,7 @@ def end_replay(sim: Simulation) -> None:
         )
     codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
     try:
-        if sim.async_server is not None:
-            sim.async_server.restore(state.get("in_flight"), _weights_check(sim, "in_flight"))
-        if sim.late is not None:
-            sim.late.restore(state.get("late"), _weights_check(sim, "late"))
+        sim.loop.restore(state, lambda entry: _weights_check(sim, entry))
     except CheckpointError as e:
         raise _refuse(sim, str(e)) from None
     sim.server_work.drain()  # set-up work was charged in round 1 already

@@ -24,15 +24,11 @@ import torch
 from iotfl_sim import faults
 from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import (
-    AggregateWork,
     Assignment,
     Asynchronous,
     DeviceState,
-    Outcome,
-    QsgdWork,
     ServerWork,
     StrategyContext,
-    Update,
 )
 from iotfl_sim.exec.auto import Choice, HostWork, choose
 from iotfl_sim.exec.base import NumericData, missing_methods, overlaps
@@ -52,17 +48,14 @@ from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError, resolve_server, resolved_compute
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.seeding import int_seed
 from iotfl_sim.sim import checkpointing
-from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
-from iotfl_sim.sim.hierarchy import GatewayTier
-from iotfl_sim.sim.learning import Evaluation, Learning, TrainTask
+from iotfl_sim.sim.learning import Evaluation, Learning
 from iotfl_sim.sim.memory import InfeasibleFleetError, MemoryNeed
-from iotfl_sim.sim.round import Round, RoundStart
-from iotfl_sim.sim.semi_async import LateUpdates
 from iotfl_sim.sim.server_cost import ServerCost
+from iotfl_sim.sim.server_loop import ServerLoop, make_loop
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
 from iotfl_sim.sim.tape import Tape
@@ -160,13 +153,11 @@ class Simulation:
         self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
         self.checkpointing = checkpointing.CheckpointState()
         self.rows: list[dict[str, Any]] = []
-        self.async_server = AsyncServer(self) if sc.server.mode == "async" else None
-        self.late = LateUpdates(sc.server.staleness) if sc.server.mode == "semi_async" else None
         self.stalled: int | None = None  # the round the run stalled at: too few devices left to go on
         self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
         self.stop_signal: int | None = None  # which signal asked (``summary.json``'s ``stopped_by``)
         self.interrupted = False
-        self.hierarchy = GatewayTier(self) if sc.hierarchy is not None else None  # device -> gateway -> cloud
+        self.loop: ServerLoop = make_loop(self)  # the server mode, chosen once
 
     def _check_made(self, factory: ExecutorFactory, made: Any) -> None:
         """Refuse, before any training, what a caller's executor factory returned when it is not an executor."""
@@ -265,7 +256,7 @@ class Simulation:
         if self.sc.numerics == "torch":
             # again here: another Simulation built meanwhile may have restored the caller's count at its end
             torch.set_num_threads(self.sc.executor.threads)
-        proc = self.env.process(self.async_server.run() if self.async_server is not None else self.server())
+        proc = self.env.process(self.loop.run())
         try:
             self.env.run(until=proc)
         except BaseException as e:
@@ -294,205 +285,7 @@ class Simulation:
         torch.set_num_threads(self._threads_before)
         return summary
 
-    def server(self):
-        """The server's process: the rounds, top to bottom. Rounds before ``resume_round`` are replayed from the
-        tape (the system part only: no training, aggregation or evaluation)."""
-        sc = self.sc
-        if self.hierarchy is not None:
-            yield from self.hierarchy.rounds()
-            return
-        for rnd in range(sc.rounds):
-            replay = rnd < self.checkpointing.resume_round
-            self._announce(rnd, replay)
-            rd = Round(self.env, rnd, sc.selection_size(), self._round_start())
-            if not (yield from self._wait_for_participants(rnd)):
-                self.stalled = rnd
-                return
-            self.view.now, self.view.rnd = self.env.now, rnd
-            assignments = self.tape.answer("select", lambda r=rnd: self._select(r))
-            yield from self._serve(rd)  # set-up work (first round) and selection work
-            rd.dispatch(assignments, self.fleet, self.tasks.run)
-            if self.late is not None and sc.numerics == "torch" and not replay:
-                for t in rd.tasks:  # a late update trains from what its device downloaded in this round
-                    t.base = self.learning.download(t.assignment)
-            yield rd.closing(sc.server.deadline_s)
-            outcomes = rd.close(self.fleet, self.log)
-            for o in outcomes:
-                if o.status == "depleted":
-                    self.view.known_gone[o.assignment.device] = True
-            late = self.late.arrived(rnd) if self.late is not None else []
-            # only the losses outlive the aggregation: the updates' client states would otherwise stay in memory
-            # through the evaluation and the next round's training
-            losses = [u.loss for u in (self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes, late))]
-            yield from self._serve(rd)  # aggregation-side work
-            row = self._row(rd, outcomes, losses)
-            if self.late is not None:
-                row.update(self._applied_late(rnd, outcomes, late))
-                self.late.missed(rd.tasks)
-            if self._end_round(rnd, row, replay):
-                return
-
-    def _end_round(self, rnd: int, row: dict[str, Any], replay: bool) -> bool:
-        """A replayed round's bookkeeping, or the row recorded and a checkpoint when due; True: stop here (Ctrl-C)."""
-        if replay:
-            self._replayed(rnd)
-            return False
-        self._record(rnd, row)
-        if rnd + 1 < self.sc.rounds and (self.stop_requested or checkpointing.due(self, rnd + 1)):
-            self.checkpoint(rnd + 1)
-            if self.stop_requested:
-                self.interrupted = True
-                return True
-        return False
-
-    # ------------------------------------------------------------ steps of a round
-
-    def _announce(self, rnd: int, replay: bool) -> None:
-        resume_round = self.checkpointing.resume_round
-        if rnd == 0 and replay:
-            stage(self.progress, f"replaying rounds 1-{resume_round} from the checkpoint (no training)")
-        elif rnd == resume_round:
-            stage(self.progress, f"round {rnd + 1}: devices training, then evaluation")
-
-    def _round_start(self) -> RoundStart:
-        now = self.env.now
-        energy = float(sum(v.sum() for v in self.fleet.class_energy(now).values()))
-        return RoundStart(now, energy, self.traffic.down, self.traffic.up)
-
-    def _wait_for_participants(self, rnd: int, view: Any = None):
-        """Wait (retry_s at a time) until min_participants devices are selectable (in ``view``, default the
-        server's); False if never."""
-        need = self.sc.server.min_participants
-        view = self.view if view is None else view
-        for _ in range(100_000):
-            self.view.now, self.view.rnd = self.env.now, rnd
-            if view.has_selectable(need):
-                return True
-            if view.known_gone.all():
-                return False
-            yield self.env.timeout(self.sc.server.retry_s)
-        return False
-
-    def _select(self, rnd: int, view: Any = None, *key: int) -> list[Assignment]:
-        """The strategy's selection from ``view`` (default: the server's), with the stream of (rnd, *key)."""
-        view = self.view if view is None else view
-        assignments = self.strategy.select(rnd, view, stream(self.sc.seed, "select", rnd, *key))
-        if self.strategy.wire is not None:  # e.g. quantize each device's download (server work, charged after selection)
-            self.strategy.wire.dispatch(rnd, assignments, self.strategy)
-        return assignments
-
-    def _serve(self, rd: Round):
-        """Run the strategy's pending server work on the simulated clock (the round's server seconds)."""
-        spent = 0.0
-        for what, kind, duration, flops in self.tape.answer("serve", self._price_server_work):
-            self.log(rd.rnd, -1, "server_work", what=what, kind=kind, flops=flops, duration=round(duration, 6))
-            if duration > 0:
-                yield self.env.timeout(duration)
-            spent += duration
-            rd.server_split[kind] += duration
-        rd.server_s += spent
-        self.server_time += spent
-
-    def _price_server_work(self) -> list[tuple[str, str, float, float]]:
-        """(what, kind, seconds, FLOPs) of every pending item of server work (what the tape records)."""
-        out = []
-        for what, work in self.server_work.drain():
-            p = self.server_cost.price(work)
-            out.append((what, p.kind, p.seconds, p.flops))
-        return out
-
-    def _learn(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask] = ()) -> list[Update]:
-        """The accepted updates (and, semi_async, the ``late`` ones of earlier rounds) trained for real, received,
-        charged and aggregated; the method observes every outcome of the round."""
-        tasks = [TrainTask(o, rnd) for o in outcomes if o.status == "completed"] + list(late)
-        updates: list[Update] = []
-        if self.sc.numerics == "none" or not tasks:
-            self.tape.answer("receive", list)
-        else:
-            t0 = time.perf_counter()
-            updates = self.learning.train_tasks(tasks)
-            receipts = self._receive_uploads(rnd, updates)
-            self.tape.answer("receive", lambda: receipts)
-            self.host["train"] += time.perf_counter() - t0
-        self._charge_aggregation([*outcomes, *(t.outcome for t in late)])  # on the clock before the method's own work
-        if len(updates) >= self.sc.server.min_participants:
-            t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
-            self.strategy.aggregate(rnd, updates)
-            self.host["aggregate"] += time.perf_counter() - t0
-        self.strategy.observe(rnd, outcomes)
-        return updates
-
-    def _applied_late(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask]) -> dict[str, Any]:
-        """semi_async: log each update the round folded in with its staleness; the round's staleness columns."""
-        assert self.late is not None
-        fresh = [o for o in outcomes if o.status == "completed"]
-        aggregated = len(fresh) + len(late) >= self.sc.server.min_participants
-        if aggregated:
-            for o in fresh:
-                self.log(rnd, o.assignment.device, "apply", staleness=0, version=rnd + 1)
-            for t in late:
-                self.log(t.rnd, t.outcome.assignment.device, "apply", staleness=t.staleness, version=rnd + 1)
-        return self.late.columns(len(fresh), late, aggregated)
-
-    def _receive_uploads(self, rnd: int, updates: list[Update]) -> list[tuple[int, float, float]]:
-        """Hand each update to the method's wire: a quantized upload's real encoded size replaces the size priced
-        at dispatch in the byte count. Returns (device, real, priced) of each, which a replay reapplies."""
-        wire = self.strategy.wire
-        receipts: list[tuple[int, float, float]] = []
-        if wire is None:
-            return receipts
-        for u in updates:
-            real = wire.receive(rnd, u)
-            if real is not None:
-                real += self.sc.server.header_bytes
-                priced = self._priced_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
-                receipts.append((u.assignment.device, real, priced))
-                self._apply_receipt(rnd, u.assignment.device, real, priced)
-        return receipts
-
-    def _apply_receipt(self, rnd: int, device: int, real: float, priced: float) -> None:
-        self.traffic.repriced_upload(real, priced)
-        self.log(rnd, device, "upload_encoded", bytes=real, priced=priced)
-
-    def _replayed_uploads(self, rnd: int) -> list[Update]:
-        """A replayed round: numerics are not redone, only their effect on the byte count and the event log."""
-        for d, real, priced in self.tape.answer("receive", list):
-            self._apply_receipt(rnd, d, real, priced)
-        return []
-
-    def _charge_aggregation(self, outcomes: list[Outcome], force: bool = False) -> None:
-        """Every method's receiving side: decoding each accepted quantized upload, then the aggregation (the
-        accepted updates' values read, the largest one's region of the global model written) when at least
-        ``min_participants`` were accepted, or always with ``force`` (an asynchronous server's update)."""
-        done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
-        recipes = [self.strategy.recipe_for(a) for a in done]
-        sizes = [r.cost(a.spec).params for r, a in zip(recipes, done, strict=True)]
-        tensors = [len(r.shapes(a.spec)) for r, a in zip(recipes, done, strict=True)]
-        for a, n, t in zip(done, sizes, tensors, strict=True):
-            if a.bits < 32:
-                self.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
-        if sizes and (force or len(sizes) >= self.sc.server.min_participants):
-            self.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
-
-    def _row(self, rd: Round, outcomes: list[Outcome], losses: list[float]) -> dict[str, Any]:
-        row = rd.row(self.env.now, outcomes, losses, self.fleet, self.traffic)
-        row.update(rd.comm_waste(outcomes, self.traffic, self._params))
-        row["server_time_s"] = rd.server_s
-        row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})
-        row["server_energy_j"] = self.server_time * self.server_cost.power_w
-        return row
-
-    def _params(self, a: Assignment) -> int:
-        return self.strategy.recipe_for(a).cost(a.spec).params
-
-    def _replayed(self, rnd: int) -> None:
-        if self.progress is not None:
-            self.progress.update(1)
-        ck = self.checkpointing
-        if rnd + 1 == ck.resume_round and ck.resume_step is None:  # a step's: the async server ends the replay
-            checkpointing.end_replay(self)
-
-    def _record(self, rnd: int, row: dict[str, Any]) -> None:
+    def record(self, rnd: int, row: dict[str, Any]) -> None:
         """Evaluate when due (every ``eval_every`` rounds and after the last), add host times, write the row. With
         ``overlap_eval`` the row is held until its evaluation ends: written before the next round's row, a
         checkpoint, or the run's end, so every file gets the same lines in the same order."""
@@ -559,8 +352,12 @@ class Simulation:
         failure would hold the round forever, so every failure reports at once."""
         return reason in SILENT_FAILURES and self.sc.server.deadline_s is not None
 
+    def gateway_of(self, d: int) -> Any:
+        """The ``fleet.gateways`` entry device ``d``'s group reports through (None: none)."""
+        return self._gateway_of[self.fleet.group_of[d]]
+
     def medium(self, d: int, up: bool) -> SharedMedium | None:
-        gw = self._gateway_of[self.fleet.group_of[d]]
+        gw = self.gateway_of(d)
         if gw is None:
             return None
         block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
@@ -578,16 +375,15 @@ class Simulation:
         """Bytes of a task's download (``up`` False) or upload: the strategy's wire's encoded size when it has a
         wire (``algorithms.base.Wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
         if self.strategy.wire is None:
-            return self._plain_bytes(recipe, a.spec, a.bits if up else 32)
-        return self.tape.answer("wire", lambda: self._priced_bytes(a, recipe, up))
+            return self.priced_bytes(a, recipe, up)
+        return self.tape.answer("wire", lambda: self.priced_bytes(a, recipe, up))
 
-    def _plain_bytes(self, recipe: ModelRecipe, spec: SubmodelSpec, bits: int) -> float:
-        return recipe.cost(spec).params * bits / 8.0 + self.sc.server.header_bytes
-
-    def _priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
-        nbytes = self.strategy.wire.message_bytes(a, up)
+    def priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
+        """``wire_bytes`` as the method's wire prices them now (not through the tape)."""
+        wire = self.strategy.wire
+        nbytes = None if wire is None else wire.message_bytes(a, up)
         if nbytes is None:
-            return self._plain_bytes(recipe, a.spec, a.bits if up else 32)
+            return recipe.cost(a.spec).params * (a.bits if up else 32) / 8.0 + self.sc.server.header_bytes
         return nbytes + self.sc.server.header_bytes
 
     def adapt(self, a: Assignment, state: DeviceState) -> Assignment | None:
@@ -603,8 +399,7 @@ class Simulation:
         """Figures of the fleet and the engine that a faithful replay reproduces exactly (a resume checks them)."""
         t = self.traffic
         engine = [self.env.now, t.down, t.up, self.server_time, t.params_sent, t.params_back]
-        tiers = self.hierarchy.digest() if self.hierarchy is not None else []
-        return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *tiers]
+        return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *self.loop.digest()]
 
     def checkpoint(self, done: int, step: int | None = None) -> None:
         """Write a checkpoint after ``done`` rounds, or at ``step`` after version ``done`` of an asynchronous run

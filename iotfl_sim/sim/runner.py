@@ -28,9 +28,7 @@ from iotfl_sim.output.sources import SOURCES, check_sources, sources_text, user_
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup, ScenarioError
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.sim import hierarchy
 from iotfl_sim.sim.engine import ExecutorFactory, Simulation
-from iotfl_sim.sim.round import MODE_COLUMNS
 
 
 def _summary_complete(path: Path) -> bool:
@@ -61,7 +59,7 @@ class StopNow(KeyboardInterrupt):
 
 
 class _StopOnSignal:
-    """First SIGINT / SIGTERM: finish the round (an asynchronous run: the event, ``sim.async_server``),
+    """First SIGINT / SIGTERM: finish the round (an asynchronous run: the event; ``ServerLoop.stop_note``),
     checkpoint, write the summary; a second: stop at once."""
 
     def __init__(self, sim: Simulation) -> None:
@@ -84,7 +82,7 @@ class _StopOnSignal:
             raise StopNow(signum)
         self.sim.stop_requested = True
         self.sim.stop_signal = signum
-        where = "after this event" if self.sim.async_server is not None else "at the end of this round"
+        where = self.sim.loop.stop_note
         print(f"\nstopping {where} (a checkpoint and the summary are written); "
               "press Ctrl-C again to stop at once", file=sys.stderr)  # fmt: skip
 
@@ -295,6 +293,5 @@ def _labels(sim: Simulation) -> list[str]:
 
 
 def _extra_columns(sim: Simulation) -> list[str]:
-    """rounds.csv's columns beyond the fixed ones: energy per device class, the server mode's, the hierarchy's."""
-    tiers = list(hierarchy.COLUMNS) if sim.hierarchy is not None else []
-    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *MODE_COLUMNS[sim.sc.server.mode], *tiers]
+    """rounds.csv's columns beyond the fixed ones: energy per device class, the server loop's (its mode's, the hierarchy's)."""
+    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *sim.loop.columns]

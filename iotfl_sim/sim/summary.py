@@ -43,7 +43,6 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
     host_aggregate = sim.host["aggregate"]
     other = max(host_total - host_train - host_eval - host_aggregate - host_setup, 0.0)
     failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
-    tiers = {} if sim.hierarchy is None else {"hierarchy": sim.hierarchy.summary()}
     return {
         "name": sc.name,
         "algorithm": sc.algorithm.name,
@@ -86,7 +85,7 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             "kind": sim.executor_choice.kind, "workers": sim.executor_choice.workers, "why": sim.executor_choice.why,
             "overlap_eval": sim.overlap_eval,  # host_eval_s counts only the waits (README "Executors")
         },
-        **tiers,
+        **sim.loop.summary(),
     }
 
 
