@@ -34,10 +34,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from iotfl_sim.algorithms.base import Asynchronous, Update
+from iotfl_sim.algorithms.base import Asynchronous
 from iotfl_sim.scenario.loader import ScenarioError
 from iotfl_sim.sim import checkpointing
-from iotfl_sim.sim.async_tasks import Buffered, InFlight, Wave, check_server, no_progress
+from iotfl_sim.sim.async_tasks import Buffered, InFlight, check_server, no_progress
 from iotfl_sim.sim.learning import TrainTask
 from iotfl_sim.sim.round import (
     MODE_COLUMNS,
@@ -46,8 +46,8 @@ from iotfl_sim.sim.round import (
     WeightsCheck,
     capture_weights,
     restore_weights,
-    start_task,
 )
+from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.toolkit import MAX_WAITS, Toolkit
 
 if TYPE_CHECKING:
@@ -56,20 +56,18 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class AsyncServer:
-    """The asynchronous server (``sim.server_loop.ServerLoop``): the model version, the tasks in flight, the buffer
+class AsyncServer(ServerLoop):
+    """The asynchronous server: the model version, the tasks in flight, the buffer
     of arrived updates and what happened since the last row (``row``: a ``Round`` used as the interval's accumulator)."""
 
     sim: Simulation
     version: int = 0
-    waves: int = 0
     updates_applied: int = 0
     buffer: list[Buffered] = field(default_factory=list)
     ended: list[tuple[Task, Outcome]] = field(default_factory=list)
     settling: list[tuple[Task, str]] = field(default_factory=list)  # ended at this instant, not yet counted
     row: Round | None = None
     steps: int = 0  # passes through the loop's top (its safe point) so far
-    dispatched: int = 0  # tasks dispatched since the last version
 
     columns = MODE_COLUMNS["async"]
     stop_note = "after this event"
@@ -78,15 +76,12 @@ class AsyncServer:
     def __post_init__(self) -> None:
         self.max_tasks = check_server(self.sim.sc, self.strategy)
         self.kit = Toolkit(self.sim)
-        self.in_flight = InFlight(self.sim.env, self.sim.sc.server.retry_s)
+        self.in_flight = InFlight(self.sim.env, self.sim.sc.server.retry_s, self.sim.sc.server.deadline_s)
+        self.slots = self.sim.sc.server.concurrency or self.sim.sc.selection_size()  # tasks training at once
 
     @property
     def strategy(self) -> Asynchronous:
         return self.sim.strategy  # type: ignore[return-value]
-
-    def concurrency(self) -> int:
-        sc = self.sim.sc
-        return sc.server.concurrency or sc.selection_size()
 
     # ------------------------------------------------------------ the process
 
@@ -99,31 +94,32 @@ class AsyncServer:
             if self._stop_here():
                 return
             self.steps += 1
-            free = self.concurrency() - len(self.in_flight)
+            free = self.slots - len(self.in_flight)
             if free > 0 and (may_fill or not self.in_flight):
-                if self.dispatched >= self.max_tasks:
+                if self.in_flight.dispatched >= self.max_tasks:
                     raise ScenarioError(no_progress(
-                        sc, self.dispatched, self.version, sim.env.now, [o for _, o in self.ended], len(self.buffer),
-                        self.strategy.buffer_size(), self.max_tasks,
+                        sc, self.in_flight.dispatched, self.version, sim.env.now, [o for _, o in self.ended],
+                        len(self.buffer), self.strategy.buffer_size(), self.max_tasks,
                     ))  # fmt: skip
-                yield from self._fill(free)
+                assert self.row is not None
+                yield from self.in_flight.fill(self.kit, free, self.version, self.row, capture=not self._replaying())
             may_fill = sc.server.dispatch == "continuous"
             if not self.in_flight:
                 idle += 1
                 if sim.view.known_gone.all() or idle > MAX_WAITS:
-                    sim.stalled = self.version
+                    sim.status.stalled = self.version
                     return
                 yield sim.env.timeout(sc.server.retry_s)
                 continue
             idle = 0
-            yield self.in_flight.next_event(free_slots=self.concurrency() > len(self.in_flight))
+            yield self.in_flight.next_event(free_slots=self.slots > len(self.in_flight))
             self.settling = self.in_flight.settled()
             while self.settling:
                 task, status = self.settling.pop(0)
                 updated = yield from self._settle(task, status)
                 if updated:
                     may_fill = True
-                    if self.version >= sc.rounds or sim.interrupted:
+                    if self.version >= sc.rounds or sim.status.interrupted:
                         return
 
     def _stop_here(self) -> bool:
@@ -135,32 +131,11 @@ class AsyncServer:
             if ck.resume_step != self.steps:
                 return False  # replaying, not yet at the checkpoint (or it is a version's: ``_update`` ends it)
             checkpointing.end_replay(sim)
-        if not sim.stop_requested:
+        if not sim.status.stop_requested:
             return False
         sim.checkpoint(self.version, step=self.steps)
-        sim.interrupted = True
+        sim.status.interrupted = True
         return True
-
-    def _fill(self, free: int) -> Generator[Any, Any, None]:
-        """Dispatch up to ``free`` tasks to selectable devices (none selectable: the slots stay free)."""
-        sim, kit = self.sim, self.kit
-        wave = self.waves
-        kit.stamp(wave)
-        if not sim.view.has_selectable(1):
-            return
-        self.waves += 1
-        assignments = kit.select(wave, k=free)
-        assert self.row is not None
-        yield from kit.serve(self.row)  # set-up work (first wave) and selection work
-        owner = Wave(wave)
-        capture = sim.sc.numerics == "torch" and not self._replaying()
-        self.dispatched += len(assignments)
-        for a in assignments:
-            task = start_task(sim.env, a, owner, sim.fleet, sim.tasks.run)
-            task.version = self.version
-            if capture:
-                task.base = sim.learning.download(a)
-            self.in_flight.add(task, sim.sc.server.deadline_s)
 
     def _settle(self, task: Task, status: str) -> Generator[Any, Any, bool]:
         """Count a task's end; an update joins the buffer, and a full buffer makes a model version. Returns
@@ -181,16 +156,17 @@ class AsyncServer:
         sim, kit = self.sim, self.kit
         buffered, self.buffer = self.buffer, []
         replay = self._replaying()
-        updates = self._train(buffered, replay)
+        tasks = [TrainTask(b.outcome, b.task.rnd, b.task.base, b.staleness) for b in buffered]
+        updates = kit.replayed_uploads(self.version) if replay else kit.train(self.version, tasks)
         kit.charge_aggregation([b.outcome for b in buffered], force=True)
         if updates:
             t0 = time.perf_counter()
             self.strategy.apply(self.version + 1, updates)
-            sim.host["aggregate"] += time.perf_counter() - t0
+            sim.host.times["aggregate"] += time.perf_counter() - t0
         losses = [u.loss for u in updates]
         del updates  # applied: their client states must not stay in memory through the evaluation
         self.version += 1
-        self.dispatched = 0
+        self.in_flight.dispatched = 0
         self.updates_applied += len(buffered)
         for b in buffered:
             sim.log(b.task.rnd, b.task.assignment.device, "apply", staleness=b.staleness, version=self.version)
@@ -212,12 +188,6 @@ class AsyncServer:
         self.row = kit.new_round(self.version, wanted=0)
         kit.end_round(self.version - 1, row, replay)  # recorded, checkpointed when due (Ctrl-C: interrupted)
 
-    def _train(self, buffered: list[Buffered], replay: bool) -> list[Update]:
-        if replay:
-            return self.kit.replayed_uploads(self.version)
-        tasks = [TrainTask(b.outcome, b.task.rnd, b.task.base, b.staleness) for b in buffered]
-        return self.kit.train(self.version, tasks)
-
     def _replaying(self) -> bool:
         return self.sim.checkpointing.pending is not None
 
@@ -232,9 +202,3 @@ class AsyncServer:
 
     def _holding_weights(self) -> list[Task]:
         return [*self.in_flight.tasks, *(t for t, _ in self.settling), *(b.task for b in self.buffer)]
-
-    def digest(self) -> list[float]:
-        return []
-
-    def summary(self) -> dict[str, Any]:
-        return {}

@@ -3,6 +3,7 @@ flight with the instant it gives up on each, the updates it buffers, and its set
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,8 @@ import simpy
 
 from iotfl_sim.algorithms.base import Asynchronous, Outcome
 from iotfl_sim.scenario.loader import ScenarioError
-from iotfl_sim.sim.round import Task
+from iotfl_sim.sim.round import Round, Task, start_task
+from iotfl_sim.sim.toolkit import Toolkit
 
 TASKS_PER_VERSION = 100  # default server.max_tasks_per_version, per slot or buffered update
 
@@ -35,20 +37,42 @@ class Buffered:
 
 @dataclass
 class InFlight:
-    """The tasks dispatched and not yet settled, each with the instant the server gives up on it (its deadline)."""
+    """The asynchronous server's dispatch: its waves, the tasks dispatched and not yet settled, each with the instant
+    the server gives up on it (its deadline), and how many it dispatched since the last model version."""
 
     env: simpy.Environment
     retry_s: float
+    deadline_s: float | None
     tasks: list[Task] = field(default_factory=list)
     deadline_at: dict[int, float] = field(default_factory=dict)  # id(task) -> instant the server gives up on it
+    waves: int = 0
+    dispatched: int = 0  # tasks dispatched since the last version
 
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def add(self, task: Task, deadline_s: float | None) -> None:
-        if deadline_s is not None:
-            self.deadline_at[id(task)] = self.env.now + deadline_s
-        self.tasks.append(task)
+    def fill(self, kit: Toolkit, free: int, version: int, row: Round, capture: bool) -> Generator[Any, Any, None]:
+        """Dispatch up to ``free`` tasks to selectable devices (none selectable: the slots stay free); each records
+        the model ``version`` it downloads and, with ``capture`` and real numerics, the weights themselves."""
+        sim = kit.sim
+        wave = self.waves
+        kit.stamp(wave)
+        if not sim.view.has_selectable(1):
+            return
+        self.waves += 1
+        assignments = kit.select(wave, k=free)
+        yield from kit.serve(row)  # set-up work (first wave) and selection work
+        owner = Wave(wave)
+        capture = capture and sim.sc.numerics == "torch"
+        self.dispatched += len(assignments)
+        for a in assignments:
+            task = start_task(sim.env, a, owner, sim.fleet, sim.system.tasks.run)
+            task.version = version
+            if capture:
+                task.base = sim.learning.download(a)
+            if self.deadline_s is not None:
+                self.deadline_at[id(task)] = self.env.now + self.deadline_s
+            self.tasks.append(task)
 
     def next_event(self, free_slots: bool) -> simpy.Event:
         """The first task to report, the first deadline, or (free slots, no device to fill them) ``retry_s``."""

@@ -52,8 +52,9 @@ import simpy
 
 from iotfl_sim.algorithms.base import AggregateWork, Outcome
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
-from iotfl_sim.sim.round import Round, Task, WeightsCheck
+from iotfl_sim.sim.round import Round, Task
 from iotfl_sim.sim.server_cost import ServerCost
+from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.toolkit import Toolkit, play_round
 from iotfl_sim.sim.view import ServerView
 
@@ -129,45 +130,58 @@ class GatewayRun:
     rounds: int = 0  # gateway rounds it could start (0: none of its devices ever became selectable)
 
 
-class GatewayTier:
-    """The gateways of a hierarchical run and the cloud above them (``sim.server_loop.ServerLoop``)."""
+@dataclass
+class TierFigures:
+    """What the gateways did, all together: backhaul bytes, energy (compute and backhaul radio), busy seconds."""
+
+    bytes_up: float = 0.0
+    bytes_down: float = 0.0
+    energy_j: float = 0.0
+    busy_s: float = 0.0  # gateway-seconds spent computing or on the air (idle power is charged on the rest)
+
+    def busy(self, seconds: float, power_w: float) -> None:
+        self.energy_j += seconds * power_w
+        self.busy_s += seconds
+
+    def digest(self) -> list[float]:
+        return [self.bytes_up, self.bytes_down, self.energy_j, self.busy_s]
+
+
+def gateway_nodes(n: int, gateway_of: Callable[[int], Any]) -> list[GatewayNode]:
+    """One node per gateway copy, ``(name, block)``, in the order of its first device."""
+    members: dict[tuple[str, int], list[int]] = {}
+    labels: dict[tuple[str, int], str] = {}
+    for d in range(n):
+        gw = gateway_of(d)
+        assert gw is not None  # Scenario._hierarchy_fits: every group names a gateway
+        block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
+        members.setdefault((gw.name, block), []).append(d)
+        labels[(gw.name, block)] = f"{gw.name}[{block}]" if gw.devices_per_gateway else gw.name
+    nodes = []
+    for i, key in enumerate(sorted(members, key=lambda k: members[k][0])):
+        mask = np.zeros(n, dtype=bool)
+        mask[members[key]] = True
+        nodes.append(GatewayNode(i, labels[key], mask))
+    return nodes
+
+
+class GatewayTier(ServerLoop):
+    """The gateways of a hierarchical run and the cloud above them. A checkpoint needs nothing of theirs: at a cloud
+    round's end every gateway holds the cloud's model, the strategy's state."""
 
     columns = COLUMNS
-    stop_note = "at the end of this round"
-    between_versions = False
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.kit = Toolkit(sim)
-        cfg = sim.sc.hierarchy
-        assert cfg is not None
-        self.cfg = cfg
+        assert sim.sc.hierarchy is not None
+        self.cfg = cfg = sim.sc.hierarchy
         self.cost = ServerCost.of(cfg)
-        self.nodes = self._nodes()
+        self.nodes = gateway_nodes(sim.fleet.n, sim.system.gateway_of)
         recipe, spec = max(sim.strategy.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
         self.model_params = recipe.cost(spec).params  # the global model every gateway holds
         self.model_tensors = len(recipe.shapes(spec))
-        self.bytes_up = 0.0
-        self.bytes_down = 0.0
-        self.energy_j = 0.0  # gateways' compute and backhaul radio, all gateways
-        self.busy_s = 0.0  # gateway-seconds spent computing or on the air (idle power is charged on the rest)
-
-    def _nodes(self) -> list[GatewayNode]:
-        sim = self.sim
-        members: dict[tuple[str, int], list[int]] = {}
-        labels: dict[tuple[str, int], str] = {}
-        for d in range(sim.fleet.n):
-            gw = sim.gateway_of(d)
-            assert gw is not None  # Scenario._hierarchy_fits: every group names a gateway
-            block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
-            members.setdefault((gw.name, block), []).append(d)
-            labels[(gw.name, block)] = f"{gw.name}[{block}]" if gw.devices_per_gateway else gw.name
-        nodes = []
-        for i, key in enumerate(sorted(members, key=lambda k: members[k][0])):
-            mask = np.zeros(sim.fleet.n, dtype=bool)
-            mask[members[key]] = True
-            nodes.append(GatewayNode(i, labels[key], mask))
-        return nodes
+        self.figures = TierFigures()
 
     # ------------------------------------------------------------ the run
 
@@ -179,7 +193,7 @@ class GatewayTier:
             kit.announce(rnd, replay)
             row = yield from self.cloud_round(rnd, replay)
             if row is None:
-                sim.stalled = rnd
+                sim.status.stalled = rnd
                 return
             if kit.end_round(rnd, row, replay):
                 return
@@ -202,7 +216,7 @@ class GatewayTier:
         rd.tasks = [t for r in runs for t in r.tasks]
         outcomes = [o for r in runs for o in r.outcomes]
         row = kit.row(rd, outcomes, [loss for r in runs for loss in r.losses])
-        row.update(zip(COLUMNS, (self.bytes_down, self.bytes_up, self.gateway_energy()), strict=True))
+        row.update(zip(COLUMNS, (self.figures.bytes_down, self.figures.bytes_up, self.gateway_energy()), strict=True))
         return row
 
     def _gateway(self, node: GatewayNode, rnd: int, replay: bool):
@@ -253,8 +267,7 @@ class GatewayTier:
         sim.log(grd.rnd, -1, event, gateway=node.label, duration=round(duration, 6), **fields)
         if duration > 0:
             yield sim.env.timeout(duration)
-        self.energy_j += duration * self.cost.power_w
-        self.busy_s += duration
+        self.figures.busy(duration, self.cost.power_w)
 
     def _backhaul(self, node: GatewayNode, rnd: int, up: bool):
         """The gateway's model over its backhaul, up to the cloud or back down: float32 weights and a header."""
@@ -263,13 +276,12 @@ class GatewayTier:
         air = nbytes * 8.0 / ((link.up_mbps if up else link.down_mbps) * 1e6)
         duration = air + link.rtt_s
         if up:
-            self.bytes_up += nbytes
+            self.figures.bytes_up += nbytes
         else:
-            self.bytes_down += nbytes
+            self.figures.bytes_down += nbytes
         sim.log(rnd, -1, "backhaul", gateway=node.label, up=up, bytes=nbytes, duration=round(duration, 6))
         yield sim.env.timeout(duration)
-        self.energy_j += (link.tx_w if up else link.rx_w) * air
-        self.busy_s += air
+        self.figures.busy(air, link.tx_w if up else link.rx_w)
 
     def _cloud_aggregate(self, rd: Round, rnd: int, replay: bool):
         """The cloud averages the gateways' models, weighted by the samples each aggregated since the last cloud
@@ -278,11 +290,11 @@ class GatewayTier:
         n = len(self.nodes)
         if not replay:  # a replay's prices come from the tape
             values = float(self.model_params)
-            sim.server_work.charge("cloud_aggregate", AggregateWork(values * n, values, self.model_tensors * n))
+            sim.system.server_work.charge("cloud_aggregate", AggregateWork(values * n, values, self.model_tensors * n))
             parts = [Contribution(node.state, node.samples) for node in self.nodes if node.samples > 0]
             if parts and sim.sc.numerics != "none":
                 sim.strategy.state = aggregate_nested(sim.strategy.state, parts)
-        priced = self.kit.price(sim.server_cost)
+        priced = self.kit.price(sim.system.server_cost)
         duration = sum(p[2] for p in priced)
         sim.log(rnd, -1, "cloud_aggregate", duration=round(duration, 6), gateways=n)
         if duration > 0:
@@ -294,18 +306,13 @@ class GatewayTier:
     def gateway_energy(self) -> float:
         """Cumulative energy of all gateways: compute and backhaul radio, plus idle power on the rest of the time."""
         idle = self.cfg.idle_w or 0.0
-        return self.energy_j + idle * max(len(self.nodes) * self.sim.env.now - self.busy_s, 0.0)
+        return self.figures.energy_j + idle * max(len(self.nodes) * self.sim.env.now - self.figures.busy_s, 0.0)
 
     def digest(self) -> list[float]:
         """The figures a faithful replay reproduces (added to ``Simulation.digest``)."""
-        return [self.bytes_up, self.bytes_down, self.energy_j, self.busy_s]
+        return self.figures.digest()
 
     def summary(self) -> dict[str, Any]:
         tiers = {"gateways": len(self.nodes), "device_rounds": self.cfg.device_rounds, "gateway_rounds": self.cfg.gateway_rounds}
         return {"hierarchy": tiers}
 
-    def capture(self) -> dict[str, Any]:
-        return {}  # at a cloud round's end every gateway holds the cloud's model: the strategy's state
-
-    def restore(self, state: dict[str, Any], check: Callable[[str], WeightsCheck]) -> None:
-        return None

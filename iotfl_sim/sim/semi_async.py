@@ -76,7 +76,7 @@ class LateUpdates:
 
 
 class SemiAsyncLoop(SyncLoop):
-    """Synchronous rounds whose late updates join a later round (``sim.server_loop.ServerLoop``)."""
+    """Synchronous rounds whose late updates join a later round."""
 
     columns = MODE_COLUMNS["semi_async"]
 

@@ -6,23 +6,22 @@ aggregation or evaluation); ``sim.semi_async`` adds the updates that missed thei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from iotfl_sim.algorithms.base import Outcome
-from iotfl_sim.sim.round import MODE_COLUMNS, Round, WeightsCheck
+from iotfl_sim.sim.round import MODE_COLUMNS, Round
+from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.toolkit import Played, Toolkit, play_round
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
 
 
-class SyncLoop:
-    """The flat synchronous server (``sim.server_loop.ServerLoop``)."""
+class SyncLoop(ServerLoop):
+    """The flat synchronous server."""
 
     columns = MODE_COLUMNS["sync"]
-    stop_note = "at the end of this round"
-    between_versions = False
     late: Any = None  # semi_async's late updates (``sim.semi_async.SemiAsyncLoop``)
 
     def __init__(self, sim: Simulation) -> None:
@@ -36,7 +35,7 @@ class SyncLoop:
             kit.announce(rnd, replay)
             played = yield from play_round(kit, rnd, replay, self.serve, late=self.late)
             if played is None:
-                sim.stalled = rnd
+                sim.status.stalled = rnd
                 return
             row = kit.row(played.rd, played.outcomes, played.losses)
             row.update(self.mode_columns(played))
@@ -47,16 +46,4 @@ class SyncLoop:
         return self.kit.serve(rd)
 
     def mode_columns(self, played: Played) -> dict[str, Any]:
-        return {}
-
-    def capture(self) -> dict[str, Any]:
-        return {}
-
-    def restore(self, state: dict[str, Any], check: Callable[[str], WeightsCheck]) -> None:
-        return None
-
-    def digest(self) -> list[float]:
-        return []
-
-    def summary(self) -> dict[str, Any]:
         return {}

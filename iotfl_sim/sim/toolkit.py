@@ -1,4 +1,4 @@
-"""The round toolkit: what a server loop may do, and the only way a loop (``sim.loops``) reaches the engine.
+"""The round toolkit: what a server loop (``sim.server_loop.ServerLoop``) may do to the engine.
 
 Every server loop (synchronous, semi-asynchronous, asynchronous, hierarchical) is written with these steps: wait
 for participants, select through the tape, price and serve the server's work, dispatch, close at the deadline
@@ -9,7 +9,7 @@ synchronous round itself, played by the flat server and by each gateway of a hie
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ class Toolkit:
         sim = self.sim
         now = sim.env.now
         energy = float(sum(v.sum() for v in sim.fleet.class_energy(now).values()))
-        return RoundStart(now, energy, sim.traffic.down, sim.traffic.up)
+        return RoundStart(now, energy, sim.system.traffic.down, sim.system.traffic.up)
 
     def new_round(self, rnd: int, wanted: int | None = None) -> Round:
         """A round (or an asynchronous run's interval, ``wanted`` 0) starting now."""
@@ -91,7 +91,7 @@ class Toolkit:
                 strategy.wire.dispatch(rnd, assignments, strategy)
             return assignments
 
-        return sim.tape.answer("select", choose)
+        return sim.checkpointing.tape.answer("select", choose)
 
     # ------------------------------------------------------------ the server's work
 
@@ -101,12 +101,12 @@ class Toolkit:
 
         def priced() -> Priced:
             out = []
-            for what, work in sim.server_work.drain():
+            for what, work in sim.system.server_work.drain():
                 p = cost.price(work)
                 out.append((what, p.kind, p.seconds, p.flops))
             return out
 
-        return sim.tape.answer("serve", priced)
+        return sim.checkpointing.tape.answer("serve", priced)
 
     def count_server_time(self, rd: Round, priced: Priced) -> None:
         """The server's seconds of ``priced`` work in round ``rd`` and in the run's total."""
@@ -115,12 +115,12 @@ class Toolkit:
             spent += seconds
             rd.server_split[kind] += seconds
         rd.server_s += spent
-        self.sim.server_time += spent
+        self.sim.system.server_time += spent
 
     def serve(self, rd: Round) -> Generator[Any, Any, None]:
         """Run the method's pending server work on the simulated clock, item by item (the round's server seconds)."""
         sim = self.sim
-        priced = self.price(sim.server_cost)
+        priced = self.price(sim.system.server_cost)
         for what, kind, duration, flops in priced:
             sim.log(rd.rnd, -1, "server_work", what=what, kind=kind, flops=flops, duration=round(duration, 6))
             if duration > 0:
@@ -131,7 +131,7 @@ class Toolkit:
 
     def dispatch(self, rd: Round, assignments: list[Assignment]) -> None:
         sim = self.sim
-        rd.dispatch(assignments, sim.fleet, sim.tasks.run)
+        rd.dispatch(assignments, sim.fleet, sim.system.tasks.run)
 
     def close(self, rd: Round) -> Generator[Any, Any, list[Outcome]]:
         """Wait for the round to close (every report, enough updates, or the deadline); each task's outcome."""
@@ -159,16 +159,16 @@ class Toolkit:
         """The tasks' updates trained for real and received (recorded on the tape: a replay reapplies them)."""
         sim = self.sim
         if sim.sc.numerics == "none" or not tasks:
-            sim.tape.answer("receive", list)
+            sim.checkpointing.tape.answer("receive", list)
             return []
         t0 = time.perf_counter()
         updates = sim.learning.train_tasks(tasks)
         receipts = self.receive_uploads(rnd, updates)
-        sim.tape.answer("receive", lambda: receipts)
-        sim.host["train"] += time.perf_counter() - t0
+        sim.checkpointing.tape.answer("receive", lambda: receipts)
+        sim.host.times["train"] += time.perf_counter() - t0
         return updates
 
-    def learn(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask] = ()) -> list[Update]:  # type: ignore[assignment]
+    def learn(self, rnd: int, outcomes: list[Outcome], late: Sequence[TrainTask] = ()) -> list[Update]:
         """The accepted updates (and, semi_async, the ``late`` ones of earlier rounds) trained for real, received,
         charged and aggregated; the method observes every outcome of the round."""
         sim = self.sim
@@ -177,7 +177,7 @@ class Toolkit:
         if len(updates) >= sim.sc.server.min_participants:
             t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
             sim.strategy.aggregate(rnd, updates)
-            sim.host["aggregate"] += time.perf_counter() - t0
+            sim.host.times["aggregate"] += time.perf_counter() - t0
         sim.strategy.observe(rnd, outcomes)
         return updates
 
@@ -199,12 +199,12 @@ class Toolkit:
         return receipts
 
     def apply_receipt(self, rnd: int, device: int, real: float, priced: float) -> None:
-        self.sim.traffic.repriced_upload(real, priced)
+        self.sim.system.traffic.repriced_upload(real, priced)
         self.sim.log(rnd, device, "upload_encoded", bytes=real, priced=priced)
 
     def replayed_uploads(self, rnd: int) -> list[Update]:
         """A replayed round: numerics are not redone, only their effect on the byte count and the event log."""
-        for d, real, priced in self.sim.tape.answer("receive", list):
+        for d, real, priced in self.sim.checkpointing.tape.answer("receive", list):
             self.apply_receipt(rnd, d, real, priced)
         return []
 
@@ -219,19 +219,19 @@ class Toolkit:
         tensors = [len(r.shapes(a.spec)) for r, a in zip(recipes, done, strict=True)]
         for a, n, t in zip(done, sizes, tensors, strict=True):
             if a.bits < 32:
-                sim.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
+                sim.system.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
         if sizes and (force or len(sizes) >= sim.sc.server.min_participants):
-            sim.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
+            sim.system.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
 
     # ------------------------------------------------------------ the row and the round's end
 
     def row(self, rd: Round, outcomes: list[Outcome], losses: list[float]) -> dict[str, Any]:
         sim = self.sim
-        row = rd.row(sim.env.now, outcomes, losses, sim.fleet, sim.traffic)
-        row.update(rd.comm_waste(outcomes, sim.traffic, self.params))
+        row = rd.row(sim.env.now, outcomes, losses, sim.fleet, sim.system.traffic)
+        row.update(rd.comm_waste(outcomes, sim.system.traffic, self.params))
         row["server_time_s"] = rd.server_s
         row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})
-        row["server_energy_j"] = sim.server_time * sim.server_cost.power_w
+        row["server_energy_j"] = sim.system.server_time * sim.system.server_cost.power_w
         return row
 
     def params(self, a: Assignment) -> int:
@@ -248,10 +248,10 @@ class Toolkit:
                 checkpointing.end_replay(sim)
             return False
         sim.record(rnd, row)
-        if rnd + 1 < sim.sc.rounds and (sim.stop_requested or checkpointing.due(sim, rnd + 1)):
+        if rnd + 1 < sim.sc.rounds and (sim.status.stop_requested or checkpointing.due(sim, rnd + 1)):
             sim.checkpoint(rnd + 1)
-            if sim.stop_requested:
-                sim.interrupted = True
+            if sim.status.stop_requested:
+                sim.status.interrupted = True
                 return True
         return False
 
