@@ -210,7 +210,7 @@ def measure(name: str, path: str, sets: list[str], reps: int, workers: int) -> d
     torch.set_num_threads(1)
     sc = load_scenario(ROOT / path, sets=[*sets, "rounds=1", "output.progress=false", "executor.kind=inline"])
     sim = Simulation(sc, resolve_groups(sc))
-    inline = Catch(sim.executor)
+    inline = Catch(sim.host.executor)
     pool = sim.numerics.make_executor(ExecutorConfig(kind="pool", workers=workers, threads=1))
     sim.learning.executor = inline
     want = sim.learning.evaluate()  # also the warm-up (skeletons, oneDNN primitives)
@@ -270,7 +270,7 @@ def measure(name: str, path: str, sets: list[str], reps: int, workers: int) -> d
     helpers.shutdown()
     threads.close()
     pool.close()
-    sim.executor.close()
+    sim.host.executor.close()
     return {
         "name": name, "k": len(jobs), "labels": [j.spec.name or "global" for j in jobs],
         "n_test": len(d.y_test), "n_calib": len(d.calib_x), "batch": bs, "layouts": layouts, "times": t, "cpu": cpu,

@@ -154,13 +154,13 @@ def test_staleness_of_a_fleet_with_exponential_task_times_is_geometric():
     data["output"]["events"] = "all"
     sim = simulation(data)
     seen: list[int] = []
-    apply = sim.async_server._update
+    apply = sim.loop._update
 
     def recording():
-        seen.extend(b.staleness for b in sim.async_server.buffer)
+        seen.extend(b.staleness for b in sim.loop.buffer)
         return (yield from apply())
 
-    sim.async_server._update = recording
+    sim.loop._update = recording
     sim.run()
     assert len(seen) == 2500
     counts = np.bincount(seen, minlength=12)

@@ -78,11 +78,11 @@ def test_bytes_wasted_are_the_traffic_of_tasks_whose_update_was_not_used():
     dropped = sum(r["failed_deadline"] for r in sim.rows)
     assert sim.rows[0]["failed_deadline"] == 4 and accepted > 0
     assert sim.rows[0]["bytes_wasted"] == pytest.approx(4 * nbytes)  # round 1: the dropped downloads
-    assert sim.traffic.wasted == pytest.approx(sim.traffic.down + sim.traffic.up - 2 * accepted * nbytes)
-    assert sim.traffic.up > accepted * nbytes and dropped > 0  # some late uploads landed: they count as waste
+    assert sim.system.traffic.wasted == pytest.approx(sim.system.traffic.down + sim.system.traffic.up - 2 * accepted * nbytes)
+    assert sim.system.traffic.up > accepted * nbytes and dropped > 0  # some late uploads landed: they count as waste
     calm = make_sim(base_scenario(numerics="none", rounds=2, clients_per_round=8))
     calm.run()
-    assert calm.rows[-1]["bytes_wasted"] == 0.0 and calm.traffic.down > 0
+    assert calm.rows[-1]["bytes_wasted"] == 0.0 and calm.system.traffic.down > 0
 
 
 def test_energy_is_sum_of_power_times_time():

@@ -94,15 +94,15 @@ def test_worker_threads_share_one_arena_only_where_a_step_is_large(monkeypatch, 
 
     from iotfl_sim.exec import glibc_heap
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim import engine
+    from iotfl_sim.sim import engine, host
 
     calls: list[bool] = []
-    monkeypatch.setattr(engine, "single_malloc_arena", lambda: calls.append(True) or True)
+    monkeypatch.setattr(host, "single_malloc_arena", lambda: calls.append(True) or True)
     monkeypatch.setattr(glibc_heap, "HEAP_TUNING_MIN_STEP_FLOPS", threshold)
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": kind, "workers": 2} if kind == "threads" else {"kind": kind})))
     sim = engine.Simulation(sc, resolve_groups(sc))
-    sim.executor.close()
-    assert sim.executor_choice.kind == kind and calls == ([True] if asked else [])
+    sim.host.executor.close()
+    assert sim.host.choice.kind == kind and calls == ([True] if asked else [])
 
 
 @pytest.mark.parametrize(("threshold", "trims"), [(0.0, 4), (1e15, 0)])
@@ -114,18 +114,18 @@ def test_freed_pages_are_returned_after_each_phase_only_where_a_step_is_large(mo
 
     from iotfl_sim.exec import glibc_heap
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim import engine, learning
+    from iotfl_sim.sim import engine, host, learning
 
     calls: list[bool] = []
     monkeypatch.setattr(learning, "release_free_heap", lambda: calls.append(True))
-    monkeypatch.setattr(engine, "single_malloc_arena", lambda: True)
+    monkeypatch.setattr(host, "single_malloc_arena", lambda: True)
     monkeypatch.setattr(glibc_heap, "HEAP_TUNING_MIN_STEP_FLOPS", threshold)
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": "inline"})))
     sim = engine.Simulation(sc, resolve_groups(sc))
     try:
         sim.run()
     finally:
-        sim.executor.close()
+        sim.host.executor.close()
     assert len(calls) == trims
 
 
@@ -165,15 +165,15 @@ import ctypes, sys
 import yaml
 from iotfl_sim.exec import glibc_heap
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-from iotfl_sim.sim import engine
+from iotfl_sim.sim import engine, host
 glibc_heap.HEAP_TUNING_MIN_STEP_FLOPS = 0.0
-asked = engine.single_malloc_arena
+asked = host.single_malloc_arena
 def listing():
     ctypes.CDLL(None).malloc_stats()
     return asked()
-engine.single_malloc_arena = listing
+host.single_malloc_arena = listing
 sc = load_scenario(text=sys.argv[1])
-engine.Simulation(sc, resolve_groups(sc)).executor.close()
+engine.Simulation(sc, resolve_groups(sc)).host.executor.close()
 """
 
 
@@ -208,7 +208,7 @@ def test_the_run_loads_its_data_on_its_pinned_threads(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        engine.Simulation(sc, resolve_groups(sc)).executor.close()
+        engine.Simulation(sc, resolve_groups(sc)).host.executor.close()
     finally:
         torch.set_num_threads(before)
     assert seen == [1]

@@ -60,7 +60,7 @@ def test_one_gateway_with_k1_k2_one_is_flat_fedavg_bit_for_bit():
         g["network"] = {"gateway": "gw"}  # the same shared links as the hierarchical run's devices
     flat = simulate(flat_data)
     tiered = simulate(gatewayed(flat_data))
-    assert len(tiered.hierarchy.nodes) == 1
+    assert len(tiered.loop.nodes) == 1
     assert flat.strategy.state.keys() == tiered.strategy.state.keys()
     for k, v in flat.strategy.state.items():
         assert torch.equal(v, tiered.strategy.state[k]), k

@@ -13,21 +13,21 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from iotfl_sim.cli import main
 from iotfl_sim.fl.cost import opcost
-from iotfl_sim.fl.cost.opcost import StepTrace, _Recorder
+from iotfl_sim.fl.cost.opcost import OpRecorder, StepTrace
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.loader import available_profiles, load_profile
 from iotfl_sim.scenario.profile import DeviceProfile
 
 
-def record(fn) -> _Recorder:
-    rec = _Recorder()
+def record(fn) -> OpRecorder:
+    rec = OpRecorder()
     with rec:
         fn()
     return rec
 
 
-def price(rec: _Recorder, f: float, b: float, o: float) -> float:
+def price(rec: OpRecorder, f: float, b: float, o: float) -> float:
     import numpy as np
 
     return StepTrace(1, tuple(rec.names), np.asarray(rec.flops, float), np.asarray(rec.bytes, float)).time(f, b, o)
@@ -289,8 +289,8 @@ def test_profile_kernels_reach_the_cost_model(write_scenario):
     sim = Simulation(sc, resolve_groups(sc))
     assert sim.fleet.roofline(0)[3] == (("convolution", pytest.approx(1e-3), ()),) and sim.fleet.roofline(1)[3] == ()
     recipe, spec = sim.recipe, SubmodelSpec(1.0)
-    t_with = sim.training_time.task_cost(recipe, spec, 0, 1)[1]
-    t_without = sim.training_time.task_cost(recipe, spec, 1, 1)[1]
+    t_with = sim.system.training_time.task_cost(recipe, spec, 0, 1)[1]
+    t_without = sim.system.training_time.task_cost(recipe, spec, 1, 1)[1]
     loc = sc.local
     opts = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
     samples = int(sim.numerics.samples_per_device[0])

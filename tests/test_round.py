@@ -123,7 +123,7 @@ def test_a_device_task_runs_against_any_task_host_hand_timed():
     sim = Simulation(sc, resolve_groups(sc))
     env, traffic = simpy.Environment(), Traffic()
     host = RecordingHost(sim, down_bytes=2e5, up_bytes=5e4)
-    tasks = DeviceTasks(env, sim.fleet, sim.availability, host, traffic, sim.training_time)
+    tasks = DeviceTasks(env, sim.fleet, sim.system.availability, host, traffic, sim.system.training_time)
     rd = Round(env, 0, 1, RoundStart(0.0, 0.0, 0.0, 0.0))
     rd.dispatch([Assignment(0, SubmodelSpec(1.0))], sim.fleet, tasks.run)
     env.run()

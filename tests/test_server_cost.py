@@ -102,8 +102,8 @@ def test_a_server_training_step_costs_what_the_same_step_costs_a_device_with_the
     sim = Simulation(sc, resolve_groups(sc))
     spec = SubmodelSpec(1.0)
     samples = int(sim.numerics.samples_per_device[0])
-    flops, device_seconds = sim.training_time.task_cost(sim.recipe, spec, 0, 0)
-    server = sim.server_cost.price(TrainWork(sim.recipe, spec, samples, epochs=2, batch=16, momentum=0.9))
+    flops, device_seconds = sim.system.training_time.task_cost(sim.recipe, spec, 0, 0)
+    server = sim.system.server_cost.price(TrainWork(sim.recipe, spec, samples, epochs=2, batch=16, momentum=0.9))
     assert server.seconds == device_seconds
     assert server.flops == flops
 

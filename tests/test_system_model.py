@@ -195,7 +195,7 @@ def test_gateway_per_block_of_devices(per, shared):
     t_up = (2 if shared else 1) * MSG_BYTES * 8 / 1e6
     agg = sim.rows[0]["server_aggregate_s"]  # the round closes after the server's aggregation (priced on its own in test_server_cost)
     assert sim.rows[0]["sim_time_s"] == pytest.approx(t_down + t_comp + t_up + agg, rel=1e-9)
-    assert len({k[1] for k in sim.media}) == (1 if shared else 2)
+    assert len({k[1] for k in sim.system.media}) == (1 if shared else 2)
 
 def test_lorawan_duty_cycle_holds(tmp_path):
     prof = copy.deepcopy(TINY)
@@ -287,7 +287,7 @@ def test_flexfl_configurations(conf, sigma2):
     assert set(np.round(sim.fleet.mem_sigma**2, 6).tolist()) == sigma2
     # relative units: the full model needs 100 (% of itself)
     full = sim.strategy.candidate_specs()[0]
-    assert sim.memory_need(*full) == pytest.approx(100.0)
+    assert sim.system.memory_need(*full) == pytest.approx(100.0)
 
 
 # ---------------------------------------------------------------- harvesting
@@ -371,7 +371,7 @@ def test_field_deployment_example_runs_every_mechanism(tmp_path):
     sim.recorder = RunRecorder(tmp_path, [], "all")
     sim.run()
     sim.recorder.close()
-    assert sim.media, "the barn access point is a shared medium"
+    assert sim.system.media, "the barn access point is a shared medium"
     assert any(h is not None for h in sim.fleet.harvests)
     assert any(r.duty_cycle < 1 for r in sim.fleet.radio)
     assert sum(r["completed"] for r in sim.rows) > 0

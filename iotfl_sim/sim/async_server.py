@@ -30,116 +30,96 @@ tasks since its last version without making the next one (every task late, faili
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import simpy
-
-from iotfl_sim.algorithms.base import Asynchronous, Outcome, Update
+from iotfl_sim.algorithms.base import Asynchronous
 from iotfl_sim.core.errors import ScenarioError
-from iotfl_sim.seeding import stream
 from iotfl_sim.sim import checkpointing
+from iotfl_sim.sim.async_tasks import Buffered, InFlight, check_server, no_progress
 from iotfl_sim.sim.learning import TrainTask
 from iotfl_sim.sim.round import (
+    MODE_COLUMNS,
     Round,
     Task,
     WeightsCheck,
     capture_weights,
     restore_weights,
-    settle,
-    start_task,
 )
+from iotfl_sim.sim.server_loop import ServerLoop
+from iotfl_sim.sim.toolkit import MAX_WAITS, Toolkit
 
 if TYPE_CHECKING:
+    from iotfl_sim.algorithms.base import Outcome
     from iotfl_sim.sim.engine import Simulation
 
-MAX_IDLE_RETRIES = 100_000  # as a synchronous round's wait for participants
-TASKS_PER_VERSION = 100  # default server.max_tasks_per_version, per slot or buffered update
-
 
 @dataclass
-class Wave:
-    """One dispatch of the asynchronous server: the owner of its tasks (``sim.round.TaskOwner``)."""
-
-    rnd: int  # the wave's index: keys its tasks' draws and names them in the event log
-
-    def arrived_in_time(self, task: Task) -> None:
-        if not task.report.triggered:
-            task.report.succeed()
-
-
-@dataclass
-class Buffered:
-    task: Task
-    outcome: Outcome
-    staleness: int
-
-
-@dataclass
-class AsyncServer:
-    """The asynchronous server's state: the model version, the tasks in flight, the buffer of arrived updates
-    and what happened since the last row (``row``: a ``Round`` used as the interval's accumulator)."""
+class AsyncServer(ServerLoop):
+    """The asynchronous server: the model version, the tasks in flight, the buffer
+    of arrived updates and what happened since the last row (``row``: a ``Round`` used as the interval's accumulator)."""
 
     sim: Simulation
     version: int = 0
-    waves: int = 0
     updates_applied: int = 0
-    in_flight: list[Task] = field(default_factory=list)
-    deadline_at: dict[int, float] = field(default_factory=dict)  # id(task) -> instant the server gives up on it
     buffer: list[Buffered] = field(default_factory=list)
     ended: list[tuple[Task, Outcome]] = field(default_factory=list)
     settling: list[tuple[Task, str]] = field(default_factory=list)  # ended at this instant, not yet counted
     row: Round | None = None
     steps: int = 0  # passes through the loop's top (its safe point) so far
-    dispatched: int = 0  # tasks dispatched since the last version
+
+    columns = MODE_COLUMNS["async"]
+    stop_note = "after this event"
+    between_versions = True
 
     def __post_init__(self) -> None:
         self.max_tasks = check_server(self.sim.sc, self.strategy)
+        self.kit = Toolkit(self.sim)
+        self.in_flight = InFlight(self.sim.env, self.sim.sc.server.retry_s, self.sim.sc.server.deadline_s)
+        self.slots = self.sim.sc.server.concurrency or self.sim.sc.selection_size()  # tasks training at once
 
     @property
     def strategy(self) -> Asynchronous:
         return self.sim.strategy  # type: ignore[return-value]
 
-    def concurrency(self) -> int:
-        sc = self.sim.sc
-        return sc.server.concurrency or sc.selection_size()
-
     # ------------------------------------------------------------ the process
 
-    def run(self):
+    def run(self) -> Generator[Any, Any, None]:
         """The server's process (``Simulation.run`` starts it in async mode)."""
         sim, sc = self.sim, self.sim.sc
-        self.row = Round(sim.env, 0, 0, sim._round_start())
+        self.row = self.kit.new_round(0, wanted=0)
         may_fill, idle = True, 0
         while self.version < sc.rounds:
             if self._stop_here():
                 return
             self.steps += 1
-            free = self.concurrency() - len(self.in_flight)
+            free = self.slots - len(self.in_flight)
             if free > 0 and (may_fill or not self.in_flight):
-                if self.dispatched >= self.max_tasks:
-                    raise ScenarioError(self._no_progress())
-                yield from self._fill(free)
+                if self.in_flight.dispatched >= self.max_tasks:
+                    raise ScenarioError(no_progress(
+                        sc, self.in_flight.dispatched, self.version, sim.env.now, [o for _, o in self.ended],
+                        len(self.buffer), self.strategy.buffer_size(), self.max_tasks,
+                    ))  # fmt: skip
+                assert self.row is not None
+                yield from self.in_flight.fill(self.kit, free, self.version, self.row, capture=not self._replaying())
             may_fill = sc.server.dispatch == "continuous"
             if not self.in_flight:
-                if sim.view.known_gone.all():
-                    sim.stalled = self.version
-                    return
                 idle += 1
-                if idle > MAX_IDLE_RETRIES:
-                    sim.stalled = self.version
+                if sim.view.known_gone.all() or idle > MAX_WAITS:
+                    sim.status.stalled = self.version
                     return
                 yield sim.env.timeout(sc.server.retry_s)
                 continue
             idle = 0
-            yield self._next_event(free_slots=self.concurrency() > len(self.in_flight))
-            self.settling = self._settled()
+            yield self.in_flight.next_event(free_slots=self.slots > len(self.in_flight))
+            self.settling = self.in_flight.settled()
             while self.settling:
                 task, status = self.settling.pop(0)
                 updated = yield from self._settle(task, status)
                 if updated:
                     may_fill = True
-                    if self.version >= sc.rounds or sim.interrupted:
+                    if self.version >= sc.rounds or sim.status.interrupted:
                         return
 
     def _stop_here(self) -> bool:
@@ -151,94 +131,17 @@ class AsyncServer:
             if ck.resume_step != self.steps:
                 return False  # replaying, not yet at the checkpoint (or it is a version's: ``_update`` ends it)
             checkpointing.end_replay(sim)
-        if not sim.stop_requested:
+        if not sim.status.stop_requested:
             return False
         sim.checkpoint(self.version, step=self.steps)
-        sim.interrupted = True
+        sim.status.interrupted = True
         return True
 
-    def _no_progress(self) -> str:
-        """The error of a run that dispatched ``max_tasks`` tasks since its last version without making one."""
-        sim, srv = self.sim, self.sim.sc.server
-        ends: dict[str, int] = {}
-        for _, outcome in self.ended:
-            ends[outcome.status] = ends.get(outcome.status, 0) + 1
-        how = ", ".join(f"{n:,} {status}" for status, n in sorted(ends.items(), key=lambda x: -x[1])) or "none"
-        fix = "raise server.deadline_s (tasks missed it)" if "deadline" in ends else "fix what makes the tasks fail"
-        setting = "server.max_tasks_per_version" + ("" if srv.max_tasks_per_version is not None else f" (default {self.max_tasks:,})")
-        return (
-            f"no progress: {self.dispatched:,} tasks dispatched since model version {self.version} made no new version "
-            f"by simulated time {sim.env.now:,.0f} s (ended: {how}; {len(self.buffer)} of {self.strategy.buffer_size()} "
-            f"updates buffered); {fix}, or raise {setting} to wait longer"
-        )
-
-    def _fill(self, free: int):
-        """Dispatch up to ``free`` tasks to selectable devices (none selectable: the slots stay free)."""
-        sim = self.sim
-        wave = self.waves
-        sim.view.now, sim.view.rnd = sim.env.now, wave
-        if not sim.view.has_selectable(1):
-            return
-        self.waves += 1
-        assignments = sim.tape.answer("select", lambda: self._select(wave, free))
-        assert self.row is not None
-        yield from sim._serve(self.row)  # set-up work (first wave) and selection work
-        owner = Wave(wave)
-        capture = sim.sc.numerics == "torch" and not self._replaying()
-        deadline = sim.sc.server.deadline_s
-        self.dispatched += len(assignments)
-        for a in assignments:
-            task = start_task(sim.env, a, owner, sim.fleet, sim.tasks.run)
-            task.version = self.version
-            if capture:
-                task.base = sim.learning.download(a)
-            if deadline is not None:
-                self.deadline_at[id(task)] = sim.env.now + deadline
-            self.in_flight.append(task)
-
-    def _select(self, wave: int, k: int):
-        sim = self.sim
-        assignments = self.strategy.select_some(wave, sim.view, stream(sim.seed, "select", wave), k)
-        if sim.strategy.wire is not None:
-            sim.strategy.wire.dispatch(wave, assignments, sim.strategy)
-        return assignments
-
-    def _next_event(self, free_slots: bool) -> simpy.Event:
-        env = self.sim.env
-        waiting: list[simpy.Event] = [t.report for t in self.in_flight]
-        if self.deadline_at:
-            waiting.append(env.timeout(max(0.0, min(self.deadline_at.values()) - env.now)))
-        if free_slots:  # no device could fill a slot: look again later
-            waiting.append(env.timeout(self.sim.sc.server.retry_s))
-        return simpy.AnyOf(env, waiting)
-
-    def _settled(self) -> list[tuple[Task, str]]:
-        """The tasks the server has heard from, or given up on, by now, in the order they finished (then of
-        dispatch); each leaves the tasks in flight."""
-        now = self.sim.env.now
-        done: list[tuple[float, int, Task, str]] = []
-        keep = []
-        for i, t in enumerate(self.in_flight):
-            if t.report.triggered:
-                done.append((t.finished_at, i, t, t.status or "deadline"))
-            elif self.deadline_at.get(id(t), float("inf")) <= now:
-                status = t.status or "deadline"  # a silent failure, noticed at the deadline, or still running
-                done.append((now if t.status is None else t.finished_at, i, t, status))
-            else:
-                keep.append(t)
-        self.in_flight = keep
-        for _, _, t, _ in done:
-            self.deadline_at.pop(id(t), None)
-        return [(t, s) for _, _, t, s in sorted(done, key=lambda x: (x[0], x[1]))]
-
-    def _settle(self, task: Task, status: str):
+    def _settle(self, task: Task, status: str) -> Generator[Any, Any, bool]:
         """Count a task's end; an update joins the buffer, and a full buffer makes a model version. Returns
         whether the model changed."""
-        sim = self.sim
-        outcome = settle(task, status, sim.fleet, sim.log)
+        outcome = self.kit.settle(task, status)
         self.ended.append((task, outcome))
-        if status == "depleted":
-            sim.view.known_gone[task.assignment.device] = True
         if status != "completed":
             return False
         self.buffer.append(Buffered(task, outcome, self.version - task.version))
@@ -249,21 +152,21 @@ class AsyncServer:
 
     # ------------------------------------------------------------ a model version
 
-    def _update(self):
-        sim = self.sim
+    def _update(self) -> Generator[Any, Any, None]:
+        sim, kit = self.sim, self.kit
         buffered, self.buffer = self.buffer, []
         replay = self._replaying()
-        updates = self._train(buffered, replay)
-        outcomes = [b.outcome for b in buffered]
-        sim._charge_aggregation(outcomes, force=True)
+        tasks = [TrainTask(b.outcome, b.task.rnd, b.task.base, b.staleness) for b in buffered]
+        updates = kit.replayed_uploads(self.version) if replay else kit.train(self.version, tasks)
+        kit.charge_aggregation([b.outcome for b in buffered], force=True)
         if updates:
             t0 = time.perf_counter()
             self.strategy.apply(self.version + 1, updates)
-            sim.host["aggregate"] += time.perf_counter() - t0
+            sim.host.times["aggregate"] += time.perf_counter() - t0
         losses = [u.loss for u in updates]
         del updates  # applied: their client states must not stay in memory through the evaluation
         self.version += 1
-        self.dispatched = 0
+        self.in_flight.dispatched = 0
         self.updates_applied += len(buffered)
         for b in buffered:
             sim.log(b.task.rnd, b.task.assignment.device, "apply", staleness=b.staleness, version=self.version)
@@ -273,8 +176,8 @@ class AsyncServer:
         rd = self.row
         rd.rnd = self.version - 1
         rd.tasks = [t for t, _ in ended]
-        yield from sim._serve(rd)  # aggregation-side work
-        row = sim._row(rd, [o for _, o in ended], losses)
+        yield from kit.serve(rd)  # aggregation-side work
+        row = kit.row(rd, [o for _, o in ended], losses)
         stale = [b.staleness for b in buffered]
         row.update(
             updates_applied=self.updates_applied,
@@ -282,64 +185,20 @@ class AsyncServer:
             staleness_max=max(stale),
             in_flight=len(self.in_flight),
         )
-        self.row = Round(sim.env, self.version, 0, sim._round_start())
-        sim._end_round(self.version - 1, row, replay)  # recorded, checkpointed when due (Ctrl-C: interrupted)
-
-    def _train(self, buffered: list[Buffered], replay: bool) -> list[Update]:
-        sim = self.sim
-        if replay:
-            sim._replayed_uploads(self.version)
-            return []
-        if sim.sc.numerics == "none":
-            sim.tape.answer("receive", list)
-            return []
-        t0 = time.perf_counter()
-        updates = sim.learning.train_tasks(
-            [TrainTask(b.outcome, b.task.rnd, b.task.base, b.staleness) for b in buffered]
-        )
-        receipts = sim._receive_uploads(self.version, updates)
-        sim.tape.answer("receive", lambda: receipts)
-        sim.host["train"] += time.perf_counter() - t0
-        return updates
+        self.row = kit.new_round(self.version, wanted=0)
+        kit.end_round(self.version - 1, row, replay)  # recorded, checkpointed when due (Ctrl-C: interrupted)
 
     def _replaying(self) -> bool:
         return self.sim.checkpointing.pending is not None
 
-    # ------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------ checkpoints, figures
 
-    def captured(self) -> dict[str, Any]:
+    def capture(self) -> dict[str, Any]:
         """The downloaded weights of every task in flight, ending now or buffered (``sim.round.capture_weights``)."""
-        return capture_weights(self._holding_weights())
+        return {"in_flight": capture_weights(self._holding_weights())}
 
-    def restore(self, saved: Any, check: WeightsCheck | None = None) -> None:
-        restore_weights(self._holding_weights(), saved, check)
+    def restore(self, state: dict[str, Any], check: Callable[[str], WeightsCheck]) -> None:
+        restore_weights(self._holding_weights(), state.get("in_flight"), check("in_flight"))
 
     def _holding_weights(self) -> list[Task]:
-        return [*self.in_flight, *(t for t, _ in self.settling), *(b.task for b in self.buffer)]
-
-
-def check_server(sc: Any, strategy: Asynchronous) -> int:
-    """The set-up checks of the asynchronous server against the method (``validate`` and ``run``); returns the
-    most tasks dispatched since a version before the run stops for no progress (``server.max_tasks_per_version``)."""
-    srv = sc.server
-    k = strategy.buffer_size()
-    c = srv.concurrency or sc.selection_size()
-    slots = f"server.concurrency ({c}{'' if srv.concurrency else ', by default the selection size'})"
-    if srv.dispatch == "after_update" and k > c:
-        raise ScenarioError(
-            f"server.dispatch: after_update refills slots only after a model update, but a version of "
-            f"{sc.algorithm.name} needs {k} updates (algorithm.buffer_size) and {slots} devices send at most {c} "
-            f"per wave, so every wave would be refilled before any update; raise server.concurrency to {k} or more, "
-            "lower algorithm.buffer_size, or use server.dispatch: continuous"
-        )
-    least = max(c, k)
-    limit = srv.max_tasks_per_version
-    if limit is None:
-        return TASKS_PER_VERSION * least
-    if limit < least:
-        raise ScenarioError(
-            f"server.max_tasks_per_version: {limit} is below what one version may need: max({slots}, "
-            f"the {k} updates a version of {sc.algorithm.name} folds); set it to {least} or more (or remove it: "
-            f"default {TASKS_PER_VERSION * least:,})"
-        )
-    return limit
+        return [*self.in_flight.tasks, *(t for t, _ in self.settling), *(b.task for b in self.buffer)]

@@ -2,7 +2,7 @@
 
 ``write`` saves, after a round, what a faithful continuation needs that replay cannot rebuild: the strategy's
 declared state (``Strategy.checkpointed``), the global RNG states, the rows so far, host times, the run files'
-offsets, the engine's and the fleet's digest and the tape of the strategy's answers (``sim.tape``).
+offsets, the engine's and the fleet's digest and the tape of the strategy's answers (``sim.tape``, kept in ``CheckpointState.tape``).
 ``begin_resume`` loads a checkpoint's tape; the engine then replays the checkpoint's rounds without training
 (the tape answers for the strategy) and calls ``end_replay``, which checks that the replay reproduced the
 checkpoint (every answer used, the same digest) before anything is written, then restores the saved state.
@@ -24,6 +24,7 @@ from iotfl_sim.core.errors import CheckpointError
 from iotfl_sim.output import codec, migrations, tensor_check
 from iotfl_sim.output.checkpoint import FIX, CheckpointStore, Position
 from iotfl_sim.output.run_dir import RunRecorder, scenario_sha256
+from iotfl_sim.sim.tape import Tape
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
@@ -42,6 +43,7 @@ class CheckpointState:
     resume_step: int | None = None  # an asynchronous run's checkpoint between versions: the step its replay ends at
     pending: tuple[dict[str, Any], dict[str, Any]] | None = None  # (meta, state) to restore after the replay
     source: Path | None = None  # the state file of that checkpoint (named when a value in it is refused)
+    tape: Tape = field(default_factory=lambda: Tape(recording=False))  # the method's answers; run_scenario / resume_run turn it on
 
 
 def due(sim: Simulation, done: int) -> bool:
@@ -70,21 +72,18 @@ def write(sim: Simulation, done: int, step: int | None = None) -> None:
             "python": codec.encode(random.getstate()),
         },
     }
-    if sim.async_server is not None:  # the weights the devices in flight downloaded
-        state["in_flight"] = sim.async_server.captured()
-    if sim.late is not None:  # semi_async: those of the tasks that missed their round
-        state["late"] = sim.late.captured()
-    host_total = time.perf_counter() - sim.t_created
+    state.update(sim.loop.capture())  # e.g. the weights the devices in flight downloaded
+    host_total = sim.host.elapsed()
     meta = {
         "rows": sim.rows,
-        "host": {**sim.host, "total": host_total},
+        "host": {**sim.host.times, "total": host_total},
         "oracle_users": sorted(sim.view.oracle_users),
         "offsets": sim.recorder.offsets(),
         "digest": sim.digest(),
-        "tape_counts": sim.tape.counts(),
+        "tape_counts": ck.tape.counts(),
         "scenario_sha256": scenario_sha256(sim.recorder.path),
     }
-    chunk = codec.encode(sim.tape.new_chunk())
+    chunk = codec.encode(ck.tape.new_chunk())
     ck.tape_files = ck.store.write(done, state, meta, ck.tape_files, chunk, ck.tape_from, step)
     ck.tape_from = (done, step)
     ck.last = (done, time.perf_counter())
@@ -102,12 +101,12 @@ def begin_resume(
     ck = sim.checkpointing
     ck.source = source
     _check_state(sim, state)
-    sim.tape.load([codec.decode(chunk) for chunk in tape])
-    if sim.tape.counts() != meta.get("tape_counts"):
+    ck.tape.load([codec.decode(chunk) for chunk in tape])
+    if ck.tape.counts() != meta.get("tape_counts"):
         raise CheckpointError("checkpoint: its tape files do not hold what meta.json counts; start a new run")
     ck.resume_round = int(meta["round"])
     ck.resume_step = meta.get("step")
-    if ck.resume_step is not None and sim.async_server is None:
+    if ck.resume_step is not None and not sim.loop.between_versions:
         raise CheckpointError("checkpoint: taken between two versions of an asynchronous run, but this run is not one; start a new run")
     ck.pending = (meta, state)
     ck.tape_files = meta["tape"]
@@ -175,7 +174,7 @@ def end_replay(sim: Simulation) -> None:
     ck = sim.checkpointing
     assert ck.pending is not None
     meta, state = ck.pending
-    left = sim.tape.unconsumed()
+    left = ck.tape.unconsumed()
     if sim.recorder is not None and sim.recorder.replay_pending:
         left["event lines"] = sim.recorder.replay_pending
     if left or sim.digest() != meta.get("digest"):
@@ -186,13 +185,10 @@ def end_replay(sim: Simulation) -> None:
         )
     codec.restore(sim.strategy, state["strategy"], sim.strategy.checkpointed)
     try:
-        if sim.async_server is not None:
-            sim.async_server.restore(state.get("in_flight"), _weights_check(sim, "in_flight"))
-        if sim.late is not None:
-            sim.late.restore(state.get("late"), _weights_check(sim, "late"))
+        sim.loop.restore(state, lambda entry: _weights_check(sim, entry))
     except CheckpointError as e:
         raise _refuse(sim, str(e)) from None
-    sim.server_work.drain()  # set-up work was charged in round 1 already
+    sim.system.server_work.drain()  # set-up work was charged in round 1 already
     rng = state["rng"]
     try:
         torch.set_rng_state(rng["torch"])
@@ -203,10 +199,10 @@ def end_replay(sim: Simulation) -> None:
     sim.rows = [dict(r) for r in meta["rows"]]
     sim.view.oracle_users = set(meta["oracle_users"])
     saved = meta["host"]
-    elapsed = time.perf_counter() - sim.t_created  # set-up and replay of this process
-    sim.host = {**saved, "setup": saved["setup"] + elapsed}
-    del sim.host["total"]
-    sim.t_created -= saved["total"]
+    elapsed = sim.host.elapsed()  # set-up and replay of this process
+    sim.host.times = {**saved, "setup": saved["setup"] + elapsed}
+    del sim.host.times["total"]
+    sim.host.t_created -= saved["total"]
     ck.pending = None
     ck.last = (ck.resume_round, time.perf_counter())
     # every check passed: from here on the run writes (its files cut back to the checkpoint's offsets)

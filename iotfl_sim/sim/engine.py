@@ -1,19 +1,19 @@
-"""The SimPy engine: a server process runs rounds; each task is a device process on the simulated clock.
+"""The SimPy engine: a server loop runs rounds; each task is a device process on the simulated clock.
 
 Simulated time comes only from the cost model (bytes, FLOPs, bandwidth, power). Real training runs
 after the round's protocol has been simulated, for the accepted updates only, through the executor
 (``sim.learning``): numerics depend on which device trains which submodel from which weights, never on
-durations. ``Simulation.server`` is the round, top to bottom; a ``sim.round.Round`` owns its tasks, the
-devices reach the engine through ``sim.device.TaskHost``, checkpoints and replay live in ``sim.checkpointing``.
+durations. The run's ``ServerLoop`` (``sim.server_loop``, one per server mode) plays the rounds with the round
+toolkit (``sim.toolkit``); a ``sim.round.Round`` owns its tasks, the devices reach the engine through
+``sim.device.TaskHost``, checkpoints and replay live in ``sim.checkpointing``.
 """
 
 from __future__ import annotations
 
 import math
-import reprlib
 import signal
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,55 +24,57 @@ import torch
 from iotfl_sim import faults, methods
 from iotfl_sim.algorithms import make_strategy
 from iotfl_sim.algorithms.base import (
-    AggregateWork,
     Assignment,
     DeviceState,
-    Outcome,
-    QsgdWork,
-    ServerWork,
     StrategyContext,
-    Update,
 )
 from iotfl_sim.core.errors import CheckpointError, ScenarioError
-from iotfl_sim.exec.auto import Choice, HostWork, choose
-from iotfl_sim.exec.base import NumericData, missing_methods, overlaps
-from iotfl_sim.exec.cores import available_cores
-from iotfl_sim.exec.glibc_heap import heap_tuning_pays, single_malloc_arena
 from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.evaluate import forget_prototypes
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.torch_seed import seed_torch
-from iotfl_sim.fl.train import draws_global_rng
 from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.network import SharedMedium
 from iotfl_sim.output.run_dir import RunRecorder
-from iotfl_sim.scenario.loader import ResolvedGroup, resolve_server, resolved_compute
-from iotfl_sim.scenario.model import Executor as ExecutorConfig
+from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.seeding import int_seed
 from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.console import stage
 from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
 from iotfl_sim.sim.hierarchy import GatewayTier
-from iotfl_sim.sim.learning import Evaluation, Learning, TrainTask
-from iotfl_sim.sim.memory import InfeasibleFleetError, MemoryNeed
-from iotfl_sim.sim.round import Round, RoundStart
-from iotfl_sim.sim.semi_async import LateUpdates
-from iotfl_sim.sim.server_cost import ServerCost
+from iotfl_sim.sim.host import ExecutorFactory, Host
+from iotfl_sim.sim.learning import Learning
+from iotfl_sim.sim.memory import InfeasibleFleetError
+from iotfl_sim.sim.semi_async import SemiAsyncLoop
+from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import device_columns, summarize
-from iotfl_sim.sim.tape import Tape
-from iotfl_sim.sim.traffic import Traffic
-from iotfl_sim.sim.training_time import TrainingTime
+from iotfl_sim.sim.sync_loop import SyncLoop
+from iotfl_sim.sim.system import SystemModel
 from iotfl_sim.sim.view import ServerView
 
-# builds a run's executor from its data and the scenario's executor block (``iotfl_sim.run(..., executor=)``)
-ExecutorFactory = Callable[[NumericData, ExecutorConfig], Any]
-
 __all__ = ["ExecutorFactory", "InfeasibleFleetError", "Simulation"]
+
+
+@dataclass
+class RunStatus:
+    """How the run stands: a stop asked for (Ctrl-C, SIGTERM), honoured, or a stall."""
+
+    stalled: int | None = None  # the round the run stalled at: too few devices left to go on
+    stop_requested: bool = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
+    stop_signal: int | None = None  # which signal asked (``summary.json``'s ``stopped_by``)
+    interrupted: bool = False  # the run stopped early on that request
+
+
+def make_loop(sim: Simulation) -> ServerLoop:
+    """The loop of the run's server mode (``server.mode``, and ``hierarchy``, which runs synchronous rounds)."""
+    if sim.sc.hierarchy is not None:
+        return GatewayTier(sim)
+    return {"async": AsyncServer, "semi_async": SemiAsyncLoop}.get(sim.sc.server.mode, SyncLoop)(sim)
 
 
 class Simulation:
@@ -90,104 +92,74 @@ class Simulation:
     ) -> None:
         """``executor``: an executor to train and evaluate with (default: the scenario's ``executor`` block);
         ``executor_factory``: or one made from the run's data, ``factory(NumericData, scenario.executor)``."""
-        self.t_created = time.perf_counter()
+        t_created = time.perf_counter()
         self.sc = sc
         self.recorder = recorder
         self.progress = progress
-        self.seed = sc.seed
         self.fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units)
-        self.availability = build_availability(
-            [g.config.availability for g in groups], self.fleet.group_of, sc.seed, base_dir
-        )
+        availability = build_availability([g.config.availability for g in groups], self.fleet.group_of, sc.seed, base_dir)
         # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
         # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
         # before the data are loaded: a torch op on several threads starts OpenMP threads, whose first
         # allocations give each a malloc arena that the one-arena limit (exec.glibc_heap) could not take back.
-        self._threads_before = torch.get_num_threads()
+        threads_before = torch.get_num_threads()
         if sc.numerics == "torch":
             torch.set_num_threads(sc.executor.threads)
             stage(progress, f"loading {sc.data.dataset} and splitting it over {self.fleet.n} devices")
         try:
             self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
         except BaseException:  # data that cannot be loaded: the caller's thread count back, as before the run
-            torch.set_num_threads(self._threads_before)
+            torch.set_num_threads(threads_before)
             raise
-        self.memory_need = MemoryNeed(sc)
-        self.memory_scale = self.memory_need.scale
-        loc = sc.local
-        self.step_options = opcost.StepOptions(loc.momentum, loc.weight_decay > 0, loc.clip_grad_norm is not None)
-        self.training_time = TrainingTime(
-            self.fleet, self.numerics.samples_per_device, sc.task_epochs(), loc.batch_size, self.step_options,
-            roofline=sc.fleet.cost_model == "roofline",
-        )
-        if not resolved_compute(sc):
-            resolve_server(sc, base_dir / "device_profiles" if base_dir is not None else None)
-        self.server_cost = ServerCost.of(sc.server)
-        self.server_work = ServerWork()
+        self.env = simpy.Environment()
+        self.system = SystemModel.build(sc, groups, self.fleet, availability, self.numerics, self.env, base_dir)
         self.strategy = make_strategy(sc.algorithm)
         self._set_up_strategy()
-        self.executor_choice = Choice("custom" if executor is not None or executor_factory is not None else "none", None, "")
-        large_steps = True  # unknown (a caller's executor): freed heap pages are returned after each phase
-        if executor is None and sc.numerics != "none":
-            if executor_factory is not None:
-                executor = executor_factory(self.numerics.numeric_data(), sc.executor)
-                self._check_made(executor_factory, executor)
-            else:
-                work = self._host_work()
-                self.executor_choice = choose(
-                    sc.executor.kind, sc.executor.workers, sc.executor.threads, torch.cuda.is_available(),
-                    available_cores(), work,
-                )  # fmt: skip
-                large_steps = heap_tuning_pays(work.step_flops())
-                if self.executor_choice.kind == "threads" and large_steps:
-                    single_malloc_arena()  # before the worker threads allocate (exec.glibc_heap: when and why)
-                executor = self.numerics.make_executor(sc.executor, self.executor_choice)
-        self.executor = executor
-        self.learning = Learning(sc, self.numerics, self.strategy, self.executor, trim_heap=large_steps)
-        # round r's evaluation runs while round r + 1 is simulated and trained; its row waits for it (_record)
-        self.overlap_eval = sc.numerics == "torch" and overlaps(executor, sc.executor.overlap_eval)
-        self._unwritten: tuple[dict[str, Any], dict[str, float], Evaluation | None] | None = None
-        self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), self.availability)
-        self.env = simpy.Environment()
-        self.traffic = Traffic()
-        self.tasks = DeviceTasks(self.env, self.fleet, self.availability, self, self.traffic, self.training_time)
-        gateways = {g.name: g for g in sc.fleet.gateways}
-        self._gateway_of = [None if g.config.network.gateway is None else gateways[g.config.network.gateway] for g in groups]
-        self.media: dict[tuple[str, int, bool], SharedMedium] = {}  # built when a transfer first crosses one
-        self.server_time = 0.0  # simulated seconds the server spent computing, all rounds
-        self.host = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": time.perf_counter() - self.t_created}
-        self.tape = Tape(recording=False)  # run_scenario / resume_run turn it on with checkpoints
-        self.checkpointing = checkpointing.CheckpointState()
+        self.host = Host.choose(sc, self.numerics, self.strategy, executor, executor_factory, threads_before, t_created)
+        self.learning = Learning(sc, self.numerics, self.strategy, self.host.executor, trim_heap=self.host.large_steps)
+        self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), availability)
+        system = self.system
+        system.tasks = DeviceTasks(self.env, self.fleet, availability, self, system.traffic, system.training_time)
+        self.host.times = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": self.host.elapsed()}
+        self.checkpointing = checkpointing.CheckpointState()  # with the tape, which run_scenario / resume_run turn on
         self.rows: list[dict[str, Any]] = []
-        self.async_server = AsyncServer(self) if sc.server.mode == "async" else None
-        self.late = LateUpdates(sc.server.staleness) if sc.server.mode == "semi_async" else None
-        self.stalled: int | None = None  # the round the run stalled at: too few devices left to go on
-        self.stop_requested = False  # set by the first Ctrl-C / SIGTERM: stop at the end of the round
-        self.stop_signal: int | None = None  # which signal asked (``summary.json``'s ``stopped_by``)
-        self.interrupted = False
-        self.hierarchy = GatewayTier(self) if sc.hierarchy is not None else None  # device -> gateway -> cloud
+        self.status = RunStatus()
+        self.loop: ServerLoop = make_loop(self)  # the server mode, chosen once
 
-    def _check_made(self, factory: ExecutorFactory, made: Any) -> None:
-        """Refuse, before any training, what a caller's executor factory returned when it is not an executor."""
-        missing = missing_methods(made)
-        if missing:
-            torch.set_num_threads(self._threads_before)  # as before the run (the run ends here)
-            name = getattr(factory, "__qualname__", None) or repr(factory)
-            raise ScenarioError(
-                f"run: executor: the factory {name} returned {reprlib.repr(made)} ({type(made).__name__}), not an "
-                f"executor: it has no {', '.join(missing)}; return an object with run(jobs), evaluate(jobs) and "
-                "close() (docs/add_an_executor_or_profile.md)"
-            )
+    @property
+    def seed(self) -> int:
+        return self.sc.seed
+
+    @property
+    def memory_scale(self) -> float:
+        """Bytes per unit of the event log's memory figures (``sim.device.TaskHost``)."""
+        return self.system.memory_need.scale
+
+    @property
+    def recipe(self) -> ModelRecipe:
+        """The model the run trains, as the method's context has it."""
+        assert self.system.recipe is not None
+        return self.system.recipe
+
+    @property
+    def stop_requested(self) -> bool:
+        """A stop asked for (the runner's signal handler sets it): honoured at the loop's next safe point."""
+        return self.status.stop_requested
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        self.status.stop_requested = value
 
     def _set_up_strategy(self) -> None:
         """The method's ``setup``, then the set-up checks of what it will assign (models analysed, memory)."""
         sc = self.sc
-        self.recipe = ModelRecipe(
+        system = self.system
+        system.recipe = ModelRecipe(
             sc.model.family, self.numerics.num_classes, self.numerics.in_channels, self.numerics.image_size,
             sc.model.norm, sc.model.scaler,
         )
         ctx = StrategyContext(
-            recipe=self.recipe,
+            recipe=system.recipe,
             num_devices=self.fleet.n,
             samples_per_device=self.numerics.samples_per_device,
             labels_per_device=self.numerics.labels_per_device,
@@ -196,14 +168,14 @@ class Simulation:
             rounds=sc.rounds,
             clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
             min_participants=sc.server.min_participants,
-            memory_need=self.memory_need,
+            memory_need=system.memory_need,
             declared_free_memory=self.fleet.mem_free,
             initial_state=self._initial_state,
-            server_work=self.server_work,
+            server_work=system.server_work,
             data=self.numerics.dataset,
             parts=self.numerics.parts or None,
             proxy_indices=self.numerics.proxy,
-            predict_train_seconds=self.training_time.predict,
+            predict_train_seconds=system.training_time.predict,
             calib_x=self.numerics.calib_x,
         )
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
@@ -218,29 +190,14 @@ class Simulation:
             raise ScenarioError(f"algorithm {sc.algorithm.name}: {problem}")
         # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
         # then no task fails for memory and no feasibility check applies
-        self.memory_ignored = bool(self.strategy.ignores_memory)
+        system.memory_ignored = bool(self.strategy.ignores_memory)
         specs = self.strategy.candidate_specs()
         if sc.fleet.cost_model == "roofline":
             # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
             for recipe, spec in specs:
-                opcost.affine_trace(recipe, spec, self.step_options)
-        if not self.memory_ignored:
-            self.memory_need.check_feasible(self.fleet, specs, sc.algorithm.name)
-
-    def _host_work(self) -> HostWork:
-        """What the run will compute on the host, roughly (``exec.auto``: whether a worker pool pays)."""
-        sc = self.sc
-        specs = self.strategy.candidate_specs()
-        forward = float(np.mean([recipe.cost(spec).flops_forward_per_sample for recipe, spec in specs]))
-        samples = float(np.mean(self.numerics.samples_per_device)) * sc.task_epochs()
-        tasks = sc.rounds * sc.selection_size()
-        steps_per_task = math.ceil(float(np.mean(self.numerics.samples_per_device)) / sc.local.batch_size) * sc.task_epochs()
-        ds = self.numerics.dataset
-        tested = 0 if ds is None else len(ds.y_test if self.numerics.test_subset is None else self.numerics.test_subset)
-        evaluations = math.ceil(sc.rounds / sc.server.eval_every) * len(specs)
-        one_per_recipe = {recipe: spec for recipe, spec in reversed(specs)}  # dropout is a family's, not a width's
-        random = any(draws_global_rng(recipe.build(spec)) for recipe, spec in one_per_recipe.items())
-        return HostWork(3.0 * forward * samples * tasks, steps_per_task * tasks, forward * tested * evaluations, random)
+                opcost.affine_trace(recipe, spec, system.step_options)
+        if not system.memory_ignored:
+            system.memory_need.check_feasible(self.fleet, specs, sc.algorithm.name)
 
     def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
         if self.sc.numerics == "none":
@@ -250,7 +207,7 @@ class Simulation:
 
     def predict_train_seconds(self, recipe: ModelRecipe, spec: SubmodelSpec) -> np.ndarray:
         """Seconds of one local round of ``spec`` for every device by its declared profile, without jitter."""
-        return self.training_time.predict(recipe, spec)
+        return self.system.training_time.predict(recipe, spec)
 
     # ------------------------------------------------------------ the run
 
@@ -258,261 +215,64 @@ class Simulation:
         if self.sc.numerics == "torch":
             # again here: another Simulation built meanwhile may have restored the caller's count at its end
             torch.set_num_threads(self.sc.executor.threads)
-        proc = self.env.process(self.async_server.run() if self.async_server is not None else self.server())
+        proc = self.env.process(self.loop.run())
         try:
             self.env.run(until=proc)
         except BaseException as e:
             if not isinstance(e, KeyboardInterrupt):  # a second Ctrl-C stops at once: no waiting for an evaluation
-                self._write_held_row(failing=True)  # the last round that ended keeps its row
+                self.write_held_row(failing=True)  # the last round that ended keeps its row
             raise
-        self._write_held_row()
+        self.write_held_row()
         if self.checkpointing.pending is not None:  # the run ended (stalled) before the replay reached the checkpoint
             raise CheckpointError(
                 f"checkpoint of round {self.checkpointing.resume_round}: replaying the run does not reproduce it (it "
                 "stops earlier); the code or the data changed since the run started: start a new run"
             )
-        if not self.interrupted:
+        status = self.status
+        if not status.interrupted:
             faults.hit("summary")
-        host_total = time.perf_counter() - self.t_created  # set-up counts as bookkeeping
+        host_total = self.host.elapsed()  # set-up counts as bookkeeping
         summary = summarize(self, host_total)
-        summary["status"] = "interrupted" if self.interrupted else "complete"
-        if self.interrupted and self.stop_signal is not None:
-            summary["stopped_by"] = signal.Signals(self.stop_signal).name
+        summary["status"] = "interrupted" if status.interrupted else "complete"
+        if status.interrupted and status.stop_signal is not None:
+            summary["stopped_by"] = signal.Signals(status.stop_signal).name
         if self.recorder is not None:
             self.recorder.devices(device_columns(self))
             self.recorder.summary(summary)
-        if self.executor is not None:
-            self.executor.close()
+        if self.host.executor is not None:
+            self.host.executor.close()
         forget_prototypes()
-        torch.set_num_threads(self._threads_before)
+        torch.set_num_threads(self.host.threads_before)
         return summary
 
-    def server(self):
-        """The server's process: the rounds, top to bottom. Rounds before ``resume_round`` are replayed from the
-        tape (the system part only: no training, aggregation or evaluation)."""
-        sc = self.sc
-        if self.hierarchy is not None:
-            yield from self.hierarchy.rounds()
-            return
-        for rnd in range(sc.rounds):
-            replay = rnd < self.checkpointing.resume_round
-            self._announce(rnd, replay)
-            rd = Round(self.env, rnd, sc.selection_size(), self._round_start())
-            if not (yield from self._wait_for_participants(rnd)):
-                self.stalled = rnd
-                return
-            self.view.now, self.view.rnd = self.env.now, rnd
-            assignments = self.tape.answer("select", lambda r=rnd: self._select(r))
-            yield from self._serve(rd)  # set-up work (first round) and selection work
-            rd.dispatch(assignments, self.fleet, self.tasks.run)
-            if self.late is not None and sc.numerics == "torch" and not replay:
-                for t in rd.tasks:  # a late update trains from what its device downloaded in this round
-                    t.base = self.learning.download(t.assignment)
-            yield rd.closing(sc.server.deadline_s)
-            outcomes = rd.close(self.fleet, self.log)
-            for o in outcomes:
-                if o.status == "depleted":
-                    self.view.known_gone[o.assignment.device] = True
-            late = self.late.arrived(rnd) if self.late is not None else []
-            # only the losses outlive the aggregation: the updates' client states would otherwise stay in memory
-            # through the evaluation and the next round's training
-            losses = [u.loss for u in (self._replayed_uploads(rnd) if replay else self._learn(rnd, outcomes, late))]
-            yield from self._serve(rd)  # aggregation-side work
-            row = self._row(rd, outcomes, losses)
-            if self.late is not None:
-                row.update(self._applied_late(rnd, outcomes, late))
-                self.late.missed(rd.tasks)
-            if self._end_round(rnd, row, replay):
-                return
-
-    def _end_round(self, rnd: int, row: dict[str, Any], replay: bool) -> bool:
-        """A replayed round's bookkeeping, or the row recorded and a checkpoint when due; True: stop here (Ctrl-C)."""
-        if replay:
-            self._replayed(rnd)
-            return False
-        self._record(rnd, row)
-        if rnd + 1 < self.sc.rounds and (self.stop_requested or checkpointing.due(self, rnd + 1)):
-            self.checkpoint(rnd + 1)
-            if self.stop_requested:
-                self.interrupted = True
-                return True
-        return False
-
-    # ------------------------------------------------------------ steps of a round
-
-    def _announce(self, rnd: int, replay: bool) -> None:
-        resume_round = self.checkpointing.resume_round
-        if rnd == 0 and replay:
-            stage(self.progress, f"replaying rounds 1-{resume_round} from the checkpoint (no training)")
-        elif rnd == resume_round:
-            stage(self.progress, f"round {rnd + 1}: devices training, then evaluation")
-
-    def _round_start(self) -> RoundStart:
-        now = self.env.now
-        energy = float(sum(v.sum() for v in self.fleet.class_energy(now).values()))
-        return RoundStart(now, energy, self.traffic.down, self.traffic.up)
-
-    def _wait_for_participants(self, rnd: int, view: Any = None):
-        """Wait (retry_s at a time) until min_participants devices are selectable (in ``view``, default the
-        server's); False if never."""
-        need = self.sc.server.min_participants
-        view = self.view if view is None else view
-        for _ in range(100_000):
-            self.view.now, self.view.rnd = self.env.now, rnd
-            if view.has_selectable(need):
-                return True
-            if view.known_gone.all():
-                return False
-            yield self.env.timeout(self.sc.server.retry_s)
-        return False
-
-    def _select(self, rnd: int, view: Any = None, *key: int) -> list[Assignment]:
-        """The strategy's selection from ``view`` (default: the server's), with the stream of (rnd, *key)."""
-        view = self.view if view is None else view
-        assignments = self.strategy.select(rnd, view, stream(self.sc.seed, "select", rnd, *key))
-        if self.strategy.wire is not None:  # e.g. quantize each device's download (server work, charged after selection)
-            self.strategy.wire.dispatch(rnd, assignments, self.strategy)
-        return assignments
-
-    def _serve(self, rd: Round):
-        """Run the strategy's pending server work on the simulated clock (the round's server seconds)."""
-        spent = 0.0
-        for what, kind, duration, flops in self.tape.answer("serve", self._price_server_work):
-            self.log(rd.rnd, -1, "server_work", what=what, kind=kind, flops=flops, duration=round(duration, 6))
-            if duration > 0:
-                yield self.env.timeout(duration)
-            spent += duration
-            rd.server_split[kind] += duration
-        rd.server_s += spent
-        self.server_time += spent
-
-    def _price_server_work(self) -> list[tuple[str, str, float, float]]:
-        """(what, kind, seconds, FLOPs) of every pending item of server work (what the tape records)."""
-        out = []
-        for what, work in self.server_work.drain():
-            p = self.server_cost.price(work)
-            out.append((what, p.kind, p.seconds, p.flops))
-        return out
-
-    def _learn(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask] = ()) -> list[Update]:
-        """The accepted updates (and, semi_async, the ``late`` ones of earlier rounds) trained for real, received,
-        charged and aggregated; the method observes every outcome of the round."""
-        tasks = [TrainTask(o, rnd) for o in outcomes if o.status == "completed"] + list(late)
-        updates: list[Update] = []
-        if self.sc.numerics == "none" or not tasks:
-            self.tape.answer("receive", list)
-        else:
-            t0 = time.perf_counter()
-            updates = self.learning.train_tasks(tasks)
-            receipts = self._receive_uploads(rnd, updates)
-            self.tape.answer("receive", lambda: receipts)
-            self.host["train"] += time.perf_counter() - t0
-        self._charge_aggregation([*outcomes, *(t.outcome for t in late)])  # on the clock before the method's own work
-        if len(updates) >= self.sc.server.min_participants:
-            t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
-            self.strategy.aggregate(rnd, updates)
-            self.host["aggregate"] += time.perf_counter() - t0
-        self.strategy.observe(rnd, outcomes)
-        return updates
-
-    def _applied_late(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask]) -> dict[str, Any]:
-        """semi_async: log each update the round folded in with its staleness; the round's staleness columns."""
-        assert self.late is not None
-        fresh = [o for o in outcomes if o.status == "completed"]
-        aggregated = len(fresh) + len(late) >= self.sc.server.min_participants
-        if aggregated:
-            for o in fresh:
-                self.log(rnd, o.assignment.device, "apply", staleness=0, version=rnd + 1)
-            for t in late:
-                self.log(t.rnd, t.outcome.assignment.device, "apply", staleness=t.staleness, version=rnd + 1)
-        return self.late.columns(len(fresh), late, aggregated)
-
-    def _receive_uploads(self, rnd: int, updates: list[Update]) -> list[tuple[int, float, float]]:
-        """Hand each update to the method's wire: a quantized upload's real encoded size replaces the size priced
-        at dispatch in the byte count. Returns (device, real, priced) of each, which a replay reapplies."""
-        wire = self.strategy.wire
-        receipts: list[tuple[int, float, float]] = []
-        if wire is None:
-            return receipts
-        for u in updates:
-            real = wire.receive(rnd, u)
-            if real is not None:
-                real += self.sc.server.header_bytes
-                priced = self._priced_bytes(u.assignment, self.strategy.recipe_for(u.assignment), up=True)
-                receipts.append((u.assignment.device, real, priced))
-                self._apply_receipt(rnd, u.assignment.device, real, priced)
-        return receipts
-
-    def _apply_receipt(self, rnd: int, device: int, real: float, priced: float) -> None:
-        self.traffic.repriced_upload(real, priced)
-        self.log(rnd, device, "upload_encoded", bytes=real, priced=priced)
-
-    def _replayed_uploads(self, rnd: int) -> list[Update]:
-        """A replayed round: numerics are not redone, only their effect on the byte count and the event log."""
-        for d, real, priced in self.tape.answer("receive", list):
-            self._apply_receipt(rnd, d, real, priced)
-        return []
-
-    def _charge_aggregation(self, outcomes: list[Outcome], force: bool = False) -> None:
-        """Every method's receiving side: decoding each accepted quantized upload, then the aggregation (the
-        accepted updates' values read, the largest one's region of the global model written) when at least
-        ``min_participants`` were accepted, or always with ``force`` (an asynchronous server's update)."""
-        done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
-        recipes = [self.strategy.recipe_for(a) for a in done]
-        sizes = [r.cost(a.spec).params for r, a in zip(recipes, done, strict=True)]
-        tensors = [len(r.shapes(a.spec)) for r, a in zip(recipes, done, strict=True)]
-        for a, n, t in zip(done, sizes, tensors, strict=True):
-            if a.bits < 32:
-                self.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
-        if sizes and (force or len(sizes) >= self.sc.server.min_participants):
-            self.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
-
-    def _row(self, rd: Round, outcomes: list[Outcome], losses: list[float]) -> dict[str, Any]:
-        row = rd.row(self.env.now, outcomes, losses, self.fleet, self.traffic)
-        row.update(rd.comm_waste(outcomes, self.traffic, self._params))
-        row["server_time_s"] = rd.server_s
-        row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})
-        row["server_energy_j"] = self.server_time * self.server_cost.power_w
-        return row
-
-    def _params(self, a: Assignment) -> int:
-        return self.strategy.recipe_for(a).cost(a.spec).params
-
-    def _replayed(self, rnd: int) -> None:
-        if self.progress is not None:
-            self.progress.update(1)
-        ck = self.checkpointing
-        if rnd + 1 == ck.resume_round and ck.resume_step is None:  # a step's: the async server ends the replay
-            checkpointing.end_replay(self)
-
-    def _record(self, rnd: int, row: dict[str, Any]) -> None:
+    def record(self, rnd: int, row: dict[str, Any]) -> None:
         """Evaluate when due (every ``eval_every`` rounds and after the last), add host times, write the row. With
         ``overlap_eval`` the row is held until its evaluation ends: written before the next round's row, a
         checkpoint, or the run's end, so every file gets the same lines in the same order."""
-        self._write_held_row()
-        sc = self.sc
+        self.write_held_row()
+        sc, times = self.sc, self.host.times
         evaluation = None
         if sc.numerics == "torch" and ((rnd + 1) % sc.server.eval_every == 0 or rnd + 1 == sc.rounds):
             t0 = time.perf_counter()
-            evaluation = self.learning.start_evaluation(overlap=self.overlap_eval and rnd + 1 < sc.rounds)
-            self.host["eval"] += time.perf_counter() - t0
+            evaluation = self.learning.start_evaluation(overlap=self.host.overlap_eval and rnd + 1 < sc.rounds)
+            times["eval"] += time.perf_counter() - t0
         host = {  # as at this round's end; host_eval_s is completed when the evaluation is
-            "host_train_s": self.host["train"],
+            "host_train_s": times["train"],
             "host_eval_s": 0.0,
-            "host_aggregate_s": self.host["aggregate"],
-            "host_other_s": time.perf_counter() - self.t_created - sum(self.host.values()),
+            "host_aggregate_s": times["aggregate"],
+            "host_other_s": self.host.elapsed() - sum(times.values()),
         }
-        self._unwritten = (row, host, evaluation)
+        self.host.held = (row, host, evaluation)
         if evaluation is None or evaluation.pending.done():
-            self._write_held_row()
+            self.write_held_row()
 
-    def _write_held_row(self, failing: bool = False) -> None:
-        """Write the row ``_record`` holds, once its evaluation ended (waiting for it, which counts as evaluation
+    def write_held_row(self, failing: bool = False) -> None:
+        """Write the row ``record`` holds, once its evaluation ended (waiting for it, which counts as evaluation
         time). ``failing``: the run is ending on an error; a failed evaluation then leaves the row out."""
-        if self._unwritten is None:
+        if self.host.held is None:
             return
-        row, host, evaluation = self._unwritten
-        self._unwritten = None
+        row, host, evaluation = self.host.held
+        self.host.held = None
         if evaluation is not None:
             t0 = time.perf_counter()
             try:
@@ -521,8 +281,8 @@ class Simulation:
                 if failing:
                     return
                 raise
-            self.host["eval"] += time.perf_counter() - t0
-        row.update(host, host_eval_s=self.host["eval"])
+            self.host.times["eval"] += time.perf_counter() - t0
+        row.update(host, host_eval_s=self.host.times["eval"])
         if self.recorder is not None:
             self.recorder.round_row(row)
         self.rows.append(row)
@@ -553,16 +313,7 @@ class Simulation:
         return reason in SILENT_FAILURES and self.sc.server.deadline_s is not None
 
     def medium(self, d: int, up: bool) -> SharedMedium | None:
-        gw = self._gateway_of[self.fleet.group_of[d]]
-        if gw is None:
-            return None
-        block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
-        key = (gw.name, block, up)
-        medium = self.media.get(key)
-        if medium is None:
-            cap = gw.up_mbps if up else gw.down_mbps
-            medium = self.media[key] = SharedMedium(self.env, cap * 1e6, f"{gw.name}[{block}]" if block else gw.name)
-        return medium
+        return self.system.medium(d, up)
 
     def recipe_for(self, a: Assignment) -> ModelRecipe:
         return self.strategy.recipe_for(a)
@@ -571,38 +322,36 @@ class Simulation:
         """Bytes of a task's download (``up`` False) or upload: the strategy's wire's encoded size when it has a
         wire (``algorithms.base.Wire``), else parameters x bits / 8 (32 bits down, ``a.bits`` up); plus the header."""
         if self.strategy.wire is None:
-            return self._plain_bytes(recipe, a.spec, a.bits if up else 32)
-        return self.tape.answer("wire", lambda: self._priced_bytes(a, recipe, up))
+            return self.priced_bytes(a, recipe, up)
+        return self.checkpointing.tape.answer("wire", lambda: self.priced_bytes(a, recipe, up))
 
-    def _plain_bytes(self, recipe: ModelRecipe, spec: SubmodelSpec, bits: int) -> float:
-        return recipe.cost(spec).params * bits / 8.0 + self.sc.server.header_bytes
-
-    def _priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
-        nbytes = self.strategy.wire.message_bytes(a, up)
+    def priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
+        """``wire_bytes`` as the method's wire prices them now (not through the tape)."""
+        wire = self.strategy.wire
+        nbytes = None if wire is None else wire.message_bytes(a, up)
         if nbytes is None:
-            return self._plain_bytes(recipe, a.spec, a.bits if up else 32)
+            return recipe.cost(a.spec).params * (a.bits if up else 32) / 8.0 + self.sc.server.header_bytes
         return nbytes + self.sc.server.header_bytes
 
     def adapt(self, a: Assignment, state: DeviceState) -> Assignment | None:
         """The strategy's device-side hook (recorded: a resumed run replays it)."""
-        return self.tape.answer("adapt", lambda: self.strategy.adapt(a, state))
+        return self.checkpointing.tape.answer("adapt", lambda: self.strategy.adapt(a, state))
 
     def training_memory(self, recipe: ModelRecipe, a: Assignment) -> float | None:
-        return None if self.memory_ignored else self.memory_need(recipe, a.spec)
+        return None if self.system.memory_ignored else self.system.memory_need(recipe, a.spec)
 
     # ------------------------------------------------------------ checkpoints and resume
 
     def digest(self) -> list[float]:
         """Figures of the fleet and the engine that a faithful replay reproduces exactly (a resume checks them)."""
-        t = self.traffic
-        engine = [self.env.now, t.down, t.up, self.server_time, t.params_sent, t.params_back]
-        tiers = self.hierarchy.digest() if self.hierarchy is not None else []
-        return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *tiers]
+        t = self.system.traffic
+        engine = [self.env.now, t.down, t.up, self.system.server_time, t.params_sent, t.params_back]
+        return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *self.loop.digest()]
 
     def checkpoint(self, done: int, step: int | None = None) -> None:
         """Write a checkpoint after ``done`` rounds, or at ``step`` after version ``done`` of an asynchronous run
         (``sim.checkpointing``), every row it counts written first."""
-        self._write_held_row()
+        self.write_held_row()
         checkpointing.write(self, done, step)
 
     def resume_from(

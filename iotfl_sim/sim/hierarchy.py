@@ -42,7 +42,7 @@ like the flat engine's) and ``digest`` adds the backhaul bytes and the gateways'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,8 @@ from iotfl_sim.algorithms.base import AggregateWork, Outcome
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.sim.round import Round, Task
 from iotfl_sim.sim.server_cost import ServerCost
+from iotfl_sim.sim.server_loop import ServerLoop
+from iotfl_sim.sim.toolkit import Toolkit, play_round
 from iotfl_sim.sim.view import ServerView
 
 if TYPE_CHECKING:
@@ -128,64 +130,82 @@ class GatewayRun:
     rounds: int = 0  # gateway rounds it could start (0: none of its devices ever became selectable)
 
 
-class GatewayTier:
-    """The gateways of a hierarchical run and the cloud above them; ``rounds()`` is the run's server process."""
+@dataclass
+class TierFigures:
+    """What the gateways did, all together: backhaul bytes, energy (compute and backhaul radio), busy seconds."""
+
+    bytes_up: float = 0.0
+    bytes_down: float = 0.0
+    energy_j: float = 0.0
+    busy_s: float = 0.0  # gateway-seconds spent computing or on the air (idle power is charged on the rest)
+
+    def busy(self, seconds: float, power_w: float) -> None:
+        self.energy_j += seconds * power_w
+        self.busy_s += seconds
+
+    def digest(self) -> list[float]:
+        return [self.bytes_up, self.bytes_down, self.energy_j, self.busy_s]
+
+
+def gateway_nodes(n: int, gateway_of: Callable[[int], Any]) -> list[GatewayNode]:
+    """One node per gateway copy, ``(name, block)``, in the order of its first device."""
+    members: dict[tuple[str, int], list[int]] = {}
+    labels: dict[tuple[str, int], str] = {}
+    for d in range(n):
+        gw = gateway_of(d)
+        assert gw is not None  # Scenario._hierarchy_fits: every group names a gateway
+        block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
+        members.setdefault((gw.name, block), []).append(d)
+        labels[(gw.name, block)] = f"{gw.name}[{block}]" if gw.devices_per_gateway else gw.name
+    nodes = []
+    for i, key in enumerate(sorted(members, key=lambda k: members[k][0])):
+        mask = np.zeros(n, dtype=bool)
+        mask[members[key]] = True
+        nodes.append(GatewayNode(i, labels[key], mask))
+    return nodes
+
+
+class GatewayTier(ServerLoop):
+    """The gateways of a hierarchical run and the cloud above them. A checkpoint needs nothing of theirs: at a cloud
+    round's end every gateway holds the cloud's model, the strategy's state."""
+
+    columns = COLUMNS
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        cfg = sim.sc.hierarchy
-        assert cfg is not None
-        self.cfg = cfg
+        self.kit = Toolkit(sim)
+        assert sim.sc.hierarchy is not None
+        self.cfg = cfg = sim.sc.hierarchy
         self.cost = ServerCost.of(cfg)
-        self.nodes = self._nodes()
+        self.nodes = gateway_nodes(sim.fleet.n, sim.system.gateway_of)
         recipe, spec = max(sim.strategy.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
         self.model_params = recipe.cost(spec).params  # the global model every gateway holds
         self.model_tensors = len(recipe.shapes(spec))
-        self.bytes_up = 0.0
-        self.bytes_down = 0.0
-        self.energy_j = 0.0  # gateways' compute and backhaul radio, all gateways
-        self.busy_s = 0.0  # gateway-seconds spent computing or on the air (idle power is charged on the rest)
-
-    def _nodes(self) -> list[GatewayNode]:
-        sim = self.sim
-        members: dict[tuple[str, int], list[int]] = {}
-        labels: dict[tuple[str, int], str] = {}
-        for d in range(sim.fleet.n):
-            gw = sim._gateway_of[sim.fleet.group_of[d]]
-            assert gw is not None  # Scenario._hierarchy_fits: every group names a gateway
-            block = d // gw.devices_per_gateway if gw.devices_per_gateway else 0
-            members.setdefault((gw.name, block), []).append(d)
-            labels[(gw.name, block)] = f"{gw.name}[{block}]" if gw.devices_per_gateway else gw.name
-        nodes = []
-        for i, key in enumerate(sorted(members, key=lambda k: members[k][0])):
-            mask = np.zeros(sim.fleet.n, dtype=bool)
-            mask[members[key]] = True
-            nodes.append(GatewayNode(i, labels[key], mask))
-        return nodes
+        self.figures = TierFigures()
 
     # ------------------------------------------------------------ the run
 
-    def rounds(self):
+    def run(self):
         """The server process of a hierarchical run: one cloud round per ``rounds``."""
-        sim = self.sim
+        sim, kit = self.sim, self.kit
         for rnd in range(sim.sc.rounds):
             replay = rnd < sim.checkpointing.resume_round
-            sim._announce(rnd, replay)
+            kit.announce(rnd, replay)
             row = yield from self.cloud_round(rnd, replay)
             if row is None:
-                sim.stalled = rnd
+                sim.status.stalled = rnd
                 return
-            if sim._end_round(rnd, row, replay):
+            if kit.end_round(rnd, row, replay):
                 return
 
     def cloud_round(self, rnd: int, replay: bool):
         """Every gateway's k2 rounds and backhaul upload in parallel, the cloud's average, the downloads; the
         round's row, or None when no gateway could start a round (the run stalls)."""
-        sim = self.sim
-        rd = Round(sim.env, rnd, sim.sc.selection_size(), sim._round_start())
+        sim, kit = self.sim, self.kit
+        rd = kit.new_round(rnd)
         for node in self.nodes:  # every gateway starts from the cloud's model
             node.state, node.samples = sim.strategy.state, 0.0
-        yield from sim._serve(rd)  # the cloud's set-up work (first round)
+        yield from kit.serve(rd)  # the cloud's set-up work (first round)
         procs = [sim.env.process(self._gateway(node, rnd, replay)) for node in self.nodes]
         yield simpy.AllOf(sim.env, procs)
         runs: list[GatewayRun] = [p.value for p in procs]
@@ -195,44 +215,34 @@ class GatewayTier:
         yield simpy.AllOf(sim.env, [sim.env.process(self._backhaul(node, rnd, up=False)) for node in self.nodes])
         rd.tasks = [t for r in runs for t in r.tasks]
         outcomes = [o for r in runs for o in r.outcomes]
-        row = sim._row(rd, outcomes, [loss for r in runs for loss in r.losses])
-        row.update(zip(COLUMNS, (self.bytes_down, self.bytes_up, self.gateway_energy()), strict=True))
+        row = kit.row(rd, outcomes, [loss for r in runs for loss in r.losses])
+        row.update(zip(COLUMNS, (self.figures.bytes_down, self.figures.bytes_up, self.gateway_energy()), strict=True))
         return row
 
     def _gateway(self, node: GatewayNode, rnd: int, replay: bool):
-        """One gateway's part of cloud round ``rnd``: its k2 rounds, then its model up the backhaul."""
-        sim = self.sim
+        """One gateway's part of cloud round ``rnd``: its k2 rounds (``sim.toolkit.play_round``), then its model up
+        the backhaul."""
         run = GatewayRun()
-        view = GatewayView(sim.view, node.members)
+        view = GatewayView(self.sim.view, node.members)
         k2 = self.cfg.gateway_rounds
+
+        def serve(grd: Round, outcomes: list[Outcome] | None):
+            if outcomes is None:  # e.g. QSGD encoding of the downloads
+                return self._work(node, grd, "gateway_work")
+            return self._work(node, grd, "gateway_aggregate", updates=sum(o.status == "completed" for o in outcomes))
+
         for j in range(k2):
             key = rnd * k2 + j
-            grd = Round(sim.env, key, sim.sc.selection_size(), sim._round_start())
-            if not (yield from sim._wait_for_participants(key, view)):
+            played = yield from play_round(
+                self.kit, key, replay, serve, view=view, key=(node.index,) if node.index else (), holding=lambda: self._at(node)
+            )
+            if played is None:
                 break
             run.rounds += 1
-            sim.view.now, sim.view.rnd = sim.env.now, key
-            with self._at(node):
-                assignments = sim.tape.answer("select", lambda k=key: sim._select(k, view, *([node.index] if node.index else [])))
-            yield from self._work(node, key, grd, "gateway_work")  # e.g. QSGD encoding of the downloads
-            grd.dispatch(assignments, sim.fleet, sim.tasks.run)
-            yield grd.closing(sim.sc.server.deadline_s)
-            outcomes = grd.close(sim.fleet, sim.log)
-            for o in outcomes:
-                if o.status == "depleted":
-                    sim.view.known_gone[o.assignment.device] = True
-            if replay:
-                updates = sim._replayed_uploads(key)
-            else:
-                with self._at(node):
-                    updates = sim._learn(key, outcomes)
-                if len(updates) >= sim.sc.server.min_participants:
-                    node.samples += float(sum(u.num_samples for u in updates))
-            run.losses += [u.loss for u in updates]
-            del updates  # aggregated: their client states must not stay in memory through the next rounds
-            yield from self._work(node, key, grd, "gateway_aggregate", updates=sum(o.status == "completed" for o in outcomes))
-            run.tasks += grd.tasks
-            run.outcomes += outcomes
+            node.samples += played.samples
+            run.losses += played.losses
+            run.tasks += played.rd.tasks
+            run.outcomes += played.outcomes
         yield from self._backhaul(node, rnd, up=True)
         return run
 
@@ -246,26 +256,18 @@ class GatewayTier:
         finally:
             node.state, strategy.state = strategy.state, cloud
 
-    def _work(self, node: GatewayNode, key: int, grd: Round, event: str, **fields: Any):
+    def _work(self, node: GatewayNode, grd: Round, event: str, **fields: Any):
         """The pending server work, done by the gateway: priced by its profile (recorded on the tape), logged at its
         start, on the clock, at its power."""
         sim = self.sim
-        priced = sim.tape.answer("serve", lambda: self._price(self.cost))
+        priced = self.kit.price(self.cost)
         duration = sum(p[2] for p in priced)
         if not priced and event != "gateway_aggregate":
             return
-        sim.log(key, -1, event, gateway=node.label, duration=round(duration, 6), **fields)
+        sim.log(grd.rnd, -1, event, gateway=node.label, duration=round(duration, 6), **fields)
         if duration > 0:
             yield sim.env.timeout(duration)
-        self.energy_j += duration * self.cost.power_w
-        self.busy_s += duration
-
-    def _price(self, cost: ServerCost) -> list[tuple[str, str, float, float]]:
-        out = []
-        for what, work in self.sim.server_work.drain():
-            p = cost.price(work)
-            out.append((what, p.kind, p.seconds, p.flops))
-        return out
+        self.figures.busy(duration, self.cost.power_w)
 
     def _backhaul(self, node: GatewayNode, rnd: int, up: bool):
         """The gateway's model over its backhaul, up to the cloud or back down: float32 weights and a header."""
@@ -274,13 +276,12 @@ class GatewayTier:
         air = nbytes * 8.0 / ((link.up_mbps if up else link.down_mbps) * 1e6)
         duration = air + link.rtt_s
         if up:
-            self.bytes_up += nbytes
+            self.figures.bytes_up += nbytes
         else:
-            self.bytes_down += nbytes
+            self.figures.bytes_down += nbytes
         sim.log(rnd, -1, "backhaul", gateway=node.label, up=up, bytes=nbytes, duration=round(duration, 6))
         yield sim.env.timeout(duration)
-        self.energy_j += (link.tx_w if up else link.rx_w) * air
-        self.busy_s += air
+        self.figures.busy(air, link.tx_w if up else link.rx_w)
 
     def _cloud_aggregate(self, rd: Round, rnd: int, replay: bool):
         """The cloud averages the gateways' models, weighted by the samples each aggregated since the last cloud
@@ -289,30 +290,29 @@ class GatewayTier:
         n = len(self.nodes)
         if not replay:  # a replay's prices come from the tape
             values = float(self.model_params)
-            sim.server_work.charge("cloud_aggregate", AggregateWork(values * n, values, self.model_tensors * n))
+            sim.system.server_work.charge("cloud_aggregate", AggregateWork(values * n, values, self.model_tensors * n))
             parts = [Contribution(node.state, node.samples) for node in self.nodes if node.samples > 0]
             if parts and sim.sc.numerics != "none":
                 sim.strategy.state = aggregate_nested(sim.strategy.state, parts)
-        priced = sim.tape.answer("serve", sim._price_server_work)
+        priced = self.kit.price(sim.system.server_cost)
         duration = sum(p[2] for p in priced)
         sim.log(rnd, -1, "cloud_aggregate", duration=round(duration, 6), gateways=n)
         if duration > 0:
             yield sim.env.timeout(duration)
-        for _what, kind, seconds, _flops in priced:
-            rd.server_split[kind] += seconds
-        rd.server_s += duration
-        sim.server_time += duration
+        self.kit.count_server_time(rd, priced)
 
     # ------------------------------------------------------------ figures
 
     def gateway_energy(self) -> float:
         """Cumulative energy of all gateways: compute and backhaul radio, plus idle power on the rest of the time."""
         idle = self.cfg.idle_w or 0.0
-        return self.energy_j + idle * max(len(self.nodes) * self.sim.env.now - self.busy_s, 0.0)
+        return self.figures.energy_j + idle * max(len(self.nodes) * self.sim.env.now - self.figures.busy_s, 0.0)
 
     def digest(self) -> list[float]:
         """The figures a faithful replay reproduces (added to ``Simulation.digest``)."""
-        return [self.bytes_up, self.bytes_down, self.energy_j, self.busy_s]
+        return self.figures.digest()
 
-    def summary(self) -> dict[str, int]:
-        return {"gateways": len(self.nodes), "device_rounds": self.cfg.device_rounds, "gateway_rounds": self.cfg.gateway_rounds}
+    def summary(self) -> dict[str, Any]:
+        tiers = {"gateways": len(self.nodes), "device_rounds": self.cfg.device_rounds, "gateway_rounds": self.cfg.gateway_rounds}
+        return {"hierarchy": tiers}
+

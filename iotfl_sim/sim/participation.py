@@ -6,7 +6,7 @@ the most free memory the device can ever have when a task arrives:
 - the submodels it could be given are the method's ``candidate_specs`` restricted by its
   ``Strategy.possible_specs`` (its own rules: an eligibility mask, a fixed level, and on-device adaptation,
   which may train a smaller candidate than the one sent);
-- their need is ``Simulation.memory_need``; the device's most free memory ``Fleet.max_free_memory`` (its
+- their need is ``SystemModel.memory_need``; the device's most free memory ``Fleet.max_free_memory`` (its
   declared free memory, which Gaussian memory never exceeds; unbounded for an OU process with a spread);
 - a method that ignores memory (``fedavg`` with ``memory: ignore``) fits every candidate everywhere.
 
@@ -43,7 +43,7 @@ class GroupReach:
 
 def memory_unit(sim: Simulation) -> tuple[str, float]:
     """How memory figures are shown: (unit, memory units per shown unit)."""
-    return ("% of the full model", 1.0) if sim.memory_need.relative else ("MB", sim.memory_need.scale)
+    return ("% of the full model", 1.0) if sim.system.memory_need.relative else ("MB", sim.system.memory_need.scale)
 
 
 def amount(x: float) -> str:
@@ -53,8 +53,8 @@ def amount(x: float) -> str:
 def _fits(sim: Simulation) -> tuple[np.ndarray, np.ndarray]:
     """(each candidate's training need, whether it fits each device's most possible free memory: devices x
     candidates)."""
-    needs = np.array([sim.memory_need(r, s) for r, s in sim.strategy.candidate_specs()], dtype=np.float64)
-    if sim.memory_ignored:
+    needs = np.array([sim.system.memory_need(r, s) for r, s in sim.strategy.candidate_specs()], dtype=np.float64)
+    if sim.system.memory_ignored:
         return needs, np.ones((sim.fleet.n, len(needs)), dtype=bool)
     return needs, sim.fleet.max_free_memory()[:, None] >= needs[None, :]
 

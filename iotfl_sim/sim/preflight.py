@@ -177,12 +177,12 @@ def check_deadline(sim: Simulation, real_numerics: bool, source: str) -> None:
 
 def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
     """(notes, warnings) on memory for a method with several submodels: per submodel, its training memory
-    need (``Simulation.memory_need``) and how many devices declare that much free memory; a warning when every
+    need (``SystemModel.memory_need``) and how many devices declare that much free memory; a warning when every
     device holds every submodel, so memory never tells devices apart and the method has nothing to adapt to
     (with MB units the bundled profiles of Pis, phones and Jetsons hold every HeteroFL level of a small model:
     such a study is FedAvg under another name). Nothing for a one-model method, or one that ignores memory."""
     specs = sim.strategy.candidate_specs()
-    if len(specs) < 2 or sim.memory_ignored:
+    if len(specs) < 2 or sim.system.memory_ignored:
         return [], []
     unit, scale = memory_unit(sim)
     free = sim.fleet.mem_free
@@ -191,7 +191,7 @@ def memory_fit(sim: Simulation) -> tuple[list[str], list[str]]:
     notes = []
     needs = []
     for i, (recipe, spec) in enumerate(specs):
-        need = sim.memory_need(recipe, spec)
+        need = sim.system.memory_need(recipe, spec)
         needs.append(need)
         label = spec.name or f"#{i + 1}"
         if len(families) > 1:

@@ -28,9 +28,7 @@ from iotfl_sim.output.sources import SOURCES, check_sources, sources_text, user_
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.sim import hierarchy
 from iotfl_sim.sim.engine import ExecutorFactory, Simulation
-from iotfl_sim.sim.round import MODE_COLUMNS
 
 
 def _summary_complete(path: Path) -> bool:
@@ -61,7 +59,7 @@ class StopNow(KeyboardInterrupt):
 
 
 class _StopOnSignal:
-    """First SIGINT / SIGTERM: finish the round (an asynchronous run: the event, ``sim.async_server``),
+    """First SIGINT / SIGTERM: finish the round (an asynchronous run: the event; ``ServerLoop.stop_note``),
     checkpoint, write the summary; a second: stop at once."""
 
     def __init__(self, sim: Simulation) -> None:
@@ -83,8 +81,8 @@ class _StopOnSignal:
         if self.sim.stop_requested:
             raise StopNow(signum)
         self.sim.stop_requested = True
-        self.sim.stop_signal = signum
-        where = "after this event" if self.sim.async_server is not None else "at the end of this round"
+        self.sim.status.stop_signal = signum
+        where = self.sim.loop.stop_note
         print(f"\nstopping {where} (a checkpoint and the summary are written); "
               "press Ctrl-C again to stop at once", file=sys.stderr)  # fmt: skip
 
@@ -133,7 +131,7 @@ def run_scenario(
         # fails on bad input before any folder is made
         sim = Simulation(sc, groups, progress=bar, base_dir=base_dir, executor_factory=executor_factory)
         _announce_executor(sim, quiet)
-        resolved = _pinned(resolved, sim.executor_choice)
+        resolved = _pinned(resolved, sim.host.choice)
         if run_dir is not None or out_parent is not None:
             # the user's files the run's code comes from, by SHA-256: a resume refuses them changed
             sources = sources_text(user_sources(_code_roots(sim, executor_factory)))
@@ -149,7 +147,7 @@ def run_scenario(
             recorder = RunRecorder(path, _labels(sim), sc.output.events, extra_columns=_extra_columns(sim))
             sim.recorder = recorder
             sim.checkpointing.store = _store(sc, path)
-        sim.tape.recording = sim.checkpointing.store is not None
+        sim.checkpointing.tape.recording = sim.checkpointing.store is not None
         result = path, _run_interruptible(sim, path)
         ok = True
         return result
@@ -174,7 +172,7 @@ def _code_roots(sim: Simulation, executor_factory: ExecutorFactory | None) -> li
 
     name = sim.sc.algorithm.name
     named = sys.modules.get(name.partition(":")[0]) if ":" in name else None
-    custom = sim.executor if executor_factory is not None else None
+    custom = sim.host.executor if executor_factory is not None else None
     return [named, sim.strategy, sim.strategy.wire, executor_factory, custom]
 
 
@@ -245,7 +243,7 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
         else:  # the recorder writes nothing until the replay of the checkpoint's rounds has passed its checks
             recorder = RunRecorder(path, labels, sc.output.events, extra_columns=energy, offsets=meta["offsets"])
             sim.resume_from(meta, state, tape, recorder, store.state_file)
-        sim.tape.recording = sim.checkpointing.store is not None or loaded is not None
+        sim.checkpointing.tape.recording = sim.checkpointing.store is not None or loaded is not None
         result = path, _run_interruptible(sim, path)
         ok = True
         return result
@@ -263,8 +261,8 @@ def _announce_executor(sim: Simulation, quiet: bool) -> None:
 
     from tqdm import tqdm
 
-    if sim.executor_choice.why and not quiet:
-        tqdm.write(f"note: executor: {sim.executor_choice.why}", file=sys.stderr)
+    if sim.host.choice.why and not quiet:
+        tqdm.write(f"note: executor: {sim.host.choice.why}", file=sys.stderr)
 
 
 def _run_interruptible(sim: Simulation, path: Path | None) -> dict[str, Any]:
@@ -295,6 +293,5 @@ def _labels(sim: Simulation) -> list[str]:
 
 
 def _extra_columns(sim: Simulation) -> list[str]:
-    """rounds.csv's columns beyond the fixed ones: energy per device class, the server mode's, the hierarchy's."""
-    tiers = list(hierarchy.COLUMNS) if sim.hierarchy is not None else []
-    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *MODE_COLUMNS[sim.sc.server.mode], *tiers]
+    """rounds.csv's columns beyond the fixed ones: energy per device class, the server loop's (its mode's, the hierarchy's)."""
+    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *sim.loop.columns]

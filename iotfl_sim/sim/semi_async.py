@@ -11,13 +11,19 @@ the updates (``"semi_async"`` in ``MethodConfig.modes``) scale its weight by the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iotfl_sim.algorithms.base import Outcome
 from iotfl_sim.scenario.algorithms import Staleness
 from iotfl_sim.sim.learning import TrainTask
-from iotfl_sim.sim.round import Task, WeightsCheck, capture_weights, restore_weights
+from iotfl_sim.sim.round import MODE_COLUMNS, Task, WeightsCheck, capture_weights, restore_weights
+from iotfl_sim.sim.sync_loop import SyncLoop
+from iotfl_sim.sim.toolkit import Played
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.engine import Simulation
 
 
 @dataclass
@@ -26,7 +32,7 @@ class LateUpdates:
 
     staleness: Staleness
     pending: list[Task] = field(default_factory=list)  # missed their round, still running or arrived since
-    applied: int = 0  # client updates folded in so far, fresh and late
+    count: int = 0  # client updates folded in so far, fresh and late
 
     def missed(self, tasks: list[Task]) -> None:
         """After a round closed: its tasks still running will be taken when they arrive."""
@@ -44,12 +50,20 @@ class LateUpdates:
             out.append(TrainTask(outcome, t.rnd, t.base, s, self.staleness.weight(s)))
         return out
 
-    def columns(self, fresh: int, late: list[TrainTask], aggregated: bool) -> dict[str, Any]:
-        """The round's staleness columns (``sim.round.MODE_COLUMNS``); fresh updates are 0 rounds stale."""
-        stale = [0] * fresh + [t.staleness for t in late] if aggregated else []
-        self.applied += len(stale)
+    def applied(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask], need: int, log: Callable[..., None]) -> dict[str, Any]:
+        """Log each update round ``rnd`` folded in (when it aggregated: ``need`` updates or more) with its
+        staleness; the round's staleness columns (``sim.round.MODE_COLUMNS``); fresh updates are 0 rounds stale."""
+        fresh = [o for o in outcomes if o.status == "completed"]
+        aggregated = len(fresh) + len(late) >= need
+        if aggregated:
+            for o in fresh:
+                log(rnd, o.assignment.device, "apply", staleness=0, version=rnd + 1)
+            for t in late:
+                log(t.rnd, t.outcome.assignment.device, "apply", staleness=t.staleness, version=rnd + 1)
+        stale = [0] * len(fresh) + [t.staleness for t in late] if aggregated else []
+        self.count += len(stale)
         return {
-            "updates_applied": self.applied,
+            "updates_applied": self.count,
             "staleness_mean": sum(stale) / len(stale) if stale else None,
             "staleness_max": max(stale) if stale else None,
         }
@@ -59,3 +73,25 @@ class LateUpdates:
 
     def restore(self, saved: Any, check: WeightsCheck | None = None) -> None:
         restore_weights(self.pending, saved, check)
+
+
+class SemiAsyncLoop(SyncLoop):
+    """Synchronous rounds whose late updates join a later round."""
+
+    columns = MODE_COLUMNS["semi_async"]
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(sim)
+        self.late = LateUpdates(sim.sc.server.staleness)
+
+    def mode_columns(self, played: Played) -> dict[str, Any]:
+        sim = self.sim
+        columns = self.late.applied(played.rd.rnd, played.outcomes, played.late, sim.sc.server.min_participants, sim.log)
+        self.late.missed(played.rd.tasks)
+        return columns
+
+    def capture(self) -> dict[str, Any]:
+        return {"late": self.late.captured()}  # the weights of the tasks that missed their round
+
+    def restore(self, state: dict[str, Any], check: Callable[[str], WeightsCheck]) -> None:
+        self.late.restore(state.get("late"), check("late"))

@@ -38,11 +38,10 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             }
             for t in targets
         }
-    host_train, host_eval, host_setup = sim.host["train"], sim.host["eval"], sim.host["setup"]
-    host_aggregate = sim.host["aggregate"]
+    host_train, host_eval, host_setup = sim.host.times["train"], sim.host.times["eval"], sim.host.times["setup"]
+    host_aggregate = sim.host.times["aggregate"]
     other = max(host_total - host_train - host_eval - host_aggregate - host_setup, 0.0)
     failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
-    tiers = {} if sim.hierarchy is None else {"hierarchy": sim.hierarchy.summary()}
     return {
         "name": sc.name,
         "algorithm": sc.algorithm.name,
@@ -57,18 +56,18 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         "energy_j": last.get("energy_j", 0.0),
         "energy_by_kind_j": {k: last.get(f"energy_{k}_j", 0.0) for k in ("compute", "radio", "idle")},
         "energy_by_group_j": energy_by_group(sim, float(last.get("sim_time_s", 0.0))),
-        "bytes_down": sim.traffic.down,
-        "bytes_up": sim.traffic.up,
-        "comm_waste": sim.traffic.waste_rate(),
-        "bytes_wasted": sim.traffic.wasted,
-        "server_time_s": sim.server_time,
-        "server_energy_j": sim.server_time * sim.server_cost.power_w,
+        "bytes_down": sim.system.traffic.down,
+        "bytes_up": sim.system.traffic.up,
+        "comm_waste": sim.system.traffic.waste_rate(),
+        "bytes_wasted": sim.system.traffic.wasted,
+        "server_time_s": sim.system.server_time,
+        "server_energy_j": sim.system.server_time * sim.system.server_cost.power_w,
         "server_time_by_kind_s": {k: sum(r.get(f"server_{k}_s", 0.0) for r in rows) for k in SERVER_WORK_KINDS},
         "tasks": int(sim.fleet.tasks.sum()),
         "completed": int(sim.fleet.completed.sum()),
         "failures": failures,
         "devices_alive": last.get("alive", sim.fleet.n),
-        "stalled_at_round": None if sim.stalled is None else sim.stalled + 1,
+        "stalled_at_round": None if sim.status.stalled is None else sim.status.stalled + 1,
         **updates_summary(rows, sc.server.mode),
         "oracle_knowledge": sorted(sim.view.oracle_users),
         "data_notes": sim.numerics.dataset.notes if sim.numerics.dataset is not None else "",
@@ -82,10 +81,10 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         },
         "host_other_fraction": other / host_total if host_total > 0 else 0.0,
         "executor": {
-            "kind": sim.executor_choice.kind, "workers": sim.executor_choice.workers, "why": sim.executor_choice.why,
-            "overlap_eval": sim.overlap_eval,  # host_eval_s counts only the waits (README "Executors")
+            "kind": sim.host.choice.kind, "workers": sim.host.choice.workers, "why": sim.host.choice.why,
+            "overlap_eval": sim.host.overlap_eval,  # host_eval_s counts only the waits (README "Executors")
         },
-        **tiers,
+        **sim.loop.summary(),
     }
 
 

@@ -9,7 +9,7 @@ Per device, each part at its most favourable, then the fastest device:
   the upload of the header alone (an update may be quantized to any width; a method with a wire may send less
   down too: then the header alone), at the device's own bandwidth: retransmissions and a shared gateway only add
   time; with link jitter (``network.jitter``, a lognormal factor) the air time has no lower bound above 0;
-- the training of the smallest submodel by the declared profile (``sim.training_time``) on the samples the run
+- the training of the smallest submodel by the declared profile (``sim.system.training_time``) on the samples the run
   gives the device (a run with real numerics: 1, the least a split gives; its sizes are not drawn yet), times
   the compute jitter's least factor: 1 without jitter, 0.05 for ``normal`` (its floor), 0 for ``lognormal`` and
   ``exponential`` (unbounded below).
@@ -44,7 +44,7 @@ def fastest_task_s(sim: Simulation, real_numerics: bool) -> float:
     air = np.where(clean, down_bytes * 8.0 / f.down_bps + header * 8.0 / f.up_bps, 0.0)
     samples = np.ones(f.n, dtype=np.int64) if real_numerics else sim.numerics.samples_per_device
     training = TrainingTime(
-        f, samples, sc.task_epochs(), sc.local.batch_size, sim.step_options, roofline=sc.fleet.cost_model == "roofline"
+        f, samples, sc.task_epochs(), sc.local.batch_size, sim.system.step_options, roofline=sc.fleet.cost_model == "roofline"
     )
     train = np.min([training.predict(recipe, spec) for recipe, spec in specs], axis=0)
     least = np.array([LEAST_JITTER.get(dist, 1.0) for dist in f.jitter_dist])[f.group_of]

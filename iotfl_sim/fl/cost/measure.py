@@ -202,7 +202,7 @@ CURVE_SIZES = {  # kind -> (batch, channels, side) of the calls timed for its cu
 
 
 def _counted_flops(fn: Callable[[], object]) -> float:
-    rec = opcost._Recorder()
+    rec = opcost.OpRecorder()
     with rec:
         fn()
     return float(sum(rec.flops))

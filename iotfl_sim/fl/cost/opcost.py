@@ -147,7 +147,7 @@ def kind_of(func: Any, args: tuple) -> str:
     return name
 
 
-class _Recorder(TorchDispatchMode):
+class OpRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.names: list[str] = []
@@ -307,7 +307,7 @@ def trace_module_step(
     if options.momentum:  # steady state without a warm-up step: what a first step would have created
         for p in model.parameters():
             opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
-    rec = _Recorder()
+    rec = OpRecorder()
     with rec:
         step()
     return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))
@@ -320,7 +320,7 @@ def trace_module_forward(build: Callable[[], nn.Module], input_shape: Sequence[i
         model = build()
     model.eval()
     x = torch.zeros(batch, *input_shape, device="meta")
-    rec = _Recorder()
+    rec = OpRecorder()
     with torch.no_grad(), rec:
         model(x)
     return StepTrace(batch, tuple(rec.names), np.asarray(rec.flops, np.float64), np.asarray(rec.bytes, np.float64))

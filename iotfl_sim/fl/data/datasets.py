@@ -84,7 +84,7 @@ def load_dataset(
     ``test_fraction`` and ``seed`` only matter for ``digits``, which has no official test split.
     Raises :class:`DatasetError` with a one-line fix when files are missing or corrupt.
     """
-    key = _canonical(name)
+    key = canonical_name(name)
     if key == "digits":
         if not 0.0 < test_fraction < 1.0:
             raise DatasetError(f"digits: test_fraction must be in (0, 1), got {test_fraction}")
@@ -96,7 +96,7 @@ def load_dataset(
 def check_files(name: str, root: str | Path | None = None) -> None:
     """Raise the DatasetError that :func:`load_dataset` would raise for a missing data root or missing
     files, without reading any file (a cheap check before a run)."""
-    key = _canonical(name)
+    key = canonical_name(name)
     if key == "digits":
         return
     resolved = _existing_root(key, root)
@@ -111,7 +111,7 @@ def check_files(name: str, root: str | Path | None = None) -> None:
     locate(key, resolved)
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
     key = _ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")

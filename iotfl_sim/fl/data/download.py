@@ -144,7 +144,7 @@ def download(
     ``$IOTFL_DATA_MIRROR``) replaces the official base URL by ``<mirror>/<name>/``. ``timeout_s``: the
     longest a read may wait for a byte; ``deadline_s``: the whole command.
     """
-    key = _data._canonical(name)
+    key = _data.canonical_name(name)
     if key == "digits":
         raise DownloadError("digits ships inside scikit-learn: nothing to download")
     resolved = _data.resolve_root(root)

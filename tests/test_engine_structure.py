@@ -1,0 +1,113 @@
+"""The engine's structure (issue 47): no module reaches into another's private members, ``Simulation`` stays
+small, every server mode is one ``ServerLoop`` of at most 150 lines written with the round toolkit."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import base_scenario
+
+import iotfl_sim
+from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.sim.async_server import AsyncServer
+from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.hierarchy import GatewayTier
+from iotfl_sim.sim.semi_async import SemiAsyncLoop
+from iotfl_sim.sim.server_loop import ServerLoop
+from iotfl_sim.sim.sync_loop import SyncLoop
+
+PACKAGE = Path(iotfl_sim.__file__).parent
+LOOPS = (SyncLoop, SemiAsyncLoop, AsyncServer, GatewayTier)
+
+# Private names of other libraries that iotfl_sim must use: no public spelling exists
+THIRD_PARTY_PRIVATE = {
+    "_SubParsersAction",  # argparse: the type of add_subparsers()'s result
+    "_Environ",  # os: the type of os.environ
+    "_base",  # torch.Tensor: the tensor a view shares storage with
+    "_convolution",  # torch.ops.aten: the op name the dispatcher reports
+    "_local_scalar_dense",  # torch.ops.aten: the op name the dispatcher reports
+    "_BatchNorm",  # torch.nn.modules.batchnorm: the base class of every BatchNorm
+    "_buffers",  # torch.nn.Module: buffers registered as None are only listed there
+}
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Every name a module defines: functions, classes, assignments, attributes it sets on ``self``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def foreign_private_accesses(source: str, path: str) -> list[str]:
+    """``x._name`` where x is not ``self`` / ``cls``, ``_name`` is no dunder and not a name of this module."""
+    tree = ast.parse(source)
+    own = defined_names(tree)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if node.attr in own or node.attr in THIRD_PARTY_PRIVATE:
+            continue
+        out.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_rule_catches_a_private_member_reached_from_outside():
+    engine_private = "def loop(sim):\n    yield from sim._serve(rd)\n"
+    assert foreign_private_accesses(engine_private, "m.py") == ["m.py:2: sim._serve"]
+    own = "class A:\n    def _f(self):\n        pass\n\ndef g(a):\n    a._f()\n    self_ok = a.__class__\n"
+    assert foreign_private_accesses(own, "m.py") == []
+
+
+def test_no_module_of_iotfl_sim_touches_another_modules_private_members():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found += foreign_private_accesses(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))
+    assert found == []
+
+
+def system_only(**extra) -> Simulation:
+    data = base_scenario(rounds=1, clients_per_round=2, numerics="none")
+    data.update(extra)
+    sc = load_scenario(text=yaml.safe_dump(data))
+    return Simulation(sc, resolve_groups(sc))
+
+
+def test_a_simulation_holds_at_most_15_attributes():
+    sim = system_only()
+    assert len(vars(sim)) <= 15, sorted(vars(sim))
+
+
+@pytest.mark.parametrize("loop", LOOPS, ids=lambda c: c.__name__)
+def test_each_server_loop_is_at_most_150_lines_and_a_server_loop(loop):
+    lines, _ = inspect.getsourcelines(loop)
+    assert len(lines) <= 150
+    members = [m for m in vars(ServerLoop) if not m.startswith("_")] + list(ServerLoop.__annotations__)
+    assert all(hasattr(loop, m) for m in members), [m for m in members if not hasattr(loop, m)]
+
+
+@pytest.mark.parametrize(
+    ("server", "loop"), [({}, SyncLoop), ({"mode": "semi_async", "deadline_s": 600.0}, SemiAsyncLoop)]
+)
+def test_the_server_mode_is_chosen_once_as_a_loop(server, loop):
+    data = base_scenario(rounds=1, clients_per_round=2, numerics="none")
+    data["server"] = {**data.get("server", {}), **server}
+    sc = load_scenario(text=yaml.safe_dump(data))
+    sim = Simulation(sc, resolve_groups(sc))
+    assert type(sim.loop) is loop
+    sim.run()
+    assert len(sim.rows) == 1 and set(loop.columns) <= set(sim.rows[0])
