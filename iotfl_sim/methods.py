@@ -244,7 +244,8 @@ def _derives(c: Any, module: str, qualname: str) -> bool:
 def capability_problem(strategy: type, config: type) -> str | None:
     """Where a strategy and its options class disagree on asynchrony (one line naming the fix), or None. A strategy
     subclassing ``iotfl_sim.strategy.Asynchronous`` folds updates in as they arrive, with no rounds, so its options'
-    ``modes`` are exactly {"async"}; any other strategy runs in rounds, so its options do not declare async."""
+    ``modes`` are exactly {"async"}; any other strategy runs in rounds, so its options declare sync, and async only
+    beside it (its buffered form, ``sim/buffered_async.py``)."""
     modes = getattr(config, "modes", frozenset())
     s, c = strategy.__name__, config.__name__
     if _derives(strategy, "iotfl_sim.algorithms.base", "Asynchronous"):
@@ -253,10 +254,11 @@ def capability_problem(strategy: type, config: type) -> str | None:
                 f"{s} subclasses iotfl_sim.strategy.Asynchronous, which runs only with server.mode: async, but its "
                 f"options {c} declare modes {', '.join(sorted(modes)) or 'none'}; set modes = frozenset({{'async'}}) in {c}"
             )
-    elif "async" in modes:
+    elif "async" in modes and "sync" not in modes:
         return (
-            f"{c} declares the async mode, but {s} does not subclass iotfl_sim.strategy.Asynchronous; write "
-            f"class {s}(Asynchronous, Strategy) (docs/write_a_method.md), or drop async from {c}.modes"
+            f"{c} declares async as its only server mode, but {s} does not subclass iotfl_sim.strategy.Asynchronous; "
+            f"write class {s}(Asynchronous, Strategy) (docs/write_a_method.md), or add sync to {c}.modes (a "
+            "round-based method then runs asynchronously in its buffered form)"
         )
     return None
 

@@ -248,7 +248,7 @@ def test_a_failed_task_is_replaced_at_the_instant_the_server_hears_of_it(tmp_pat
 @pytest.mark.parametrize(
     ("server", "algorithm", "says"),
     [
-        ({"mode": "async"}, "fedavg", "server.mode: async: algorithm fedavg runs only in sync, semi_async"),
+        ({"mode": "async"}, "adaptivefl", "server.mode: async: algorithm adaptivefl runs only in sync"),
         ({}, "fedbuff", "server.mode: sync: algorithm fedbuff runs only in async"),
         ({"mode": "semi_async"}, "fedavg", "set server.deadline_s"),
         ({"mode": "async", "over_selection": 1.5}, "fedasync", "server.over_selection applies to rounds"),
@@ -384,8 +384,9 @@ def test_a_method_whose_options_say_async_but_that_is_not_asynchronous_is_refuse
 
     sc = base_scenario(numerics="none", algorithm={"name": "not_async"}, server={"mode": "async"})
     # refused when registered, before the scenario is read (``server_modes`` is the old spelling of ``modes``)
-    with pytest.raises(ScenarioError, match=r"^run: methods: .*NotAsyncConfig declares the async mode, but NotAsync does "
-                       r"not subclass iotfl_sim.strategy.Asynchronous; write class NotAsync\(Asynchronous, Strategy\)"):
+    with pytest.raises(ScenarioError, match=r"^run: methods: .*NotAsyncConfig declares async as its only server mode, but "
+                       r"NotAsync does not subclass iotfl_sim.strategy.Asynchronous; write class NotAsync\(Asynchronous, "
+                       r"Strategy\)"):
         iotfl_sim.run(sc, out=tmp_path, methods=[NotAsync])
     assert not any(tmp_path.iterdir())  # refused before a run folder was made
 

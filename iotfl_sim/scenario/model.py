@@ -302,7 +302,16 @@ class Server(Strict):
         "(null: 100 x max(concurrency, the method's buffer size); at least max(concurrency, buffer size))",
     )
     staleness: Staleness = Field(
-        Staleness(), description="semi_async: the weight of an update s rounds late (default polynomial (s+1)^-0.5)"
+        Staleness(),
+        description="semi_async: the weight of an update s rounds late; async with a round-based method (its "
+        "buffered form): the weight of the delta of an update s versions stale (default polynomial (s+1)^-0.5)",
+    )
+    buffer_size: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DEVICES,
+        description="async with a round-based method (heterofl, fedavg, fedprox: FedBuff's buffer over the method's "
+        "own aggregation, sim/buffered_async.py): updates per model version (null: the selection size)",
     )
     over_selection: float = Field(
         1.0, ge=1.0, description="select ceil(k * this) devices and keep the first k updates to arrive (FedScale's over-commitment)"
@@ -626,6 +635,13 @@ class Scenario(Strict):
             return f"server.concurrency and server.dispatch apply to server.mode: async (this is {mode}): remove them"
         if mode != "async" and srv.max_tasks_per_version is not None:
             return f"server.max_tasks_per_version applies to server.mode: async (this is {mode}): remove it"
+        if srv.buffer_size is not None and (mode != "async" or "sync" not in alg.modes):
+            if mode != "async":
+                return f"server.buffer_size applies to server.mode: async (this is {mode}): remove it"
+            return (
+                f"server.buffer_size applies to a round-based method run asynchronously; {alg.name} is asynchronous "
+                "itself: give its own algorithm.buffer_size, or remove server.buffer_size"
+            )
         return None
 
     @model_validator(mode="after")

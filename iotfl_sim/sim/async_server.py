@@ -34,10 +34,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from iotfl_sim.algorithms.base import Asynchronous
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.async_tasks import Buffered, InFlight, check_server, no_progress
+from iotfl_sim.sim.buffered_async import asynchronous_form
 from iotfl_sim.sim.learning import TrainTask
 from iotfl_sim.sim.round import (
     MODE_COLUMNS,
@@ -74,14 +74,11 @@ class AsyncServer(ServerLoop):
     between_versions = True
 
     def __post_init__(self) -> None:
-        self.max_tasks = check_server(self.sim.sc, self.strategy)
+        self.method = asynchronous_form(self.sim.strategy, self.sim.sc)  # the method's rule for folding updates in
+        self.max_tasks = check_server(self.sim.sc, self.method)
         self.kit = Toolkit(self.sim)
         self.in_flight = InFlight(self.sim.env, self.sim.sc.server.retry_s, self.sim.sc.server.deadline_s)
         self.slots = self.sim.sc.server.concurrency or self.sim.sc.selection_size()  # tasks training at once
-
-    @property
-    def strategy(self) -> Asynchronous:
-        return self.sim.strategy  # type: ignore[return-value]
 
     # ------------------------------------------------------------ the process
 
@@ -99,10 +96,10 @@ class AsyncServer(ServerLoop):
                 if self.in_flight.dispatched >= self.max_tasks:
                     raise ScenarioError(no_progress(
                         sc, self.in_flight.dispatched, self.version, sim.env.now, [o for _, o in self.ended],
-                        len(self.buffer), self.strategy.buffer_size(), self.max_tasks,
+                        len(self.buffer), self.method.buffer_size(), self.max_tasks,
                     ))  # fmt: skip
                 assert self.row is not None
-                yield from self.in_flight.fill(self.kit, free, self.version, self.row, capture=not self._replaying())
+                yield from self.in_flight.fill(self.kit, self.method, free, self.version, self.row, capture=not self._replaying())
             may_fill = sc.server.dispatch == "continuous"
             if not self.in_flight:
                 idle += 1
@@ -145,7 +142,7 @@ class AsyncServer(ServerLoop):
         if status != "completed":
             return False
         self.buffer.append(Buffered(task, outcome, self.version - task.version))
-        if len(self.buffer) < self.strategy.buffer_size():
+        if len(self.buffer) < self.method.buffer_size():
             return False
         yield from self._update()
         return True
@@ -161,7 +158,7 @@ class AsyncServer(ServerLoop):
         kit.charge_aggregation([b.outcome for b in buffered], force=True)
         if updates:
             t0 = time.perf_counter()
-            self.strategy.apply(self.version + 1, updates)
+            self.method.apply(self.version + 1, updates)
             sim.host.times["aggregate"] += time.perf_counter() - t0
         losses = [u.loss for u in updates]
         del updates  # applied: their client states must not stay in memory through the evaluation

@@ -9,7 +9,7 @@ from typing import Any
 
 import simpy
 
-from iotfl_sim.algorithms.base import Asynchronous, Outcome
+from iotfl_sim.algorithms.base import Outcome
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.sim.round import Round, Task, start_task
 from iotfl_sim.sim.toolkit import Toolkit
@@ -51,8 +51,11 @@ class InFlight:
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def fill(self, kit: Toolkit, free: int, version: int, row: Round, capture: bool) -> Generator[Any, Any, None]:
-        """Dispatch up to ``free`` tasks to selectable devices (none selectable: the slots stay free); each records
+    def fill(
+        self, kit: Toolkit, method: Any, free: int, version: int, row: Round, capture: bool
+    ) -> Generator[Any, Any, None]:
+        """Dispatch up to ``free`` tasks to selectable devices, chosen by ``method.select_some`` (the method, or its
+        buffered form: ``sim.buffered_async``; none selectable: the slots stay free); each records
         the model ``version`` it downloads and, with ``capture`` and real numerics, the weights themselves."""
         sim = kit.sim
         wave = self.waves
@@ -60,7 +63,7 @@ class InFlight:
         if not sim.view.has_selectable(1):
             return
         self.waves += 1
-        assignments = kit.select(wave, k=free)
+        assignments = kit.select(wave, k=free, some=method)
         yield from kit.serve(row)  # set-up work (first wave) and selection work
         owner = Wave(wave)
         capture = capture and sim.sc.numerics == "torch"
@@ -120,7 +123,13 @@ def no_progress(sc: Any, dispatched: int, version: int, now: float, ended: list[
     )
 
 
-def check_server(sc: Any, strategy: Asynchronous) -> int:
+def buffer_setting(sc: Any) -> str:
+    """Where the scenario sets the updates a version folds: a method's own (FedBuff's algorithm.buffer_size), or the
+    server's for a round-based method in its buffered form."""
+    return "algorithm.buffer_size" if "buffer_size" in type(sc.algorithm).model_fields else "server.buffer_size"
+
+
+def check_server(sc: Any, strategy: Any) -> int:
     """The set-up checks of the asynchronous server against the method (``validate`` and ``run``); returns the
     most tasks dispatched since a version before the run stops for no progress (``server.max_tasks_per_version``)."""
     srv = sc.server
@@ -130,9 +139,9 @@ def check_server(sc: Any, strategy: Asynchronous) -> int:
     if srv.dispatch == "after_update" and k > c:
         raise ScenarioError(
             f"server.dispatch: after_update refills slots only after a model update, but a version of "
-            f"{sc.algorithm.name} needs {k} updates (algorithm.buffer_size) and {slots} devices send at most {c} "
+            f"{sc.algorithm.name} needs {k} updates ({buffer_setting(sc)}) and {slots} devices send at most {c} "
             f"per wave, so every wave would be refilled before any update; raise server.concurrency to {k} or more, "
-            "lower algorithm.buffer_size, or use server.dispatch: continuous"
+            f"lower {buffer_setting(sc)}, or use server.dispatch: continuous"
         )
     least = max(c, k)
     limit = srv.max_tasks_per_version

@@ -76,9 +76,12 @@ class Toolkit:
             yield sim.env.timeout(sim.sc.server.retry_s)
         return False
 
-    def select(self, rnd: int, view: FleetView | None = None, key: tuple[int, ...] = (), k: int | None = None) -> list[Assignment]:
+    def select(
+        self, rnd: int, view: FleetView | None = None, key: tuple[int, ...] = (), k: int | None = None, some: Any = None
+    ) -> list[Assignment]:
         """The method's selection from ``view`` (default: the server's), through the tape: ``select`` with the
-        stream of (rnd, *key), or ``select_some`` of ``k`` devices (an asynchronous wave); then the wire's dispatch."""
+        stream of (rnd, *key), or ``some.select_some`` of ``k`` devices (an asynchronous wave: the method, or its
+        buffered form); then the wire's dispatch."""
         sim = self.sim
         view = sim.view if view is None else view
         self.stamp(rnd)
@@ -86,7 +89,7 @@ class Toolkit:
         def choose() -> list[Assignment]:
             rng = stream(sim.sc.seed, "select", rnd, *key)
             strategy = sim.strategy
-            assignments = strategy.select(rnd, view, rng) if k is None else strategy.select_some(rnd, view, rng, k)  # type: ignore[attr-defined]
+            assignments = strategy.select(rnd, view, rng) if k is None else some.select_some(rnd, view, rng, k)
             if strategy.wire is not None:  # e.g. quantize each device's download (server work, charged after selection)
                 strategy.wire.dispatch(rnd, assignments, strategy)
             return assignments

@@ -23,8 +23,9 @@ WHY_NOT: dict[str, str] = {
     "iotfl_sim.strategy.Asynchronous",
     "semi_async": "its aggregation is not declared to take a late update with a staleness weight, which needs a "
     "weighted average of the updates as algorithms.common.contributions gives",
-    "async": "it aggregates in rounds: its strategy does not subclass iotfl_sim.strategy.Asynchronous, the rule "
-    "for folding in one update at a time",
+    "async": "it aggregates in rounds, and its aggregation is not declared to take a stale update moved onto the "
+    "current model by its delta (FedBuff's buffered form, sim/buffered_async.py, needs one global model averaged "
+    "entry by entry)",
     "hierarchical": "its server does more than average one global model",
 }
 # the modes of a method whose aggregation is a weighted average of the updates it gets (``algorithms.common.

@@ -11,7 +11,7 @@ from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, LevelString, Proto
 
 class FedAvgConfig(_Wire):
     name: Literal["fedavg"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}  # async: sim/buffered_async.py
     flavour: Literal["all_large", "smallest"] = Field(
         "all_large",
         description="all_large: everyone trains the full model and devices that cannot fit it are excluded; "
@@ -42,7 +42,7 @@ class DecoupledConfig(_Levels):
 
 class HeteroFLConfig(_Levels, _Wire):
     name: Literal["heterofl"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}  # async: sim/buffered_async.py
     mode: Literal["fix", "dynamic"] = Field(
         "fix", description="fix: a device keeps its level; dynamic: levels are re-drawn every round"
     )

@@ -11,7 +11,7 @@ from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 
 class FedProxConfig(MethodConfig):
     name: Literal["fedprox"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}  # async: sim/buffered_async.py
     mu: float = Field(
         0.01, ge=0, le=1e4,
         description="weight of the proximal term (mu/2)||w - w_global||^2 in each device's loss (FedProx: tuned "
