@@ -83,6 +83,8 @@ SLOW_TESTS = (
     "test_resume.py::test_every_method_resumes_to_the_same_numbers",
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_device_setting",
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[fedx_digits",
+    "test_semi_async_methods.py::test_an_enabled_method_trains_with_late_updates_and_resumes_to_the_same_files",
+    "test_semi_async_methods.py::test_every_semi_async_cell_runs_rounds_a_late_update_joins[adapterfl",
     "test_sweep.py::test_index_failures_and_rerun",
     "test_sweep_alone.py",
     "test_thread_determinism.py",

@@ -147,7 +147,15 @@ def only_run(parent: Path) -> Path:
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method):
-    data = base_scenario(rounds=2, **METHODS[method])
+    whole = resumed_run(base_scenario(rounds=2, **METHODS[method]), tmp_path, write_scenario, monkeypatch)
+    assert len(rounds(whole)) == 2 and COLUMNS.get(method, set()) <= set(rounds(whole)[0])
+    check_golden(method, whole)
+
+
+def resumed_run(data: dict, tmp_path: Path, write_scenario, monkeypatch) -> Path:
+    """Run ``data`` (a 2-round scenario, checkpointed every round) uninterrupted, checking that only the method's
+    declared attributes change, then again stopped after round 1 and resumed; assert the two give the same files
+    and return the uninterrupted run's folder."""
     data["server"] = {**data.get("server", {}), "bn_calibration_samples": 64, "eval_every": 1}
     data["fleet"].setdefault("cost_model", "flops")
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
@@ -181,8 +189,7 @@ def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monk
     assert json.loads((cut / "summary.json").read_text())["status"] == "complete"
     whole = only_run(tmp_path / "whole")
     assert_same_run(whole, cut)
-    assert len(rounds(whole)) == 2 and COLUMNS.get(method, set()) <= set(rounds(whole)[0])
-    check_golden(method, whole)
+    return whole
 
 
 def test_resume_refuses_a_finished_run_a_changed_scenario_and_a_tampered_checkpoint(tmp_path, write_scenario, monkeypatch, capsys):

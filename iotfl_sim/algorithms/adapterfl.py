@@ -64,6 +64,10 @@ No public code exists; this follows the paper's text, and every choice it leaves
   reassembled model with exclusive learning). The paper trains each reassembled model in a separate
   FedAvg run; sharing the rounds isolates the one thing AdapterFL changes, the block-wise
   aggregation.
+- ``server.mode: semi_async`` (not in the paper): a late update counts with its staleness weight times its
+  weight, in the shared block and in its own model's blocks alike; the partition and the group are fixed at
+  set-up, so its state (its model as its device downloaded it in its own round, then trained) renames onto the
+  current group state. FedBase the same, per model.
 - Evaluation: every model of the group (columns ``acc_L-S``, ``acc_L-M``, ``acc_L-L``; ``acc_avg``
   their mean) and ``acc_full``, the group's largest model.
 """

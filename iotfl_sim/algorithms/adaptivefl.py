@@ -63,6 +63,12 @@ What the paper specifies, and the choices it leaves open:
   with ``avg_over: pool``. Per-round counts of models kept whole / pruned / refused are kept in
   ``AdaptiveFL.history`` (not in rounds.csv: the engine has no hook for strategy columns; the
   engine's comm_waste / comm_waste_cum already measure the waste from the sent and trained specs).
+- ``server.mode: semi_async`` (not in the paper): a late update counts with its staleness weight times its data
+  size. Its trained model is a pool model, whose shape the pool fixes at set-up, cut (on the device, as above) from
+  the weights its device downloaded in its own round; it lands on its own prefix region of the current global
+  model. Its outcome reaches ``observe`` in its own round as ``deadline`` (as for every method), which leaves the RL
+  tables alone: they never learn that the model it trained fitted, and its device's T_c and T_r stay as if it had
+  failed for a reason that tells nothing about fit.
 - Baselines (Sec. 4.2): All-Large "trained the L_1 model with all clients under the classic FedAvg",
   memory ignored: ``fedavg`` with ``memory: ignore`` (every device trains the full model, no task fails
   for memory: an upper bound). ``fedavg``'s default ``memory: exclude`` is the resource-respecting

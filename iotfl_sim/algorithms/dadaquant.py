@@ -42,6 +42,15 @@ Choices the paper leaves open, made here:
   mu = 0 on CelebA; the proximal term is not part of DAdaQuant). The simulated system heterogeneity of its
   experiments (fewer epochs on 90 % of the clients) is the fleet's business here.
 
+``server.mode: semi_async`` (not in the paper): a late update counts with its staleness weight times |D_k|. Its
+device quantized p^k - p_{t-s}, the difference from what it downloaded in its own round, at the level q_k it was
+given then (from that round's schedule and selection), with the draws of its own round; the server decodes it as
+p_{t-s} + Q(p^k - p_{t-s}) (``UpdateWire.receive``), the model FedAvg averages. Its upload's air time is the one
+priced at its dispatch. The loss estimate G^_t scores the current model p_t on the data of every client whose update
+the round aggregates, late ones included, weighted by |D_k| (G^_t estimates the current model's loss; a late client's
+data is as good a sample of it). Fine-tuning follows every aggregation; its pricing has FedX's gap (``algorithms.fedx``):
+a round aggregated only thanks to late updates fine-tunes without charging it.
+
 FedX's comparison runs DAdaQuant "where the server has data, fine-tunes without regularization" and with FedX's two
 sub-networks (FedX Section IV-D). The first is an option here: ``proxy_classes`` gives the server those classes
 (FedX's disjoint split; the devices get none of them) and ``finetune_epochs`` > 0 fine-tunes the aggregated model
@@ -259,13 +268,13 @@ class UpdateWire(Wire):
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self.base: State = {}  # p_t, the global state this round's updates are taken against
-        self.estimates: dict[int, float] = {}  # device -> priced upload bytes, this round
+        # device -> its upload's bytes priced at dispatch, kept until its next dispatch (a late upload is a later round's)
+        self.estimates: dict[int, float] = {}
 
     def dispatch(self, rnd: int, assignments: list[Assignment], strategy: Strategy) -> None:
         """Price each upload at its client's level (the real encoded size replaces it after training)."""
         assert isinstance(strategy, DAdaQuant)
         self.base = strategy.state
-        self.estimates = {}
         ref = strategy.last_update or strategy.state
         for a in assignments:
             q = int(a.extras["q"])
@@ -278,13 +287,18 @@ class UpdateWire(Wire):
                 self.estimates[a.device] = (params * (1 + math.ceil(math.log2(q + 1))) + NORM_BITS * tensors) / 8.0
 
     def message_bytes(self, assignment: Assignment, up: bool) -> float | None:
-        return float(self.estimates[assignment.device]) if up and assignment.device in self.estimates else None
+        nbytes = self.estimates.get(assignment.device) if up else None
+        return None if nbytes is None else float(nbytes)
 
     def receive(self, rnd: int, update: Update) -> float | None:
-        """Quantize the client's update p_{t+1}^k - p_t at its level; the update becomes p_t + Q(delta)."""
+        """Quantize the client's update p_{t+1}^k - p_t at its level; the update becomes p_t + Q(delta). p_t is
+        what the device downloaded: this round's global state, or a late update's own round's (``update.base``);
+        the quantizer's draws come from the stream of the round the task was dispatched in."""
         q = int(update.assignment.extras["q"])
-        delta = {k: update.state[k] - self.base[k] for k in update.state}
-        gen = torch.Generator().manual_seed(int_seed(self.seed, "dadaquant_up", rnd, update.assignment.device))
+        base = self.base if update.base is None else update.base
+        delta = {k: update.state[k] - base[k] for k in update.state}
+        own = rnd - update.staleness
+        gen = torch.Generator().manual_seed(int_seed(self.seed, "dadaquant_up", own, update.assignment.device))
         qd, nbits = quantize_update(delta, q, gen)
-        update.state = {k: self.base[k] + qd[k] for k in qd}
+        update.state = {k: base[k] + qd[k] for k in qd}
         return float(-(-nbits // 8))

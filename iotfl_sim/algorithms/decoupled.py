@@ -2,6 +2,9 @@
 
 A selected device trains the largest level its declared memory can hold; each level's model is
 averaged (by data size by default) over the devices that trained it.
+
+``server.mode: semi_async``: a late update joins its own level's average with its staleness weight times its weight
+(``algorithms.common.contributions``), trained from that level's model as its device downloaded it in its own round.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from iotfl_sim.algorithms.base import (
     fixed_level_specs,
     select_uniform,
 )
-from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.algorithms.common import contributions
+from iotfl_sim.fl.aggregate import aggregate_nested
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import DecoupledConfig, parse_proportions
@@ -69,8 +73,7 @@ class Decoupled(Strategy):
         for x in self.levels:
             mine = [u for u in updates if u.assignment.level == x]
             if mine:
-                w = [float(u.num_samples) if self.cfg.weighting == "data" else 1.0 for u in mine]
-                self.states[x] = aggregate_nested(self.states[x], [Contribution(u.state, wi) for u, wi in zip(mine, w, strict=True)])
+                self.states[x] = aggregate_nested(self.states[x], contributions(mine, self.cfg.weighting))
 
     def eval_targets(self) -> list[EvalTarget]:
         targets = [EvalTarget(x, self.specs[x], self.states[x], self.recipes[x]) for x in self.levels]

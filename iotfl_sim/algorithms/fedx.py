@@ -43,6 +43,14 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   dequantized before aggregation.
 - Aggregation (eq. 4): every entry averaged over the devices whose sub-network holds it (unweighted counts,
   the mask H_M); entries nobody holds keep their value.
+- ``server.mode: semi_async`` (not in the paper): a late update's count is its staleness weight. Its download was
+  quantized in its own round (the weights its device trained from) and its upload comes back at its device's bits,
+  quantized with the draws of its own round (``algorithms.wire``) and decoded on receipt like any other: QSGD
+  codes the weights themselves, not a difference, so decoding does not depend on the current model. The
+  sub-network assignment is made once; the fine-tuning follows every aggregation, late updates included. Its
+  pricing is charged from ``observe``, which sees only the round's own outcomes: a round aggregated only because
+  late updates made up ``min_participants`` fine-tunes without charging it (the engine hands late outcomes to no
+  method hook).
 - Server data: ``proxy_classes`` (the paper's disjoint class split) or a random ``proxy_fraction``. One-time
   pretraining (Alg. 1 line 5) trains the sub-networks of the mix and the global model jointly (one CE per
   sub-network per batch on shared weights, as CompOFA trains its nested sub-networks), ``pretrain_epochs`` of SGD.

@@ -65,6 +65,11 @@ FL training (lines 6-20):
   the term C times stronger with C classes (10x on CIFAR-10, 62x on FEMNIST).
   A model with no smaller teacher (M1) trains with plain CE; ``self_kd: false`` is CE everywhere.
 - Aggregation: data-size weighted prefix averaging (untouched entries keep their value).
+- ``server.mode: semi_async`` (not in the paper): a late update counts with its staleness weight times its data
+  size. The APoZ pruning runs once, in the set-up, so the pool does not change between rounds: a late model (its
+  AdaPrune choice made on the device in its own round, cut from the weights its device downloaded then) is a pool
+  model of the current pool and lands on its own prefix region of the current global model. FlexFL has no other
+  server step per round.
 - Evaluation: small/medium/large = M1, M2, M3 (``acc_avg`` is their mean, the paper's "average
   accuracy of the 25 %, 50 % and 100 % models") plus ``full`` (the global model, = large; kept for
   columns comparable across methods, not in the average).

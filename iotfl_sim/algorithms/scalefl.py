@@ -53,6 +53,11 @@ As in the paper and its official code (git-disl/scale-fl), applied to this simul
   region; entries no client touched keep their value (``fl.aggregate``, count weighting, no label
   restriction of the classifier). The code counts a tensor for a client when it received a
   gradient; every tensor of a submodel lies on the path to one of its exits, so the two agree.
+- ``server.mode: semi_async`` (not in the paper): a late update's count is its staleness weight (1 for the
+  round's own updates), so each tensor is the staleness-weighted mean over the clients holding it. Its level (width
+  and depth) is fixed per device for the run; a late submodel, trained from the weights its device downloaded in
+  its own round and with that round's exit-KD switch (``kd_active`` of its own round), lands on its prefix region
+  and its exits of the current global model. ScaleFL has no other server step per round.
 - Evaluation: each level's submodel (its deepest exit) and the full model (``full``), with the
   simulator's static-BN recalibration (the code evaluates BN on batch statistics instead).
 """

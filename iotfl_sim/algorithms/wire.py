@@ -12,8 +12,10 @@ upload goes on the air its trained weights do not exist yet. The upload's simula
 from what the server can encode at dispatch: the encoded length of the same download payload quantized at the
 upload's bits (the download itself when both precisions agree). After the real training, ``receive`` quantizes
 the trained weights at the upload's bits and returns their real encoded length, which the engine books in the
-round's ``bytes_up`` in place of the estimate (the air time stays as priced). Every random draw of the quantizer
-comes from a stream of (seed, direction, round, device): numerics never depend on simulated durations.
+round's ``bytes_up`` in place of the estimate (the air time stays as priced). The estimate is kept until the device's
+next dispatch replaces it: a task past its round's deadline uploads, and a late update (semi_async) is received, in a
+later round (the engine asks the price again on receipt). Every random draw of the quantizer comes from a stream of (seed,
+direction, round, device): numerics never depend on simulated durations.
 
 ``bucket``: the QSGD normalisation group (``fl.quantize``: ``None`` one norm per tensor, an int QSGD buckets).
 ``bits >= 32`` means raw float32 (4 bytes per value), i.e. no quantization; bytes then equal the engine's
@@ -39,7 +41,6 @@ from iotfl_sim.seeding import int_seed
 class _Sent:
     state: State
     down_bytes: float
-    up_estimate: float
 
 
 def raw_bytes(state: State) -> float:
@@ -53,7 +54,9 @@ class QuantizedWire:
         self.seed = seed
         self.server_work = server_work
         self.bucket = bucket
-        self.sent: dict[int, _Sent] = {}
+        self.sent: dict[int, _Sent] = {}  # this round's downloads, by device
+        # by device: its upload's size priced at dispatch, kept until its next dispatch (a late upload is a later round's)
+        self.uploads: dict[int, float] = {}
 
     def _gen(self, direction: str, rnd: int, device: int) -> torch.Generator:
         return torch.Generator().manual_seed(int_seed(self.seed, f"qsgd_{direction}", rnd, device))
@@ -65,7 +68,8 @@ class QuantizedWire:
         if down_bits < 32:
             self.server_work.charge("quantize", QsgdWork(params, tensors))
         if not state:
-            self.sent[a.device] = _Sent(state, params * min(down_bits, 32) / 8.0, params * min(a.bits, 32) / 8.0)
+            self.sent[a.device] = _Sent(state, params * min(down_bits, 32) / 8.0)
+            self.uploads[a.device] = params * min(a.bits, 32) / 8.0
             return state
         if down_bits < 32:
             q, nbytes = quantize_state(state, down_bits, self._gen("down", rnd, a.device), self.bucket)
@@ -77,24 +81,28 @@ class QuantizedWire:
             up = raw_bytes(state)
         else:  # an estimate only: its draws come from a stream of their own and are thrown away
             up = float(quantize_state(state, a.bits, self._gen("price", rnd, a.device), self.bucket)[1])
-        self.sent[a.device] = _Sent(q, float(nbytes), up)
+        self.sent[a.device] = _Sent(q, float(nbytes))
+        self.uploads[a.device] = up
         return q
 
     def payload(self, device: int) -> State:
         return self.sent[device].state
 
     def wire_bytes(self, a: Assignment, up: bool) -> float | None:
+        """A download's encoded bytes, or an upload's as priced at dispatch."""
+        if up:
+            return self.uploads.get(a.device)
         s = self.sent.get(a.device)
-        if s is None:
-            return None
-        return s.up_estimate if up else s.down_bytes
+        return None if s is None else s.down_bytes
 
     def receive(self, rnd: int, update: Update) -> float:
-        """Quantize the trained upload in place at its bits; its real encoded bytes."""
+        """Quantize the trained upload in place at its bits; its real encoded bytes. The draws come from the
+        stream of the round the task was dispatched in (a late update's own round, ``rnd - update.staleness``)."""
         bits = update.assignment.bits
         if bits >= 32:
             return raw_bytes(update.state)
-        update.state, nbytes = quantize_state(update.state, bits, self._gen("up", rnd, update.assignment.device), self.bucket)
+        gen = self._gen("up", rnd - update.staleness, update.assignment.device)
+        update.state, nbytes = quantize_state(update.state, bits, gen, self.bucket)
         return float(nbytes)
 
 

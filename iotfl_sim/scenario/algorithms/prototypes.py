@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from iotfl_sim.scenario.algorithms.base import _Prototypes, candidate_cuts
+from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, _Prototypes, candidate_cuts
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_INDEX, MAX_SAMPLES, MAX_STEPS
 
 
@@ -14,6 +14,7 @@ class AdapterFLConfig(_Prototypes):
     """AdapterFL (Liu et al.): partition, reassembly, block-wise aggregation (``iotfl_sim.algorithms.adapterfl``)."""
 
     name: Literal["adapterfl"]
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
     why_not: ClassVar[dict[str, str]] = {
         "hierarchical": "its server assembles and aggregates three prototype models, not one global model"
     }
@@ -53,7 +54,12 @@ class FedDFConfig(_Prototypes):
     """FedDF (Lin et al., NeurIPS 2020) over the S, M, L prototypes (``iotfl_sim.algorithms.feddf``)."""
 
     name: Literal["feddf"]
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server distils the prototype models on a proxy set"}
+    why_not: ClassVar[dict[str, str]] = {
+        "hierarchical": "its server distils the prototype models on a proxy set",
+        "semi_async": "its server distils every prototype from the unweighted ensemble of the round's received "
+        "models, where a late model would teach at full weight, and a system-only run prices that distillation "
+        "from the round's own outcomes, which do not hold the late updates",
+    }
     weighting: Literal["data", "count"] = Field("data", description="FedAvg weights before distillation")
     proxy_fraction: float = Field(0.01, gt=0, lt=1, description="share of the train set held out as the proxy set (1%)")
     distill_steps: int = Field(100, ge=0, le=MAX_STEPS, description="server distillation steps per prototype per round")

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iotfl_sim.scenario.algorithms.base import MethodConfig
+from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_EPOCHS, MAX_INDEX
 from iotfl_sim.scenario.profile import Strict
 
@@ -15,6 +15,7 @@ class AdaptiveFLConfig(MethodConfig):
     """AdaptiveFL (Jia et al., DAC 2024): fine-grained width pruning (r_w, I), RL client selection
     (``iotfl_sim.algorithms.adaptivefl``)."""
 
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
     why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server's RL tables are state beside the global model"}
 
     name: Literal["adaptivefl"]
@@ -80,6 +81,7 @@ SCALEFL_PAPER_KD_GAMMA = 0.05  # the only KD weight the authors publish (their B
 class ScaleFLConfig(MethodConfig):
     """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
 
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
     why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server keeps fleet-wide state beside the global model"}
 
     name: Literal["scalefl"]
@@ -167,6 +169,7 @@ class ScaleFLConfig(MethodConfig):
 class FlexFLConfig(MethodConfig):
     """FlexFL (Chen et al., APoZ-guided flexible pruning; ``iotfl_sim.algorithms.flexfl``)."""
 
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
     why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server prunes and fine-tunes the model"}
 
     name: Literal["flexfl"]

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iotfl_sim.scenario.algorithms.base import MethodConfig
+from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES
 
 # The server's own data (a class hold-out) and its per-round fine-tuning: FedX's, and the setting FedX gives its
@@ -57,6 +57,7 @@ class FedXConfig(MethodConfig):
     fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
     ``server_data: false``."""
 
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
     why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server prunes and fine-tunes the model"}
 
     name: Literal["fedx"]
@@ -162,6 +163,7 @@ class DAdaQuantConfig(MethodConfig):
     """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
     time and clients (``iotfl_sim.algorithms.dadaquant``)."""
 
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
     why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server keeps fleet-wide state beside the global model"}
 
     name: Literal["dadaquant"]
