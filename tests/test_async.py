@@ -445,3 +445,20 @@ def test_the_weights_of_tasks_in_flight_round_trip_a_checkpoint_and_a_mismatch_i
     for bad in (None, {"tasks": [[9, 9, 0]], "states": saved["states"]}, {"tasks": [[0, 3, 4]], "states": saved["states"]}):
         with pytest.raises(CheckpointError, match="weights of the devices in flight do not match"):
             restore_weights(replayed, bad)
+
+
+def test_every_model_version_charges_the_methods_server_step_whatever_min_participants():
+    """A model version is an aggregation of ``buffer_size`` updates, however few that is next to
+    ``min_participants`` (a synchronous round's rule): FedBuff's server step is charged at each."""
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from iotfl_sim.fl.submodel import SubmodelSpec
+
+    sim = simulation(base_scenario(
+        numerics="none", rounds=3, fleet=even_fleet(4, {"dist": "none"}),
+        algorithm={"name": "fedbuff", "buffer_size": 2},
+        server={"mode": "async", "concurrency": 4, "min_participants": 3, "compute": {"flops": 1e11}},
+    ))  # fmt: skip
+    sim.run()
+    params = ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0)).params
+    # FedBuff's step: 4 FLOPs per parameter (the delta 1, momentum 2, the step 1) at the server's 1e11 FLOP/s
+    assert [r["server_other_s"] for r in sim.rows] == pytest.approx([4 * params / 1e11] * 3)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
-from conftest import base_scenario
+from conftest import BIG, TINY, base_scenario
 from test_async import events, rows, run_dir, simulation
+from test_engine import expected_task_time
 
 
 def semi(rounds: int = 5, deadline: float = 10.0, **algorithm) -> dict:
@@ -81,3 +85,51 @@ def test_the_staleness_option_changes_only_the_late_updates_weight():
     other.run()
     assert base.rows[0]["acc_full"] == other.rows[0]["acc_full"]  # round 1 has no late update yet
     assert any(a["acc_full"] != b["acc_full"] for a, b in zip(base.rows, other.rows, strict=True))
+
+
+def late_device(algorithm: dict, numerics: str = "none", rounds: int = 2, **server) -> dict:
+    """Two devices, both selected every round, ``min_participants`` 2: device 0 (TINY) misses every deadline and
+    device 1 (BIG) makes it. A round's own tasks complete one update, below ``min_participants``; device 0 is busy
+    at the next round's start, so the server waits (``retry_s``) until its late update has landed, then selects it
+    again: from round 2 on, its late update lifts the round to two updates (and is received after its device's
+    new dispatch)."""
+    fast, slow = (expected_task_time(p, 718, 1) for p in (BIG, TINY))
+    groups = [{"name": "slow", "count": 1, "profile": copy.deepcopy(TINY)}, {"name": "fast", "count": 1, "profile": copy.deepcopy(BIG)}]
+    return base_scenario(
+        numerics=numerics, rounds=rounds, clients_per_round=2, fleet={"groups": groups}, algorithm=algorithm,
+        server={"mode": "semi_async", "deadline_s": (fast + slow) / 2, "min_participants": 2, "retry_s": 1.0, **server},
+    )  # fmt: skip
+
+
+def test_server_work_after_an_aggregation_late_updates_made_is_charged_in_that_round():
+    from iotfl_sim.fl.recipe import ModelRecipe
+    from iotfl_sim.fl.submodel import SubmodelSpec
+
+    sim = simulation(late_device({"name": "fedopt"}, rounds=3, compute={"flops": 1e11}))
+    sim.run()
+    assert [r["completed"] for r in sim.rows] == [1, 1, 1]  # every round's own updates: below min_participants
+    assert [r["updates_applied"] for r in sim.rows] == [0, 2, 4]  # rounds 2 and 3 aggregate with the late update
+    params = ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0)).params
+    # FedOpt's server step (FedAdam): 13 FLOPs per parameter (delta 1, m 3, Delta^2 1, v 3, sqrt 1, + tau 1, / 1,
+    # x eta 1, + x 1), at the server's 1e11 FLOP/s, after each aggregation only; the aggregation reads 2 updates
+    step, aggregation = 13 * params / 1e11, 2 * params / 1e11
+    assert sim.rows[0]["server_other_s"] == 0.0 and sim.rows[0]["server_time_s"] == 0.0
+    for r in sim.rows[1:]:
+        assert r["server_other_s"] == pytest.approx(step)
+        assert r["server_aggregate_s"] == pytest.approx(aggregation)
+        assert r["server_time_s"] == pytest.approx(step + aggregation)
+
+
+def test_a_late_upload_received_after_its_devices_next_dispatch_keeps_the_price_it_was_sent_at(tmp_path):
+    run = run_dir(late_device({"name": "fedavg", "upload_bits": 4}, numerics="torch", rounds=3), tmp_path)
+    evs = events(run)
+    sent = {d: [e["bytes"] for e in evs if e["event"] == "upload" and e["device"] == d] for d in (0, 1)}
+    received = {d: [e for e in evs if e["event"] == "upload_encoded" and e["device"] == d] for d in (0, 1)}
+    dispatched = {e["round"]: e["t"] for e in evs if e["event"] == "dispatch" and e["device"] == 0}
+    late = [e for e in received[0] if e["round"] > 0]  # device 0's update of round r - 1, received in round r
+    assert len(late) == 2 and all(dispatched[e["round"]] < e["t"] for e in late)  # after its device's new dispatch
+    for d in (0, 1):  # a device's uploads land in order, and are received in order (one task at a time)
+        assert [e["priced"] for e in received[d]] == sent[d][: len(received[d])]
+    # by hand: an upload the server decoded counts its real encoded size, one it never received its price
+    by_hand = sum(e["bytes"] for d in (0, 1) for e in received[d]) + sum(sum(sent[d][len(received[d]):]) for d in (0, 1))
+    assert float(rows(run)[-1]["bytes_up"]) == by_hand

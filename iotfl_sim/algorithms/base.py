@@ -214,6 +214,9 @@ class StrategyContext:
     predict_train_seconds: Any = None
     calib_x: Any = None  # the static-BN calibration inputs the engine's evaluation uses (None in system-only mode)
     min_participants: int = 1  # the engine aggregates a round only with at least this many updates
+    # while the engine calls ``Strategy.observe``: whether it aggregated the round (or made the model version)
+    # observed, which ``Strategy.aggregated`` answers; None at any other time
+    round_aggregated: bool | None = None
 
 
 # What a strategy holds but the engine owns or rebuilds at set-up: a checkpoint never captures an attribute holding
@@ -332,7 +335,9 @@ class Strategy(ABC):
 
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
         """Every task's outcome at the round's end (completed or why it failed): for methods that learn
-        from failures. Default: nothing."""
+        from failures, and for work done after aggregation (``aggregated`` says whether there was one). The
+        outcomes are the round's own tasks' (semi_async: not the late updates of earlier rounds that joined
+        it; async: every task that ended since the last model version). Default: nothing."""
         return None
 
     # -- helpers for methods
@@ -349,9 +354,15 @@ class Strategy(ABC):
         return ctx
 
     def aggregated(self, outcomes: list[Outcome]) -> bool:
-        """Whether the engine aggregated the round these outcomes close: at least ``min_participants`` tasks
-        completed (the engine's own condition; it holds in system-only runs too, where ``aggregate`` is not
-        called), so work done after aggregation (fine-tuning, distillation) is charged only then."""
+        """Whether the engine aggregated the round these outcomes close, so that work done after aggregation
+        (fine-tuning, a server optimizer's step) is charged only then; in system-only runs too, where ``aggregate``
+        is not called. Inside ``observe`` the engine's own answer (``ctx.round_aggregated``): late updates
+        (semi_async) can make a round aggregate with fewer than ``min_participants`` of its own tasks completed,
+        and an asynchronous model version is always an aggregation. Outside it (a test calling ``observe``),
+        the synchronous rule: at least ``min_participants`` of ``outcomes`` completed."""
+        told = self.c.round_aggregated
+        if told is not None:
+            return told
         return sum(o.status == "completed" for o in outcomes) >= self.c.min_participants
 
     def recipe_at(self, global_rate: float) -> ModelRecipe:

@@ -48,8 +48,8 @@ given then (from that round's schedule and selection), with the draws of its own
 p_{t-s} + Q(p^k - p_{t-s}) (``UpdateWire.receive``), the model FedAvg averages. Its upload's air time is the one
 priced at its dispatch. The loss estimate G^_t scores the current model p_t on the data of every client whose update
 the round aggregates, late ones included, weighted by |D_k| (G^_t estimates the current model's loss; a late client's
-data is as good a sample of it). Fine-tuning follows every aggregation; its pricing has FedX's gap (``algorithms.fedx``):
-a round aggregated only thanks to late updates fine-tunes without charging it.
+data is as good a sample of it). Fine-tuning follows every aggregation, and is charged after every one, a round
+aggregated only thanks to late updates included (``Strategy.aggregated``: the engine says so).
 
 FedX's comparison runs DAdaQuant "where the server has data, fine-tunes without regularization" and with FedX's two
 sub-networks (FedX Section IV-D). The first is an option here: ``proxy_classes`` gives the server those classes

@@ -47,10 +47,9 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   quantized in its own round (the weights its device trained from) and its upload comes back at its device's bits,
   quantized with the draws of its own round (``algorithms.wire``) and decoded on receipt like any other: QSGD
   codes the weights themselves, not a difference, so decoding does not depend on the current model. The
-  sub-network assignment is made once; the fine-tuning follows every aggregation, late updates included. Its
-  pricing is charged from ``observe``, which sees only the round's own outcomes: a round aggregated only because
-  late updates made up ``min_participants`` fine-tunes without charging it (the engine hands late outcomes to no
-  method hook).
+  sub-network assignment is made once; the fine-tuning follows every aggregation, late updates included, and is
+  charged from ``observe`` after every one: ``Strategy.aggregated`` gives the engine's answer, so a round aggregated
+  only because late updates made up ``min_participants`` is charged too.
 - Server data: ``proxy_classes`` (the paper's disjoint class split) or a random ``proxy_fraction``. One-time
   pretraining (Alg. 1 line 5) trains the sub-networks of the mix and the global model jointly (one CE per
   sub-network per batch on shared weights, as CompOFA trains its nested sub-networks), ``pretrain_epochs`` of SGD.

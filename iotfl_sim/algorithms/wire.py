@@ -13,8 +13,10 @@ from what the server can encode at dispatch: the encoded length of the same down
 upload's bits (the download itself when both precisions agree). After the real training, ``receive`` quantizes
 the trained weights at the upload's bits and returns their real encoded length, which the engine books in the
 round's ``bytes_up`` in place of the estimate (the air time stays as priced). The estimate is kept until the device's
-next dispatch replaces it: a task past its round's deadline uploads, and a late update (semi_async) is received, in a
-later round (the engine asks the price again on receipt). Every random draw of the quantizer comes from a stream of (seed,
+next dispatch replaces it, since a task past its round's deadline uploads in a later round; the engine records the
+price of each upload on its task when it goes on the air and books the real size against that price on receipt
+(``sim.toolkit.Toolkit.receive_uploads``), since a late update (semi_async, async) may be received after its device
+was dispatched anew. Every random draw of the quantizer comes from a stream of (seed,
 direction, round, device): numerics never depend on simulated durations.
 
 ``bucket``: the QSGD normalisation group (``fl.quantize``: ``None`` one norm per tensor, an int QSGD buckets).

@@ -153,9 +153,9 @@ class AsyncServer(ServerLoop):
         sim, kit = self.sim, self.kit
         buffered, self.buffer = self.buffer, []
         replay = self._replaying()
-        tasks = [TrainTask(b.outcome, b.task.rnd, b.task.base, b.staleness) for b in buffered]
+        tasks = [TrainTask(b.outcome, b.task.rnd, b.task.base, b.staleness, upload_bytes=b.task.upload_bytes) for b in buffered]
         updates = kit.replayed_uploads(self.version) if replay else kit.train(self.version, tasks)
-        kit.charge_aggregation([b.outcome for b in buffered], force=True)
+        kit.charge_aggregation([b.outcome for b in buffered], aggregated=True)
         if updates:
             t0 = time.perf_counter()
             self.method.apply(self.version + 1, updates)
@@ -168,7 +168,7 @@ class AsyncServer(ServerLoop):
         for b in buffered:
             sim.log(b.task.rnd, b.task.assignment.device, "apply", staleness=b.staleness, version=self.version)
         ended, self.ended = self.ended, []
-        sim.strategy.observe(self.version - 1, [o for _, o in ended])
+        kit.observe(self.version - 1, [o for _, o in ended], aggregated=True)  # a version is an aggregation
         assert self.row is not None
         rd = self.row
         rd.rnd = self.version - 1

@@ -218,6 +218,7 @@ class DeviceTasks:
                 self.fail(task, reason, at=at, phase="upload")
                 return
             self.traffic.uploaded(task, nbytes)
+            task.upload_bytes = nbytes
             task.status = "completed"
             task.finished_at = self.env.now
             host.log(rnd, d, "upload", bytes=nbytes)

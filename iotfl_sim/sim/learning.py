@@ -3,6 +3,7 @@ executor, and the method's models evaluated. Nothing here touches the simulated 
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +33,7 @@ class TrainTask:
     base: State | None = None  # None: the weights the strategy would send now (a synchronous round's)
     staleness: int = 0
     weight: float = 1.0
+    upload_bytes: float = math.nan  # the bytes its upload was priced at (``Task.upload_bytes``)
 
 
 class Learning:

@@ -51,6 +51,7 @@ class Task:
     round_over: bool = False
     sent: bool = False  # the model went on the air (counts as sent for the communication waste)
     wire_bytes: float = 0.0  # bytes this task put on the air so far, as counted in ``Traffic``
+    upload_bytes: float = math.nan  # its upload's bytes as priced when it went on the air (header included)
     hold: int | None = None  # the event log waits for this task's failure, settled in the past (transfer)
     version: int = 0  # asynchronous modes: the model version the device downloaded
     base: State | None = None  # asynchronous modes: those weights, captured at dispatch (None: system-only)

@@ -47,14 +47,13 @@ class LateUpdates:
         for t in done:
             s = rnd - t.rnd
             outcome = Outcome(t.assignment, "completed", t.trained, t.finished_at)
-            out.append(TrainTask(outcome, t.rnd, t.base, s, self.staleness.weight(s)))
+            out.append(TrainTask(outcome, t.rnd, t.base, s, self.staleness.weight(s), t.upload_bytes))
         return out
 
-    def applied(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask], need: int, log: Callable[..., None]) -> dict[str, Any]:
-        """Log each update round ``rnd`` folded in (when it aggregated: ``need`` updates or more) with its
-        staleness; the round's staleness columns (``sim.round.MODE_COLUMNS``); fresh updates are 0 rounds stale."""
+    def applied(self, rnd: int, outcomes: list[Outcome], late: list[TrainTask], aggregated: bool, log: Callable[..., None]) -> dict[str, Any]:
+        """Log each update round ``rnd`` folded in (when it ``aggregated``) with its staleness; the round's
+        staleness columns (``sim.round.MODE_COLUMNS``); fresh updates are 0 rounds stale."""
         fresh = [o for o in outcomes if o.status == "completed"]
-        aggregated = len(fresh) + len(late) >= need
         if aggregated:
             for o in fresh:
                 log(rnd, o.assignment.device, "apply", staleness=0, version=rnd + 1)
@@ -86,7 +85,7 @@ class SemiAsyncLoop(SyncLoop):
 
     def mode_columns(self, played: Played) -> dict[str, Any]:
         sim = self.sim
-        columns = self.late.applied(played.rd.rnd, played.outcomes, played.late, sim.sc.server.min_participants, sim.log)
+        columns = self.late.applied(played.rd.rnd, played.outcomes, played.late, played.aggregated, sim.log)
         self.late.missed(played.rd.tasks)
         return columns
 

@@ -166,39 +166,59 @@ class Toolkit:
             return []
         t0 = time.perf_counter()
         updates = sim.learning.train_tasks(tasks)
-        receipts = self.receive_uploads(rnd, updates)
+        receipts = self.receive_uploads(rnd, tasks, updates)
         sim.checkpointing.tape.answer("receive", lambda: receipts)
         sim.host.times["train"] += time.perf_counter() - t0
         return updates
 
-    def learn(self, rnd: int, outcomes: list[Outcome], late: Sequence[TrainTask] = ()) -> list[Update]:
-        """The accepted updates (and, semi_async, the ``late`` ones of earlier rounds) trained for real, received,
-        charged and aggregated; the method observes every outcome of the round."""
+    def aggregates(self, outcomes: list[Outcome], late: Sequence[TrainTask] = ()) -> bool:
+        """The engine's rule for a round: it aggregates when at least ``min_participants`` updates were accepted,
+        the round's own and (semi_async) the ``late`` ones of earlier rounds that join it."""
+        return sum(o.status == "completed" for o in outcomes) + len(late) >= self.sim.sc.server.min_participants
+
+    def learn(self, rnd: int, tasks: list[Task], outcomes: list[Outcome], late: Sequence[TrainTask] = ()) -> list[Update]:
+        """The accepted updates of the round's ``tasks`` (and, semi_async, the ``late`` ones of earlier rounds)
+        trained for real, received, charged and aggregated; the method observes every outcome of the round."""
         sim = self.sim
-        updates = self.train(rnd, [TrainTask(o, rnd) for o in outcomes if o.status == "completed"] + list(late))
-        self.charge_aggregation([*outcomes, *(t.outcome for t in late)])  # on the clock before the method's own work
-        if len(updates) >= sim.sc.server.min_participants:
+        fresh = [TrainTask(o, rnd, upload_bytes=t.upload_bytes) for t, o in zip(tasks, outcomes, strict=True) if o.status == "completed"]
+        updates = self.train(rnd, fresh + list(late))
+        aggregated = self.aggregates(outcomes, late)
+        self.charge_aggregation([*outcomes, *(t.outcome for t in late)], aggregated)  # before the method's own work
+        if aggregated and updates:
             t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
             sim.strategy.aggregate(rnd, updates)
             sim.host.times["aggregate"] += time.perf_counter() - t0
-        sim.strategy.observe(rnd, outcomes)
+        self.observe(rnd, outcomes, aggregated)
         return updates
 
-    def receive_uploads(self, rnd: int, updates: list[Update]) -> list[tuple[int, float, float]]:
-        """Hand each update to the method's wire: a quantized upload's real encoded size replaces the size priced
-        at dispatch in the byte count. Returns (device, real, priced) of each, which a replay reapplies."""
+    def observe(self, rnd: int, outcomes: list[Outcome], aggregated: bool) -> None:
+        """The method's ``observe`` of a round (or model version), told whether the engine aggregated it: late
+        updates may make a round aggregate that its own outcomes would not, an asynchronous version always does.
+        ``ctx.round_aggregated`` holds it for the call, which ``Strategy.aggregated`` answers."""
+        strategy = self.sim.strategy
+        ctx = strategy.c
+        ctx.round_aggregated = aggregated
+        try:
+            strategy.observe(rnd, outcomes)
+        finally:
+            ctx.round_aggregated = None
+
+    def receive_uploads(self, rnd: int, tasks: list[TrainTask], updates: list[Update]) -> list[tuple[int, float, float]]:
+        """Hand each update (of ``tasks``, in order) to the method's wire: a quantized upload's real encoded size
+        replaces the bytes its upload was priced at (``TrainTask.upload_bytes``: not asked again, since the device
+        of a late update may have been dispatched anew since, with a new price). Returns (device, real, priced) of
+        each, which a replay reapplies."""
         sim = self.sim
         wire = sim.strategy.wire
         receipts: list[tuple[int, float, float]] = []
         if wire is None:
             return receipts
-        for u in updates:
+        for t, u in zip(tasks, updates, strict=True):
             real = wire.receive(rnd, u)
             if real is not None:
                 real += sim.sc.server.header_bytes
-                priced = sim.priced_bytes(u.assignment, sim.strategy.recipe_for(u.assignment), up=True)
-                receipts.append((u.assignment.device, real, priced))
-                self.apply_receipt(rnd, u.assignment.device, real, priced)
+                receipts.append((u.assignment.device, real, t.upload_bytes))
+                self.apply_receipt(rnd, u.assignment.device, real, t.upload_bytes)
         return receipts
 
     def apply_receipt(self, rnd: int, device: int, real: float, priced: float) -> None:
@@ -211,10 +231,10 @@ class Toolkit:
             self.apply_receipt(rnd, d, real, priced)
         return []
 
-    def charge_aggregation(self, outcomes: list[Outcome], force: bool = False) -> None:
-        """Every method's receiving side: decoding each accepted quantized upload, then the aggregation (the
-        accepted updates' values read, the largest one's region of the global model written) when at least
-        ``min_participants`` were accepted, or always with ``force`` (an asynchronous server's update)."""
+    def charge_aggregation(self, outcomes: list[Outcome], aggregated: bool) -> None:
+        """Every method's receiving side: decoding each accepted quantized upload, then, when the engine
+        ``aggregated`` them (``aggregates``; an asynchronous server's update always), the aggregation (the accepted
+        updates' values read, the largest one's region of the global model written)."""
         sim = self.sim
         done = [o.trained or o.assignment for o in outcomes if o.status == "completed"]
         recipes = [sim.strategy.recipe_for(a) for a in done]
@@ -223,7 +243,7 @@ class Toolkit:
         for a, n, t in zip(done, sizes, tensors, strict=True):
             if a.bits < 32:
                 sim.system.server_work.charge("dequantize", QsgdWork(float(n), t, decode=True))
-        if sizes and (force or len(sizes) >= sim.sc.server.min_participants):
+        if sizes and aggregated:
             sim.system.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), sum(tensors)))
 
     # ------------------------------------------------------------ the row and the round's end
@@ -262,12 +282,14 @@ class Toolkit:
 @dataclass
 class Played:
     """What ``play_round`` leaves for its caller: the round, its outcomes, the loss of each update it received,
-    the late updates it folded in (semi_async) and the samples it aggregated (0 when it did not aggregate)."""
+    the late updates it folded in (semi_async), whether it aggregated (``Toolkit.aggregates``; a replayed round's
+    too) and the samples it aggregated (0 when it did not, or trained nothing)."""
 
     rd: Round
     outcomes: list[Outcome]
     losses: list[float]
     late: list[TrainTask] = field(default_factory=list)
+    aggregated: bool = False
     samples: float = 0.0
 
 
@@ -295,17 +317,18 @@ def play_round(
             t.base = sim.learning.download(t.assignment)
     outcomes = yield from kit.close(rd)
     arrived = late.arrived(rnd) if late is not None else []
+    aggregated = kit.aggregates(outcomes, arrived)
     samples = 0.0
     if replay:
         updates = kit.replayed_uploads(rnd)
     else:
         with holding():
-            updates = kit.learn(rnd, outcomes, arrived)
-        if len(updates) >= sim.sc.server.min_participants:
+            updates = kit.learn(rnd, rd.tasks, outcomes, arrived)
+        if aggregated:
             samples = float(sum(u.num_samples for u in updates))
     # only the losses outlive the aggregation: the updates' client states would otherwise stay in memory through
     # the evaluation and the next round's training
     losses = [u.loss for u in updates]
     del updates
     yield from serve(rd, outcomes)  # aggregation-side work
-    return Played(rd, outcomes, losses, arrived, samples)
+    return Played(rd, outcomes, losses, arrived, aggregated, samples)
