@@ -31,9 +31,10 @@ every device belongs to one gateway. So a method runs hierarchically when its wh
 global model in ``state`` (besides a wire) and its server does nothing but aggregate: ``fedavg``, ``fedprox`` and
 ``heterofl`` (their options' ``modes`` hold ``hierarchical``; HeteroFL's gateway copies are full global models, and
 the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value).
-The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables, FlexFL's and FedX's
-server-side pruning and fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, ScaleFL's
-and DAdaQuant's and HeteroFL-IoT's fleet-wide state; the scenario refuses them (``Scenario._mode_problem``).
+The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables, FedX's server-side
+fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, ScaleFL's
+and DAdaQuant's and HeteroFL-IoT's fleet-wide state; FlexFL meets the rule but is not declared (no test runs it
+at gateways yet); the scenario refuses them (``Scenario._mode_problem``).
 
 At a cloud round's end every gateway holds the cloud's model, so a checkpoint needs nothing beyond the strategy's
 state; a resume replays the system part (the gateways' rounds, backhaul and aggregation times come from the tape
