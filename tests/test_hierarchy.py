@@ -199,6 +199,17 @@ def test_a_scenario_the_hierarchy_cannot_run_is_refused_in_one_line(tmp_path, wr
     assert words in err and "hierarchy" in err and len(err.splitlines()) == 1, err
 
 
+def test_quantized_downloads_over_several_gateways_are_refused_in_one_line(tmp_path, write_scenario, capsys):
+    """Two gateway copies (4 devices each) would share the method's one QSGD wire, whose dispatch replaces the
+    downloads of the round before: refused at validate, before any run, rather than priced wrong."""
+    data = gatewayed(base_scenario(numerics="none", algorithm={"name": "fedavg", "download_bits": 8}), per_gateway=4)
+    assert main(["validate", str(write_scenario(data))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "download_bits: 8 under a hierarchy of 2 gateways is not supported" in err and len(err.splitlines()) == 1
+    one = gatewayed(base_scenario(numerics="none", algorithm={"name": "fedavg", "download_bits": 8}))
+    assert main(["validate", str(write_scenario(one))]) == 0
+
+
 def test_a_stopped_hierarchical_run_resumes_to_the_same_files(tmp_path, write_scenario, monkeypatch):
     data = gatewayed(base_scenario(rounds=2, clients_per_round=2), per_gateway=4, gateway_rounds=2)
     data["server"] = {"bn_calibration_samples": 64}

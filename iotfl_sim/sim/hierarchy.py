@@ -26,8 +26,9 @@ average of a float32 model weighted by an integer sample count returns it exactl
 
 The numerics: the strategy object is the cloud's. A gateway's copy of the model is the strategy's ``state``
 swapped in around that gateway's selection, training (payloads) and aggregation, never across a ``yield``, so
-parallel gateways cannot see each other's copy. The method's wire (QSGD) is shared: its state is keyed by device and
-every device belongs to one gateway. So a method runs hierarchically when its whole changing state is one averaged
+parallel gateways cannot see each other's copy. The method's wire (QSGD) is shared: its upload prices are keyed by
+device and every device belongs to one gateway, but its dispatch replaces the round's quantized downloads, so
+quantized downloads (``download_bits`` < 32) run with one gateway only (refused otherwise, at set-up). So a method runs hierarchically when its whole changing state is one averaged
 global model in ``state`` (besides a wire) and its server does nothing but aggregate: ``fedavg``, ``fedprox`` and
 ``heterofl`` (their options' ``modes`` hold ``hierarchical``; HeteroFL's gateway copies are full global models, and
 the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value).
@@ -52,6 +53,7 @@ import numpy as np
 import simpy
 
 from iotfl_sim.algorithms.base import AggregateWork, Outcome
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.sim.round import Round, Task
 from iotfl_sim.sim.server_cost import ServerCost
@@ -179,6 +181,13 @@ class GatewayTier(ServerLoop):
         self.cfg = cfg = sim.sc.hierarchy
         self.cost = ServerCost.of(cfg)
         self.nodes = gateway_nodes(sim.fleet.n, sim.system.gateway_of)
+        bits = getattr(sim.strategy.wire, "download_bits", 32)
+        if bits < 32 and len(self.nodes) > 1:  # the method's one wire keeps one round's quantized downloads
+            raise ScenarioError(
+                f"algorithm.download_bits: {bits} under a hierarchy of {len(self.nodes)} gateways is not supported: the "
+                "gateways share the method's QSGD wire, and one gateway's selection would replace the quantized "
+                "downloads another's devices are still to receive; set download_bits: 32 or use one gateway"
+            )
         recipe, spec = max(sim.strategy.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
         self.model_params = recipe.cost(spec).params  # the global model every gateway holds
         self.model_tensors = len(recipe.shapes(spec))
