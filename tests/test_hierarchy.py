@@ -162,6 +162,22 @@ def test_the_cloud_averages_the_gateways_models_every_k2_gateway_rounds(monkeypa
     assert {e["round"] for e in events if e["event"] == "train_start"} == {0, 1, 2, 3}  # gateway rounds' keys
 
 
+def hierarchical_methods() -> list[str]:
+    from iotfl_sim import methods
+
+    return [m.name for m in methods.registered() if "hierarchical" in m.config.modes]
+
+
+@pytest.mark.parametrize("name", hierarchical_methods())
+def test_every_method_declared_hierarchical_runs_cloud_rounds_over_two_gateways(name):
+    """Each "yes" cell of the hierarchical column (docs/methods_and_modes.md) run: 2 cloud rounds, system-only, over
+    two gateways of 4 devices, each gateway aggregating every round and both backhauls used both ways."""
+    sim = simulate(gatewayed(base_scenario(numerics="none", algorithm={"name": name}), per_gateway=4))
+    assert [r["round"] for r in sim.rows] == [1, 2] and all(r["completed"] > 0 for r in sim.rows)
+    model_bytes = sim.loop.model_params * 4.0 + HEADER
+    assert sim.rows[-1]["bytes_backhaul_up"] == sim.rows[-1]["bytes_backhaul_down"] == 2 * 2 * model_bytes
+
+
 def test_k1_trains_k1_times_the_local_epochs_in_one_task():
     """k1 = 3 with one epoch a task is, in every public figure, the run with three local epochs a task: the same
     losses and accuracy (one task trains the three epochs with one optimizer), the same compute energy, the same

@@ -169,11 +169,9 @@ class ScaleFLConfig(MethodConfig):
 class FlexFLConfig(MethodConfig):
     """FlexFL (Chen et al., APoZ-guided flexible pruning; ``iotfl_sim.algorithms.flexfl``)."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "not declared: no test runs it at gateways yet; its changing state is one global model averaged "
-        "by prefix, and it prunes once, at set-up, and never fine-tunes, so the method itself does not rule it out"
-    }
+    # hierarchical: its changing state is one global model averaged by prefix (it prunes once, at set-up, and never
+    # fine-tunes), which a gateway's copy holds as a flat server's does
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
 
     name: Literal["flexfl"]
     reference: Literal["paper", "code"] = Field(
