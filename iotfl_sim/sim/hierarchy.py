@@ -33,8 +33,8 @@ global model in ``state`` (besides a wire) and its server does nothing but aggre
 ``heterofl`` and ``flexfl`` (their options' ``modes`` hold ``hierarchical``; HeteroFL's gateway copies are full global models, and
 the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value).
 The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables, FedX's server-side
-fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, ScaleFL's
-and DAdaQuant's and HeteroFL-IoT's fleet-wide state; the scenario refuses them (``Scenario._mode_problem``).
+fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, ScaleFL's distillation start
+counted in rounds (a gateway round is not one), DAdaQuant's and HeteroFL-IoT's fleet-wide state; the scenario refuses them (``Scenario._mode_problem``).
 
 At a cloud round's end every gateway holds the cloud's model, so a checkpoint needs nothing beyond the strategy's
 state; a resume replays the system part (the gateways' rounds, backhaul and aggregation times come from the tape

@@ -82,7 +82,11 @@ class ScaleFLConfig(MethodConfig):
     """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
 
     modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server keeps fleet-wide state beside the global model"}
+    why_not: ClassVar[dict[str, str]] = {
+        "hierarchical": "its exit self-distillation starts after kd_start of the run's rounds, counted by the round "
+        "number, which under a hierarchy numbers gateway rounds (k2 per cloud round); not declared until it counts "
+        "cloud rounds there"
+    }
 
     name: Literal["scalefl"]
     levels: list[ScaleFLLevel] | None = Field(

@@ -58,7 +58,10 @@ class FedXConfig(MethodConfig):
     ``server_data: false``."""
 
     modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server prunes and fine-tunes the model"}
+    why_not: ClassVar[dict[str, str]] = {
+        "hierarchical": "its server fine-tunes the global model on the server's data after every aggregation (eq. 5), "
+        "a step of the cloud that each gateway's copy would repeat"
+    }
 
     name: Literal["fedx"]
     mix: dict[Literal["small", "medium", "large"], float] = Field(
@@ -164,7 +167,10 @@ class DAdaQuantConfig(MethodConfig):
     time and clients (``iotfl_sim.algorithms.dadaquant``)."""
 
     modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server keeps fleet-wide state beside the global model"}
+    why_not: ClassVar[dict[str, str]] = {
+        "hierarchical": "its quantization level follows the loss of the one global model and its server fine-tunes "
+        "that model after every aggregation: state and steps of the cloud that each gateway would repeat"
+    }
 
     name: Literal["dadaquant"]
     adapt: Literal["both", "time", "clients", "none"] = Field(
