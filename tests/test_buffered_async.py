@@ -136,8 +136,19 @@ def test_heterofl_buffered_on_a_mixed_fleet_applies_stale_updates_and_learns():
     assert sim.rows[-1]["acc_full"] > 0.3
 
 
-@pytest.mark.parametrize("name", ["fedavg", "heterofl", "fedprox"])
+def buffered_methods() -> list[str]:
+    from iotfl_sim import methods
+
+    return [m.name for m in methods.registered() if {"sync", "async"} <= m.config.modes]
+
+
+def test_the_buffered_form_is_declared_by_the_methods_the_docs_name():
+    assert buffered_methods() == ["fedavg", "heterofl", "adaptivefl", "flexfl", "fedprox"]
+
+
+@pytest.mark.parametrize("name", buffered_methods())
 def test_every_round_based_method_declared_async_runs_two_versions(name):
+    """Each "yes" async cell of a round-based method (docs/methods_and_modes.md) run: two versions, system-only."""
     sim = simulation(base_scenario(numerics="none", algorithm={"name": name}, server={"mode": "async", "buffer_size": 2}))
     sim.run()
     assert [r["round"] for r in sim.rows] == [1, 2] and all(r["updates_applied"] for r in sim.rows)
@@ -148,7 +159,7 @@ def test_every_round_based_method_declared_async_runs_two_versions(name):
     [
         ({"buffer_size": 2}, "fedavg", "server.buffer_size applies to server.mode: async (this is sync): remove it"),
         ({"mode": "async", "buffer_size": 2}, "fedbuff", "fedbuff is asynchronous itself: give its own algorithm.buffer_size"),
-        ({"mode": "async"}, "adaptivefl", "server.mode: async: algorithm adaptivefl runs only in sync"),
+        ({"mode": "async"}, "scalefl", "server.mode: async: algorithm scalefl runs only in sync"),
     ],
 )
 def test_a_buffer_size_where_it_means_nothing_is_one_line_and_status_2(tmp_path, write_scenario, capsys, server, algorithm, says):

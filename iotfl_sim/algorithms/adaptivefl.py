@@ -69,6 +69,11 @@ What the paper specifies, and the choices it leaves open:
   model. Its outcome reaches ``observe`` in its own round as ``deadline`` (as for every method), which leaves the RL
   tables alone: they never learn that the model it trained fitted, and its device's T_c and T_r stay as if it had
   failed for a reason that tells nothing about fit.
+- ``server.mode: async`` (not in the paper; ``sim/buffered_async.py``, FedBuff's buffered form): each wave's
+  devices and models come from this ``select`` with the free slots as its ``k``; ``server.buffer_size`` updates make
+  a version, a stale one moved onto the current model by its staleness-weighted delta before this aggregation; the
+  RL tables learn, at each version, from every task that ended since the last (``observe``), and ``history`` gets
+  one entry per version.
 - Baselines (Sec. 4.2): All-Large "trained the L_1 model with all clients under the classic FedAvg",
   memory ignored: ``fedavg`` with ``memory: ignore`` (every device trains the full model, no task fails
   for memory: an upper bound). ``fedavg``'s default ``memory: exclude`` is the resource-respecting

@@ -70,6 +70,9 @@ FL training (lines 6-20):
   AdaPrune choice made on the device in its own round, cut from the weights its device downloaded then) is a pool
   model of the current pool and lands on its own prefix region of the current global model. FlexFL has no other
   server step per round.
+- ``server.mode: async`` (not in the paper; ``sim/buffered_async.py``, FedBuff's buffered form): ``server.buffer_size``
+  updates make a version; for the same reason a stale update (its delta from the weights its device downloaded,
+  weighted by ``server.staleness``) lands on its own prefix region of the current global model.
 - Evaluation: small/medium/large = M1, M2, M3 (``acc_avg`` is their mean, the paper's "average
   accuracy of the 25 %, 50 % and 100 % models") plus ``full`` (the global model, = large; kept for
   columns comparable across methods, not in the average).

@@ -310,7 +310,7 @@ class Server(Strict):
         None,
         ge=1,
         le=MAX_DEVICES,
-        description="async with a round-based method (heterofl, fedavg, fedprox: FedBuff's buffer over the method's "
+        description="async with a round-based method (heterofl, fedavg, fedprox, adaptivefl, flexfl: FedBuff's buffer over the method's "
         "own aggregation, sim/buffered_async.py): updates per model version (null: the selection size)",
     )
     over_selection: float = Field(

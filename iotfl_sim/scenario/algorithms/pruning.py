@@ -15,7 +15,7 @@ class AdaptiveFLConfig(MethodConfig):
     """AdaptiveFL (Jia et al., DAC 2024): fine-grained width pruning (r_w, I), RL client selection
     (``iotfl_sim.algorithms.adaptivefl``)."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"async"}  # async: sim/buffered_async.py
     why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server's RL tables are state beside the global model"}
 
     name: Literal["adaptivefl"]
@@ -175,7 +175,7 @@ class FlexFLConfig(MethodConfig):
 
     # hierarchical: its changing state is one global model averaged by prefix (it prunes once, at set-up, and never
     # fine-tunes), which a gateway's copy holds as a flat server's does
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}  # async: sim/buffered_async.py
 
     name: Literal["flexfl"]
     reference: Literal["paper", "code"] = Field(
