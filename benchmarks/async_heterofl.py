@@ -28,6 +28,7 @@ its part above the hand-written reading) and --png. Numbers are recorded as they
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -113,11 +114,24 @@ def run_study(seeds: list[int], workers: int, out: Path, smoke: bool) -> tuple[A
     study = sweep(study_spec(seeds, workers, smoke), out=out, workers=workers)
     wall = time.perf_counter() - t0
     stop_fork_server()
-    cost = {"wall_s": wall, "cpu_s": cpu_seconds() - cpu0, "load_before": load0[0], "load_after": os.getloadavg()[0]}
+    cost = {"wall_s": wall, "cpu_s": cpu_seconds() - cpu0, "load_before": load0[0], "load_after": os.getloadavg()[0],
+            "sweeps": 1}  # fmt: skip
+    cost = accumulate_cost(study.path / "benchmark_cost.json", cost)
     failed = [f"{r['id']}: {r.get('error')}" for r in study.records if r["status"] != "done"]
     if failed:
         raise SystemExit("runs not done:\n  " + "\n  ".join(failed))
     return study, cost
+
+
+def accumulate_cost(path: Path, cost: dict[str, float]) -> dict[str, float]:
+    """The study's cost over every sweep that worked on it (a rerun reuses finished runs and adds little): CPU and
+    wall summed, the first load average before and the last after; kept in the study folder."""
+    if path.is_file():
+        old = json.loads(path.read_text())
+        cost = {**cost, "wall_s": old["wall_s"] + cost["wall_s"], "cpu_s": old["cpu_s"] + cost["cpu_s"],
+                "load_before": old["load_before"], "sweeps": old["sweeps"] + 1}  # fmt: skip
+    path.write_text(json.dumps(cost))
+    return cost
 
 
 def level_map(study: Any) -> dict[str, str]:
@@ -281,10 +295,10 @@ def markdown(runs: list[dict[str, Any]], levels: dict[str, str], cost: dict[str,
                      + " | ".join(times) + f" | {energy} | {r['host_s']:.1f} |")  # fmt: skip
     lines += [
         "",
-        f"Cost of this run: {cost['cpu_s']:.0f} CPU seconds (this process and every worker, user + system) in "
-        f"{cost['wall_s']:.0f} s wall on {os.cpu_count()} cores, load average {cost['load_before']:.1f} before and "
-        f"{cost['load_after']:.1f} after (other jobs shared the machine); {platform.python_version()}, "
-        f"{platform.machine()}.",
+        f"Cost of the study: {cost['cpu_s']:.0f} CPU seconds (the script and every worker, user + system) in "
+        f"{cost['wall_s']:.0f} s wall over {cost['sweeps']} sweep(s) of its folder (a rerun reuses finished runs) on "
+        f"{os.cpu_count()} cores, load average {cost['load_before']:.1f} before and {cost['load_after']:.1f} after "
+        f"(other jobs shared the machine); Python {platform.python_version()}, {platform.machine()}.",
         "",
     ]
     return "\n".join(lines)
