@@ -167,6 +167,19 @@ def gateway_nodes(n: int, gateway_of: Callable[[int], Any]) -> list[GatewayNode]
     return nodes
 
 
+def check_shared_wire(strategy: Any, nodes: list[GatewayNode]) -> list[GatewayNode]:
+    """``nodes``, or refuse quantized downloads over several gateways: the method's one wire keeps one round's
+    quantized downloads, which one gateway's selection would replace while another's devices are still to receive."""
+    bits = getattr(strategy.wire, "download_bits", 32)
+    if bits < 32 and len(nodes) > 1:
+        raise ScenarioError(
+            f"algorithm.download_bits: {bits} under a hierarchy of {len(nodes)} gateways is not supported: the "
+            "gateways share the method's QSGD wire, and one gateway's selection would replace the quantized "
+            "downloads another's devices are still to receive; set download_bits: 32 or use one gateway"
+        )
+    return nodes
+
+
 class GatewayTier(ServerLoop):
     """The gateways of a hierarchical run and the cloud above them. A checkpoint needs nothing of theirs: at a cloud
     round's end every gateway holds the cloud's model, the strategy's state."""
@@ -179,14 +192,7 @@ class GatewayTier(ServerLoop):
         assert sim.sc.hierarchy is not None
         self.cfg = cfg = sim.sc.hierarchy
         self.cost = ServerCost.of(cfg)
-        self.nodes = gateway_nodes(sim.fleet.n, sim.system.gateway_of)
-        bits = getattr(sim.strategy.wire, "download_bits", 32)
-        if bits < 32 and len(self.nodes) > 1:  # the method's one wire keeps one round's quantized downloads
-            raise ScenarioError(
-                f"algorithm.download_bits: {bits} under a hierarchy of {len(self.nodes)} gateways is not supported: the "
-                "gateways share the method's QSGD wire, and one gateway's selection would replace the quantized "
-                "downloads another's devices are still to receive; set download_bits: 32 or use one gateway"
-            )
+        self.nodes = check_shared_wire(sim.strategy, gateway_nodes(sim.fleet.n, sim.system.gateway_of))
         recipe, spec = max(sim.strategy.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
         self.model_params = recipe.cost(spec).params  # the global model every gateway holds
         self.model_tensors = len(recipe.shapes(spec))
