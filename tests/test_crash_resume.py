@@ -228,8 +228,13 @@ def _stopped(proc: subprocess.Popen, sig: int) -> tuple[str, str]:
     return out, err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("name", sorted(SIGNAL_MODES))
+# every mode once, SIGINT and SIGTERM alternating: one handler takes both (sim/runner.py), which a loop never sees (it
+# reads the stop request), and test_first_signal_finishes_the_round... checks each signal's exit status and name
+@pytest.mark.parametrize(
+    ("name", "sig"),
+    [("async", signal.SIGINT), ("hierarchy", signal.SIGTERM), ("semi_async", signal.SIGINT)],
+    ids=["async-SIGINT", "hierarchy-SIGTERM", "semi_async-SIGINT"],
+)
 def test_a_signal_stops_every_server_mode_within_10_s_and_the_resume_gives_the_uninterrupted_files(
     tmp_path, uninterrupted, name, sig
 ):
