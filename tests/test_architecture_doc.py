@@ -34,6 +34,19 @@ def spans() -> list[str]:
     return sorted(set(re.findall(r"`([^`\n]+)`", DOC.read_text(encoding="utf-8"))))
 
 
+def _defined(nodes: list[ast.AST]) -> set[str]:
+    """The names ``nodes`` define: functions, classes, plain and annotated assignments to a name."""
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
 class Index:
     """Every module of the package and of analysis/ read with ast: its top-level and nested definitions, and per
     class its members (methods, class attributes, fields, ``self.x`` assignments) and base names."""
@@ -51,30 +64,17 @@ class Index:
 
     def _read(self, path: Path) -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        names: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, ast.Assign):
-                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                names.add(node.target.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        nodes = list(ast.walk(tree))
+        names = _defined(nodes)
+        names.update((a.asname or a.name).split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+        for node in nodes:
             if isinstance(node, ast.ClassDef):
                 self.classes.setdefault(node.name, []).append((self._members(node), [ast.unparse(b) for b in node.bases]))
         self.names[path] = names
 
     @staticmethod
     def _members(cls: ast.ClassDef) -> set[str]:
-        out: set[str] = set()
-        for node in cls.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                out.add(node.name)
-            elif isinstance(node, ast.Assign):
-                out.update(t.id for t in node.targets if isinstance(t, ast.Name))
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                out.add(node.target.id)
+        out = _defined(cls.body)
         for node in ast.walk(cls):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
             for t in targets:
