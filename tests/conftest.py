@@ -93,6 +93,7 @@ SLOW_TESTS = (
     "test_validation_corpus.py::test_every_rows_model_builds_and_runs_on_the_meta_device",
     "test_buffered_async.py::test_heterofl_buffered_with_k_equal_to_concurrency_after_each_update_is_synchronous_heterofl",
     "test_buffered_async.py::test_heterofl_buffered_on_a_mixed_fleet_applies_stale_updates_and_learns",
+    "test_buffered_async.py::test_a_stopped_buffered_heterofl_run_resumes_to_the_files_of_a_run_never_stopped",
 )
 
 

@@ -167,3 +167,20 @@ def test_a_buffer_size_where_it_means_nothing_is_one_line_and_status_2(tmp_path,
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "Traceback" not in err and "\n" not in err
+
+
+def test_a_stopped_buffered_heterofl_run_resumes_to_the_files_of_a_run_never_stopped(tmp_path, write_scenario, monkeypatch):
+    """Stopped after its first version and resumed: the same rows, events and devices as the run never stopped, a stale
+    update (trained from weights the checkpoint kept) folded in after the stop."""
+    from test_resume import resumed_run, rounds
+
+    fleet = {"groups": [
+        {"name": "fast", "count": 3, "profile": copy.deepcopy(BIG)},
+        {"name": "slow", "count": 3, "profile": {**copy.deepcopy(BIG), "compute": {**BIG["compute"], "flops": BIG["compute"]["flops"] / 8}}},
+    ]}  # fmt: skip
+    data = base_scenario(
+        rounds=3, fleet=fleet, algorithm={"name": "heterofl", "proportions": "a1-b1"},
+        server={"mode": "async", "buffer_size": 2, "concurrency": 4},
+    )  # fmt: skip
+    whole = resumed_run(data, tmp_path, write_scenario, monkeypatch)
+    assert max(float(r["staleness_max"]) for r in rounds(whole)[1:]) >= 1  # a stale update folded after the stop
