@@ -36,9 +36,13 @@ def gatewayed(data: dict, per_gateway: int | None = None, **tier) -> dict:
     return data
 
 
-def simulate(data: dict) -> Simulation:
+def simulation_of(data: dict) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    return Simulation(sc, resolve_groups(sc))
+
+
+def simulate(data: dict) -> Simulation:
+    sim = simulation_of(data)
     sim.run()
     return sim
 
@@ -171,11 +175,26 @@ def hierarchical_methods() -> list[str]:
 @pytest.mark.parametrize("name", hierarchical_methods())
 def test_every_method_declared_hierarchical_runs_cloud_rounds_over_two_gateways(name):
     """Each "yes" cell of the hierarchical column (docs/methods_and_modes.md) run: 2 cloud rounds, system-only, over
-    two gateways of 4 devices, each gateway aggregating every round and both backhauls used both ways."""
-    sim = simulate(gatewayed(base_scenario(numerics="none", algorithm={"name": name}), per_gateway=4))
+    gateways of 4 devices, each gateway's model up and the cloud's down its backhaul every cloud round."""
+    from test_resume import METHODS  # each method's smallest setting (ScaleFL needs a family with exits)
+
+    sim = simulate(gatewayed(base_scenario(numerics="none", **copy.deepcopy(METHODS[name])), per_gateway=4))
     assert [r["round"] for r in sim.rows] == [1, 2] and all(r["completed"] > 0 for r in sim.rows)
     model_bytes = sim.loop.model_params * 4.0 + HEADER
-    assert sim.rows[-1]["bytes_backhaul_up"] == sim.rows[-1]["bytes_backhaul_down"] == 2 * 2 * model_bytes
+    gateways = len(sim.loop.nodes)  # a copy per 4 devices of the method's fleet: 2 or more
+    assert gateways >= 2
+    assert sim.rows[-1]["bytes_backhaul_up"] == sim.rows[-1]["bytes_backhaul_down"] == 2 * gateways * model_bytes
+
+
+def test_a_method_counts_the_gateway_rounds_it_sees_as_its_rounds():
+    """Under a hierarchy every gateway round is one of the method's rounds (keyed cloud round x k2 + j): its context's
+    ``rounds`` is rounds x k2, so a schedule over the run's rounds (ScaleFL's exit-KD start) spans all of them."""
+    from test_resume import METHODS
+
+    scalefl = copy.deepcopy(METHODS["scalefl"])
+    flat = simulation_of(base_scenario(numerics="none", rounds=3, **scalefl))
+    tiered = simulation_of(gatewayed(base_scenario(numerics="none", rounds=3, **scalefl), gateway_rounds=2))
+    assert flat.strategy.c.rounds == 3 and tiered.strategy.c.rounds == 6
 
 
 def test_k1_trains_k1_times_the_local_epochs_in_one_task():

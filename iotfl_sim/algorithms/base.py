@@ -200,7 +200,7 @@ class StrategyContext:
     labels_per_device: list[np.ndarray]
     num_classes: int
     seed: int
-    rounds: int
+    rounds: int  # the rounds the method sees: ``rounds``, times ``hierarchy.gateway_rounds`` under a hierarchy
     clients_per_round: int
     memory_need: Any  # callable(recipe, spec) -> bytes needed on the device to train spec
     declared_free_memory: np.ndarray  # bytes per device

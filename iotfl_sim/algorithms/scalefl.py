@@ -58,6 +58,9 @@ As in the paper and its official code (git-disl/scale-fl), applied to this simul
   and depth) is fixed per device for the run; a late submodel, trained from the weights its device downloaded in
   its own round and with that round's exit-KD switch (``kd_active`` of its own round), lands on its prefix region
   and its exits of the current global model. ScaleFL has no other server step per round.
+- ``hierarchy:`` (not in the paper): each gateway round is one of ScaleFL's rounds (numbered cloud round x k2 + j,
+  ``ctx.rounds`` = rounds x k2), so exit KD starts after ``kd_start`` of all the gateway rounds; a gateway averages
+  its devices' submodels into its copy of the global model as the flat server does, the cloud the gateways' copies.
 - Evaluation: each level's submodel (its deepest exit) and the full model (``full``), with the
   simulator's static-BN recalibration (the code evaluates BN on batch statistics instead).
 """

@@ -165,7 +165,7 @@ class Simulation:
             labels_per_device=self.numerics.labels_per_device,
             num_classes=self.numerics.num_classes,
             seed=sc.seed,
-            rounds=sc.rounds,
+            rounds=sc.rounds * (sc.hierarchy.gateway_rounds if sc.hierarchy is not None else 1),  # the rounds it sees
             clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
             min_participants=sc.server.min_participants,
             memory_need=system.memory_need,

@@ -81,12 +81,9 @@ SCALEFL_PAPER_KD_GAMMA = 0.05  # the only KD weight the authors publish (their B
 class ScaleFLConfig(MethodConfig):
     """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "its exit self-distillation starts after kd_start of the run's rounds, counted by the round "
-        "number, which under a hierarchy numbers gateway rounds (k2 per cloud round); not declared until it counts "
-        "cloud rounds there"
-    }
+    # hierarchical: its changing state is one global model averaged by prefix (levels fixed at set-up), and its
+    # distillation start counts the rounds it sees (gateway rounds under a hierarchy, as ``ctx.rounds`` does)
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
 
     name: Literal["scalefl"]
     levels: list[ScaleFLLevel] | None = Field(
