@@ -29,9 +29,11 @@ from iotfl_sim.algorithms.base import (
     State,
     Strategy,
     StrategyContext,
+    Tier,
     TrainWork,
     Update,
     Wire,
+    average_tiers,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions
@@ -46,7 +48,7 @@ from iotfl_sim.scenario.algorithms import MethodConfig
 __all__ = [
     "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "EvalTarget", "Exclusive", "FleetView", "GlobalModel", "InferWork", "LocalObjective",
     "MethodConfig", "ModelRecipe", "Outcome", "QsgdWire", "QsgdWork", "State", "Strategy", "StrategyContext",
-    "SubmodelSpec", "TrainWork", "Update", "Wire", "average", "register_method", "select_uniform",
+    "SubmodelSpec", "Tier", "TrainWork", "Update", "Wire", "average", "average_tiers", "register_method", "select_uniform",
 ]  # fmt: skip
 
 

@@ -57,8 +57,10 @@ def only_run(parent: Path) -> Path:
     return run
 
 
-def test_one_gateway_with_k1_k2_one_is_flat_fedavg_bit_for_bit():
-    flat_data = base_scenario(rounds=3, clients_per_round=3)
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedopt", "server_lr": 0.05}])
+def test_one_gateway_with_k1_k2_one_is_flat_bit_for_bit(algorithm):
+    """FedOpt too: its gateway only averages, and the cloud's optimizer steps on that one gateway's model."""
+    flat_data = base_scenario(rounds=3, clients_per_round=3, algorithm=algorithm)
     flat_data["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0}]
     for g in flat_data["fleet"]["groups"]:
         g["network"] = {"gateway": "gw"}  # the same shared links as the hierarchical run's devices
@@ -166,6 +168,44 @@ def test_the_cloud_averages_the_gateways_models_every_k2_gateway_rounds(monkeypa
     assert {e["round"] for e in events if e["event"] == "train_start"} == {0, 1, 2, 3}  # gateway rounds' keys
 
 
+def test_fedopt_steps_the_clouds_optimizer_once_a_cloud_round_on_the_gateways_samples_weighted_average(monkeypatch, tmp_path, write_scenario):
+    """Hierarchical FedAdam by hand (Reddi et al., Algorithm 2, first step: m = 0, v = tau^2): each gateway averages
+    its devices' models only, and the cloud takes Delta = (the gateways' models weighted by samples) - x and steps
+    x + eta m / (sqrt(v) + tau), m = (1 - beta1) Delta, v = beta2 tau^2 + (1 - beta2) Delta^2; BatchNorm buffers take
+    the plain average. Its optimizer work is charged once per cloud round, not per gateway round."""
+    from iotfl_sim.algorithms.fedopt import FedOpt
+
+    eta, beta1, beta2, tau = 0.05, 0.9, 0.99, 1e-3
+    algorithm = {"name": "fedopt", "server_lr": eta, "beta1": beta1, "beta2": beta2, "tau": tau}
+    data = gatewayed(base_scenario(rounds=1, clients_per_round=2, algorithm=algorithm), per_gateway=4, gateway_rounds=2)
+    seen = record_backhaul(monkeypatch)
+    steps = []
+    charge = FedOpt.charge_step
+    monkeypatch.setattr(FedOpt, "charge_step", lambda self: (steps.append(self.c.tier), charge(self))[1])
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    assert steps == ["server"]  # one cloud round, two gateways of two gateway rounds each
+    run = only_run(tmp_path)
+    ups = {label: (model, cloud) for up, label, model, cloud in seen if up}
+    (a, x), (b, _) = ups["gw[0]"], ups["gw[1]"]
+    merged = next(cloud for up, _, _, cloud in seen if not up)
+    wa, wb = gateway_weights(run, 0, k2=2, per_gateway=4, gateways=2)
+    mean = weighted_average([a, b], [wa, wb])
+    stepped = 0
+    for k, v in merged.items():
+        if not v.is_floating_point():
+            continue
+        if "running_" in k:
+            assert torch.equal(v, mean[k]), k
+            continue
+        delta = mean[k].double() - x[k].double()
+        m, var = (1 - beta1) * delta, beta2 * tau**2 + (1 - beta2) * delta * delta
+        want = x[k].double() + eta * m / (var.sqrt() + tau)
+        assert torch.allclose(v.double(), want, rtol=1e-5, atol=1e-6), k
+        assert not torch.allclose(v.double(), mean[k].double(), rtol=1e-5, atol=1e-6), k  # not the plain average
+        stepped += 1
+    assert stepped > 0
+
+
 def hierarchical_methods() -> list[str]:
     from iotfl_sim import methods
 
@@ -223,7 +263,7 @@ def test_k1_trains_k1_times_the_local_epochs_in_one_task():
     ("change", "words"),
     [
         (lambda d: d["fleet"]["groups"][1]["network"].pop("gateway"), "fleet.groups[1] (big) has no network.gateway"),
-        (lambda d: d.update(algorithm={"name": "fedopt"}), "method fedopt cannot run hierarchically"),
+        (lambda d: d.update(algorithm={"name": "feddf"}), "method feddf cannot run hierarchically"),
     ],
 )
 def test_a_scenario_the_hierarchy_cannot_run_is_refused_in_one_line(tmp_path, write_scenario, capsys, change, words):
@@ -234,15 +274,37 @@ def test_a_scenario_the_hierarchy_cannot_run_is_refused_in_one_line(tmp_path, wr
     assert words in err and "hierarchy" in err and len(err.splitlines()) == 1, err
 
 
-def test_quantized_downloads_over_several_gateways_are_refused_in_one_line(tmp_path, write_scenario, capsys):
-    """Two gateway copies (4 devices each) would share the method's one QSGD wire, whose dispatch replaces the
-    downloads of the round before: refused at validate, before any run, rather than priced wrong."""
-    data = gatewayed(base_scenario(numerics="none", algorithm={"name": "fedavg", "download_bits": 8}), per_gateway=4)
-    assert main(["validate", str(write_scenario(data))]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "download_bits: 8 under a hierarchy of 2 gateways is not supported" in err and len(err.splitlines()) == 1
-    one = gatewayed(base_scenario(numerics="none", algorithm={"name": "fedavg", "download_bits": 8}))
-    assert main(["validate", str(write_scenario(one))]) == 0
+def test_quantized_downloads_over_several_gateways_each_carry_the_devices_own_gateways_model(monkeypatch):
+    """Two gateway copies (4 devices each), 8-bit QSGD downloads: each gateway encodes with a wire of its own, so a
+    device receives its own gateway's model quantized (the tier the method holds while the gateway trains), never
+    another gateway's or the unquantized model. By hand: s = 2^8 intervals of each 128-value group's norm, so every
+    value is within norm / 256 of the gateway's (norm <= the tensor's), and lies on that group's grid of levels."""
+    from iotfl_sim.sim.learning import Learning
+
+    data = gatewayed(base_scenario(rounds=2, clients_per_round=2, algorithm={"name": "fedavg", "download_bits": 8, "qsgd_bucket": 128}), per_gateway=4)
+    seen = []
+    download = Learning.download
+
+    def spy(self, a):
+        sent = download(self, a)
+        seen.append((a.device, {k: v.clone() for k, v in self.strategy.state.items()}, sent))
+        return sent
+
+    monkeypatch.setattr(Learning, "download", spy)
+    sim = simulate(data)
+    assert sim.status.stalled is None
+    assert {d // 4 for d, _, _ in seen} == {0, 1}  # both gateways' devices trained
+    for _, model, sent in seen:
+        assert any(not torch.equal(sent[k], model[k]) for k in model)  # quantized, not the float32 model
+        for k, v in model.items():
+            if not v.is_floating_point():
+                continue
+            groups = v.flatten().split(128)
+            for g, q in zip(groups, sent[k].flatten().split(128), strict=True):
+                step = float(g.norm()) / 256
+                assert float((q - g).abs().max()) <= step * (1 + 1e-5) + 1e-12
+                levels = (q.abs() / step).double() if step > 0 else q.abs().double()
+                assert float((levels - levels.round()).abs().max()) < 1e-3
 
 
 def test_a_stopped_hierarchical_run_resumes_to_the_same_files(tmp_path, write_scenario, monkeypatch):

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from iotfl_sim.core.catalog import FAILURE_REASONS
+from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.objectives import LocalObjective
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec, slice_state
@@ -25,7 +26,7 @@ from iotfl_sim.scenario.algorithms import MethodConfig
 State = dict[str, torch.Tensor]
 __all__ = [
     "AggregateWork", "Assignment", "Asynchronous", "DeviceState", "Exclusive", "GlobalModel", "InferWork", "LocalObjective", "Outcome", "QsgdWork", "ServerWork",
-    "Strategy", "StrategyContext", "TrainWork", "Update", "Wire", "Work",
+    "Strategy", "StrategyContext", "Tier", "TrainWork", "Update", "Wire", "Work",
 ]
 
 
@@ -217,6 +218,31 @@ class StrategyContext:
     # while the engine calls ``Strategy.observe``: whether it aggregated the round (or made the model version)
     # observed, which ``Strategy.aggregated`` answers; None at any other time
     round_aggregated: bool | None = None
+    # who the engine calls the method for: "server" (the flat server, or the cloud of a hierarchy), "gateway" (a
+    # gateway of a hierarchy, holding its own ``Tier``): e.g. server-side work a method does only at the top
+    tier: Literal["server", "gateway"] = "server"
+
+
+@dataclass
+class Tier:
+    """One gateway's own copy of a method's model under a hierarchy (``server.mode: sync`` with ``hierarchy:``):
+    the values of the method's ``tier_state`` attributes, which the engine holds and binds to the method while it
+    calls it for that gateway, and the samples the gateway aggregated since the last cloud round (its weight in
+    ``Strategy.combine``)."""
+
+    label: str
+    values: dict[str, Any] = field(default_factory=dict)
+    samples: float = 0.0
+
+    @property
+    def state(self) -> State:
+        return self.values["state"]
+
+
+def average_tiers(state: State, tiers: Sequence[Tier]) -> State:
+    """The tiers' ``state`` averaged, weighted by the samples each aggregated, each entry over the tiers that hold
+    it (the rest keeps ``state``'s values): HierFAVG's cloud average."""
+    return aggregate_nested(state, [Contribution(t.state, t.samples) for t in tiers])
 
 
 # What a strategy holds but the engine owns or rebuilds at set-up: a checkpoint never captures an attribute holding
@@ -252,10 +278,17 @@ class Strategy(ABC):
       data: tensors, arrays, numbers, strings, containers of them): a checkpoint saves exactly those and a
       resumed run sets them back on a freshly set-up strategy. ``tests/test_strategy_api.py`` checks that no
       other attribute changes while a method runs.
+    - Under a hierarchy the engine owns each gateway's model: the attributes named in ``tier_state`` (default
+      ``state``), a ``Tier`` per gateway, set from the cloud's at each cloud round's start and bound to the method
+      while the engine calls it for that gateway (``ctx.tier`` is then "gateway"); the method's ``wire`` is copied
+      per gateway too. Every other attribute is the fleet's, one for all gateways (a selection table, a budget).
+      ``aggregate`` (or ``gateway_aggregate``) rebinds those attributes, never changes their tensors in place.
+      The cloud folds the gateways' tiers with ``combine``.
     """
 
     Config: ClassVar[type[MethodConfig]] = MethodConfig  # the method's options (the scenario's algorithm block)
     checkpointed: ClassVar[tuple[str, ...]] = ()  # attributes that change after setup (see above)
+    tier_state: ClassVar[tuple[str, ...]] = ("state",)  # the model each gateway of a hierarchy holds (see above)
     wire: Wire | None = None  # how messages are encoded and priced (``algorithms.wire``); None: float32
 
     def __init__(self, cfg: MethodConfig) -> None:
@@ -339,6 +372,25 @@ class Strategy(ABC):
         outcomes are the round's own tasks' (semi_async: not the late updates of earlier rounds that joined
         it; async: every task that ended since the last model version). Default: nothing."""
         return None
+
+    # -- a hierarchy's tiers (server.mode sync with hierarchy:), with these defaults
+
+    def gateway_aggregate(self, rnd: int, updates: list[Update]) -> None:
+        """A gateway's aggregation of its devices' updates into its ``Tier`` (bound as the method's
+        ``tier_state`` attributes). Default: ``aggregate``, the method's own rule; a method whose server does more
+        than average (an optimizer step, fine-tuning on the server's data) overrides it to average only and does
+        the rest in ``combine``, at the cloud."""
+        self.aggregate(rnd, updates)
+
+    def combine(self, rnd: int, tiers: list[Tier]) -> None:
+        """The cloud's step at a cloud round's end: fold the gateways' tiers (those that aggregated since the last
+        cloud round) into the method's own ``tier_state``. Called in system-only runs too (states are empty
+        dicts there), so that cloud work can be charged (``ctx.server_work``). Default: the tiers' ``state``
+        averaged, weighted by the samples each aggregated, each entry over the tiers that hold it
+        (``fl.aggregate.aggregate_nested``)."""
+        state = getattr(self, "state", None)
+        if tiers and state:
+            self.state = average_tiers(state, tiers)
 
     # -- helpers for methods
 

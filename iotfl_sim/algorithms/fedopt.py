@@ -22,6 +22,11 @@ Choices the paper leaves open or that this simulator makes:
   tuned per task (the paper searches a grid), 0.01 is only a start.
 - The server's optimizer arithmetic is charged as server work after aggregation (``server_optimizer``:
   ``OPTIMIZER_FLOPS`` per parameter, counted from the update rule above), in system-only runs too.
+- Under a hierarchy (not in the paper) the optimizer is the cloud's: each gateway only averages its devices'
+  models (``gateway_aggregate``, ``weighting`` as above), and at each cloud round the cloud takes the average
+  of the gateways' models weighted by the samples each aggregated (HierFAVG's) as the x_i above and steps once:
+  Delta_t is the cloud round's change, and ``m``, ``v`` stay the cloud's. One gateway with k1 = k2 = 1 is flat
+  FedOpt bit for bit.
 
 Written only against the public method API (``iotfl_sim.strategy``); ``examples/fedopt.py`` is the same method
 as a user would write it, and a test checks that the two give the same numbers.
@@ -39,10 +44,13 @@ from iotfl_sim.strategy import (
     Exclusive,
     FleetView,
     Outcome,
+    State,
     Strategy,
     SubmodelSpec,
+    Tier,
     Update,
     average,
+    average_tiers,
     select_uniform,
 )
 
@@ -88,15 +96,32 @@ class FedOpt(Exclusive, Strategy):
         return self.state
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
-        mean = average(self.state, updates, self.cfg.weighting)  # buffers keep this plain average
+        self.step(average(self.state, updates, self.cfg.weighting))
+
+    def step(self, mean: State) -> None:
+        """Algorithm 2's server update from the average ``mean`` of the models (buffers keep that plain average)."""
         for n in self.trained:
             x = self.state[n]
             mean[n], self.m[n], self.v[n] = server_step(x, mean[n] - x, self.m[n], self.v[n], self.cfg)
         self.state = mean
 
+    def gateway_aggregate(self, rnd: int, updates: list[Update]) -> None:
+        """A gateway of a hierarchy averages only: the optimizer is the cloud's (``combine``)."""
+        self.state = average(self.state, updates, self.cfg.weighting)
+
+    def combine(self, rnd: int, tiers: list[Tier]) -> None:
+        """The cloud steps its optimizer on the gateways' models averaged by the samples each aggregated."""
+        if tiers:
+            self.charge_step()
+            if self.state:
+                self.step(average_tiers(self.state, tiers))
+
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
-        if self.aggregated(outcomes):
-            self.c.server_work.charge("server_optimizer", float(OPTIMIZER_FLOPS * self.c.recipe.cost(self.spec).params))
+        if self.c.tier == "server" and self.aggregated(outcomes):  # a gateway's round: combine charges the cloud's
+            self.charge_step()
+
+    def charge_step(self) -> None:
+        self.c.server_work.charge("server_optimizer", float(OPTIMIZER_FLOPS * self.c.recipe.cost(self.spec).params))
 
     def eval_targets(self) -> list[EvalTarget]:
         return [EvalTarget("full", self.spec, self.state, self.c.recipe)]

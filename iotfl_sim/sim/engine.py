@@ -327,7 +327,7 @@ class Simulation:
 
     def priced_bytes(self, a: Assignment, recipe: ModelRecipe, up: bool) -> float:
         """``wire_bytes`` as the method's wire prices them now (not through the tape)."""
-        wire = self.strategy.wire
+        wire = self.loop.wire_for(a.device, self.strategy.wire)
         nbytes = None if wire is None else wire.message_bytes(a, up)
         if nbytes is None:
             return recipe.cost(a.spec).params * (a.bits if up else 32) / 8.0 + self.sc.server.header_bytes

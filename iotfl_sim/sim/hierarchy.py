@@ -24,26 +24,29 @@ aggregations per cloud aggregation. With k1 = k2 = 1 and one gateway the
 numbers are flat FedAvg's bit for bit (gateway 0 draws its selection from the flat stream; a one-gateway cloud
 average of a float32 model weighted by an integer sample count returns it exactly).
 
-The numerics: the strategy object is the cloud's. A gateway's copy of the model is the strategy's ``state``
-swapped in around that gateway's selection, training (payloads) and aggregation, never across a ``yield``, so
-parallel gateways cannot see each other's copy. The method's wire (QSGD) is shared: its upload prices are keyed by
-device and every device belongs to one gateway, but its dispatch replaces the round's quantized downloads, so
-quantized downloads (``download_bits`` < 32) run with one gateway only (refused otherwise, at set-up). So a method runs hierarchically when its whole changing state is one averaged
-global model in ``state`` (besides a wire) and its server does nothing but aggregate: ``fedavg``, ``fedprox``,
-``heterofl``, ``flexfl`` and ``scalefl`` (their options' ``modes`` hold ``hierarchical``; each gateway round is one
-of the method's rounds, ``ctx.rounds`` = rounds x k2; HeteroFL's gateway copies are full global models, and
-the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value).
-The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables, FedX's server-side
-fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, DAdaQuant's and HeteroFL-IoT's
-fleet-wide state; the scenario refuses them (``Scenario._mode_problem``).
+The numerics: the engine owns each gateway's model. The method declares what that is (``Strategy.tier_state``,
+default its ``state``); each gateway node holds a ``Tier`` of those attributes, set from the cloud's at a cloud
+round's start, and a copy of the method's wire (it encodes its own devices' messages, so quantized downloads work
+over any number of gateways). While the engine calls the method for a gateway (selection, payloads, the
+gateway's aggregation ``Strategy.gateway_aggregate``) it binds that tier and wire to the method and sets
+``ctx.tier`` to "gateway", never across a ``yield``, so parallel gateways cannot see each other's copy; every other
+attribute is the fleet's, one for all gateways (AdaptiveFL's per-device tables, which a gateway touches only for
+its own devices). At the cloud round's end the cloud folds the tiers with ``Strategy.combine`` (default: the
+samples-weighted average of their ``state``; FedOpt steps its optimizer there, on that average). Each gateway round
+is one of the method's rounds, ``ctx.rounds`` = rounds x k2. HeteroFL's gateway copies are full global models and
+the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value.
+Which methods run hierarchically, and why the others cannot, is ``docs/methods_and_modes.md`` (their options'
+``modes`` and ``why_not``; ``Scenario._mode_problem`` refuses the rest at validate).
 
-At a cloud round's end every gateway holds the cloud's model, so a checkpoint needs nothing beyond the strategy's
+Every gateway takes the cloud's model and a fresh copy of the wire at each cloud round's start, so a checkpoint
+needs nothing beyond the strategy's
 state; a resume replays the system part (the gateways' rounds, backhaul and aggregation times come from the tape
 like the flat engine's) and ``digest`` adds the backhaul bytes and the gateways' energy to the checked figures.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,9 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from iotfl_sim.algorithms.base import AggregateWork, Outcome
-from iotfl_sim.core.errors import ScenarioError
-from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
+from iotfl_sim.algorithms.base import AggregateWork, Outcome, Strategy, Tier, Wire
 from iotfl_sim.sim.round import Round, Task
 from iotfl_sim.sim.server_cost import ServerCost
 from iotfl_sim.sim.server_loop import ServerLoop
@@ -70,13 +71,18 @@ COLUMNS = ("bytes_backhaul_down", "bytes_backhaul_up", "energy_gateway_j")  # ro
 
 @dataclass
 class GatewayNode:
-    """One aggregation node: a gateway copy, the devices behind it and its copy of the model."""
+    """One aggregation node: a gateway copy, the devices behind it, its copy of the method's model (``Tier``) and
+    of the method's wire (it encodes its own devices' messages)."""
 
     index: int
     label: str  # name, or name[block] for a gateway with devices_per_gateway
     members: np.ndarray  # bool mask over devices
-    state: State = field(default_factory=dict)
-    samples: float = 0.0  # samples aggregated since the last cloud round (its weight at the cloud)
+    tier: Tier
+    wire: Wire | None = None
+
+    @property
+    def state(self) -> State:
+        return self.tier.state
 
 
 class GatewayView:
@@ -164,21 +170,15 @@ def gateway_nodes(n: int, gateway_of: Callable[[int], Any]) -> list[GatewayNode]
     for i, key in enumerate(sorted(members, key=lambda k: members[k][0])):
         mask = np.zeros(n, dtype=bool)
         mask[members[key]] = True
-        nodes.append(GatewayNode(i, labels[key], mask))
+        nodes.append(GatewayNode(i, labels[key], mask, Tier(labels[key])))
     return nodes
 
 
-def check_shared_wire(strategy: Any, nodes: list[GatewayNode]) -> list[GatewayNode]:
-    """``nodes``, or refuse quantized downloads over several gateways: the method's one wire keeps one round's
-    quantized downloads, which one gateway's selection would replace while another's devices are still to receive."""
-    bits = getattr(strategy.wire, "download_bits", 32)
-    if bits < 32 and len(nodes) > 1:
-        raise ScenarioError(
-            f"algorithm.download_bits: {bits} under a hierarchy of {len(nodes)} gateways is not supported: the "
-            "gateways share the method's QSGD wire, and one gateway's selection would replace the quantized "
-            "downloads another's devices are still to receive; set download_bits: 32 or use one gateway"
-        )
-    return nodes
+def own_copy(strategy: Strategy, thing: Any) -> Any:
+    """A deep copy of ``thing`` (a method's wire) for one gateway, sharing what the engine owns (the method, its
+    context and the server work it charges to) instead of copying it."""
+    ctx = strategy.c
+    return copy.deepcopy(thing, {id(strategy): strategy, id(ctx): ctx, id(ctx.server_work): ctx.server_work})
 
 
 class GatewayTier(ServerLoop):
@@ -193,7 +193,10 @@ class GatewayTier(ServerLoop):
         assert sim.sc.hierarchy is not None
         self.cfg = cfg = sim.sc.hierarchy
         self.cost = ServerCost.of(cfg)
-        self.nodes = check_shared_wire(sim.strategy, gateway_nodes(sim.fleet.n, sim.system.gateway_of))
+        self.nodes = gateway_nodes(sim.fleet.n, sim.system.gateway_of)
+        self.node_of = np.zeros(sim.fleet.n, dtype=np.int64)  # device -> index of its gateway's node
+        for node in self.nodes:
+            self.node_of[node.members] = node.index
         recipe, spec = max(sim.strategy.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
         self.model_params = recipe.cost(spec).params  # the global model every gateway holds
         self.model_tensors = len(recipe.shapes(spec))
@@ -219,8 +222,11 @@ class GatewayTier(ServerLoop):
         round's row, or None when no gateway could start a round (the run stalls)."""
         sim, kit = self.sim, self.kit
         rd = kit.new_round(rnd)
-        for node in self.nodes:  # every gateway starts from the cloud's model
-            node.state, node.samples = sim.strategy.state, 0.0
+        strategy = sim.strategy
+        for node in self.nodes:  # every gateway starts from the cloud's model, with a wire of its own
+            node.tier.values = {name: getattr(strategy, name) for name in strategy.tier_state}
+            node.tier.samples = 0.0
+            node.wire = None if strategy.wire is None else own_copy(strategy, strategy.wire)
         yield from kit.serve(rd)  # the cloud's set-up work (first round)
         procs = [sim.env.process(self._gateway(node, rnd, replay)) for node in self.nodes]
         yield simpy.AllOf(sim.env, procs)
@@ -255,7 +261,7 @@ class GatewayTier(ServerLoop):
             if played is None:
                 break
             run.rounds += 1
-            node.samples += played.samples
+            node.tier.samples += played.samples
             run.losses += played.losses
             run.tasks += played.rd.tasks
             run.outcomes += played.outcomes
@@ -264,13 +270,25 @@ class GatewayTier(ServerLoop):
 
     @contextmanager
     def _at(self, node: GatewayNode) -> Iterator[None]:
-        """The strategy holds ``node``'s model inside (never across a ``yield``); what it aggregates stays there."""
+        """The method holds ``node``'s tier and wire inside, ``ctx.tier`` "gateway" (never across a ``yield``); what
+        it aggregates stays in the tier."""
         strategy = self.sim.strategy
-        cloud, strategy.state = strategy.state, node.state
+        names = strategy.tier_state
+        cloud = [getattr(strategy, name) for name in names], strategy.wire
+        for name in names:
+            setattr(strategy, name, node.tier.values[name])
+        strategy.wire, strategy.c.tier = node.wire, "gateway"
         try:
             yield
         finally:
-            node.state, strategy.state = strategy.state, cloud
+            node.tier.values = {name: getattr(strategy, name) for name in names}
+            for name, value in zip(names, cloud[0], strict=True):
+                setattr(strategy, name, value)
+            strategy.wire, strategy.c.tier = cloud[1], "server"
+
+    def wire_for(self, device: int, wire: Wire | None) -> Wire | None:
+        """The wire of ``device``'s gateway (a copy of the method's ``wire``): it prices the device's messages."""
+        return self.nodes[int(self.node_of[device])].wire
 
     def _work(self, node: GatewayNode, grd: Round, event: str, **fields: Any):
         """The pending server work, done by the gateway: priced by its profile (recorded on the tape), logged at its
@@ -307,9 +325,7 @@ class GatewayTier(ServerLoop):
         if not replay:  # a replay's prices come from the tape
             values = float(self.model_params)
             sim.system.server_work.charge("cloud_aggregate", AggregateWork(values * n, values, self.model_tensors * n))
-            parts = [Contribution(node.state, node.samples) for node in self.nodes if node.samples > 0]
-            if parts and sim.sc.numerics != "none":
-                sim.strategy.state = aggregate_nested(sim.strategy.state, parts)
+            sim.strategy.combine(rnd, [node.tier for node in self.nodes if node.tier.samples > 0])  # its own work too
         priced = self.kit.price(sim.system.server_cost)
         duration = sum(p[2] for p in priced)
         sim.log(rnd, -1, "cloud_aggregate", duration=round(duration, 6), gateways=n)

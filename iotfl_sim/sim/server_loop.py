@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
+from iotfl_sim.algorithms.base import Wire
 from iotfl_sim.sim.round import WeightsCheck
 
 
@@ -40,3 +41,7 @@ class ServerLoop(Protocol):
     def summary(self) -> dict[str, Any]:
         """``summary.json``'s entries of the mode's own."""
         return {}
+
+    def wire_for(self, device: int, wire: Wire | None) -> Wire | None:
+        """The wire that prices ``device``'s messages: the method's own (``wire``), or its gateway's copy."""
+        return wire

@@ -186,7 +186,8 @@ class Toolkit:
         self.charge_aggregation([*outcomes, *(t.outcome for t in late)], aggregated)  # before the method's own work
         if aggregated and updates:
             t0 = time.perf_counter()  # the method's own numerics, as a bare FL loop would also spend
-            sim.strategy.aggregate(rnd, updates)
+            strategy = sim.strategy
+            (strategy.gateway_aggregate if strategy.c.tier == "gateway" else strategy.aggregate)(rnd, updates)
             sim.host.times["aggregate"] += time.perf_counter() - t0
         self.observe(rnd, outcomes, aggregated)
         return updates

@@ -22,8 +22,7 @@ class FedProxConfig(MethodConfig):
 
 class FedOptConfig(MethodConfig):
     name: Literal["fedopt"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server optimizer's moments (m, v) are state beside the global model"}
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # the optimizer at the cloud
     server_optimizer: Literal["adam", "yogi", "adagrad"] = Field(
         "adam", description="the server's update of the averaged client delta (FedAdam, FedYogi, FedAdagrad)"
     )
