@@ -39,8 +39,7 @@ Which methods run hierarchically, and why the others cannot, is ``docs/methods_a
 ``modes`` and ``why_not``; ``Scenario._mode_problem`` refuses the rest at validate).
 
 Every gateway takes the cloud's model and a fresh copy of the wire at each cloud round's start, so a checkpoint
-needs nothing beyond the strategy's
-state; a resume replays the system part (the gateways' rounds, backhaul and aggregation times come from the tape
+needs nothing beyond the strategy's state; a resume replays the system part (the gateways' rounds, backhaul and aggregation times come from the tape
 like the flat engine's) and ``digest`` adds the backhaul bytes and the gateways' energy to the checked figures.
 """
 
