@@ -9,6 +9,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -57,10 +58,13 @@ def only_run(parent: Path) -> Path:
     return run
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedopt", "server_lr": 0.05}])
-def test_one_gateway_with_k1_k2_one_is_flat_bit_for_bit(algorithm):
-    """FedOpt too: its gateway only averages, and the cloud's optimizer steps on that one gateway's model."""
-    flat_data = base_scenario(rounds=3, clients_per_round=3, algorithm=algorithm)
+@pytest.mark.parametrize(("method", "beside"), [("fedavg", ()), ("adaptivefl", ("tc", "tr", "history")), ("fedopt", ("m", "v"))])
+def test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit(method, beside):
+    """The model, the state ``beside`` it (AdaptiveFL's RL tables and per-round counts; FedOpt's moments: its gateway
+    only averages, and the cloud's optimizer steps on that one gateway's model) and the rows' figures: the flat run's."""
+    from test_resume import METHODS
+
+    flat_data = base_scenario(rounds=3, clients_per_round=3, **copy.deepcopy(METHODS[method]))
     flat_data["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0}]
     for g in flat_data["fleet"]["groups"]:
         g["network"] = {"gateway": "gw"}  # the same shared links as the hierarchical run's devices
@@ -70,6 +74,12 @@ def test_one_gateway_with_k1_k2_one_is_flat_bit_for_bit(algorithm):
     assert flat.strategy.state.keys() == tiered.strategy.state.keys()
     for k, v in flat.strategy.state.items():
         assert torch.equal(v, tiered.strategy.state[k]), k
+    for name in beside:
+        a, b = getattr(flat.strategy, name), getattr(tiered.strategy, name)
+        if isinstance(a, dict):  # FedOpt's moments: a tensor per parameter
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        else:
+            assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), name
     for a, b in zip(flat.rows, tiered.rows, strict=True):
         for col in ("train_loss", "acc_full", "completed", "bytes_down", "bytes_up"):
             assert a[col] == b[col], col
@@ -237,6 +247,68 @@ def test_a_method_counts_the_gateway_rounds_it_sees_as_its_rounds():
     assert flat.strategy.c.rounds == 3 and tiered.strategy.c.rounds == 6
 
 
+def test_adaptivefl_tables_learn_from_every_gateway_round_of_every_gateway_in_simulated_time_order(
+    monkeypatch, tmp_path, write_scenario
+):
+    """AdaptiveFL's RL tables hold a row per device (Algorithm 1) and a gateway selects and observes only its own
+    devices, so each gateway round is one of Algorithm 1's rounds at that gateway. By hand from events.jsonl, where
+    every model is kept whole (memory never binds here): pool S2, S1, M2, M1, L1 (cnn_small, p = 2), levels S S M M
+    L; a model m kept whole adds 2 to T_c[level(m)] and 1 to T_r[m..L1], then p - 1 = 1 more to T_r[L1]. A
+    gateway's selection at round key j sees its devices' outcomes of every key before j (the tables learn every
+    gateway round, not every cloud round), the run's end every gateway's, and ``history`` has one entry a gateway
+    round in the order the gateways aggregated on the clock: gateways of 5 and 3 devices send 4 and 3 models, and
+    the small gw[1] ends both its rounds before gw[0] ends its first."""
+    from iotfl_sim.algorithms import adaptivefl
+
+    data = gatewayed(base_scenario(numerics="none", algorithm={"name": "adaptivefl"}), per_gateway=5, gateway_rounds=2)
+    seen, held = [], []
+    select = adaptivefl.AdaptiveFL.select
+
+    def spy(self, rnd, fleet, rng):
+        held[:] = [self]
+        seen.append((rnd, fleet.members.copy(), self.tc.copy(), self.tr.copy()))
+        return select(self, rnd, fleet, rng)
+
+    monkeypatch.setattr(adaptivefl.AdaptiveFL, "select", spy)
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    events = [json.loads(line) for line in (only_run(tmp_path) / "events.jsonl").read_text().splitlines()]
+    sent = {(e["round"], e["device"]): e["level"] for e in events if e["event"] == "dispatch"}
+    trained = {(e["round"], e["device"]): e["level"] for e in events if e["event"] == "train_start"}
+    accepted = [(e["round"], e["device"]) for e in events if e["event"] == "accepted"]
+    assert accepted and all(trained[t] == sent[t] for t in accepted)  # kept whole
+    pool, level = ["S2", "S1", "M2", "M1", "L1"], {"S": 0, "M": 1, "L": 2}
+
+    def tables(tasks: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        tc, tr = np.ones((8, 3)), np.ones((8, 5))
+        for t in tasks:
+            d, m = t[1], pool.index(sent[t])
+            tc[d, level[sent[t][0]]] += 2
+            tr[d, m:] += 1
+            tr[d, 4] += 1
+        return tc, tr
+
+    assert sorted({(key, tuple(np.flatnonzero(m))) for key, m, _, _ in seen}) == [
+        (key, gw) for key in range(4) for gw in [(0, 1, 2, 3, 4), (5, 6, 7)]
+    ]
+    for key, members, tc, tr in seen:
+        want_c, want_r = tables([t for t in accepted if t[0] < key])
+        assert np.array_equal(tc[members], want_c[members]) and np.array_equal(tr[members], want_r[members]), key
+    assert any(key > 0 and (tr[m] != 1).any() for key, m, _, tr in seen)  # a gateway selected from learnt rows
+    (strategy,) = held
+    want_c, want_r = tables(accepted)
+    assert np.array_equal(strategy.tc, want_c) and np.array_equal(strategy.tr, want_r)
+    order = [(e["round"], e["gateway"]) for e in events if e["event"] == "gateway_aggregate"]
+    assert [g for _, g in order[:4]] == ["gw[1]", "gw[1]", "gw[0]", "gw[0]"]
+
+    def count(tasks, rnd: int, gw: str) -> int:
+        return sum(t[0] == rnd and f"gw[{t[1] // 5}]" == gw for t in tasks)
+
+    assert strategy.history == [
+        {"sent": count(sent, r, g), "whole": count(accepted, r, g), "pruned": 0, "refused": 0} for r, g in order
+    ]
+    assert [h["sent"] for h in strategy.history[:4]] == [3, 3, 4, 4]
+
+
 def test_k1_trains_k1_times_the_local_epochs_in_one_task():
     """k1 = 3 with one epoch a task is, in every public figure, the run with three local epochs a task: the same
     losses and accuracy (one task trains the three epochs with one optimizer), the same compute energy, the same
@@ -307,8 +379,12 @@ def test_quantized_downloads_over_several_gateways_each_carry_the_devices_own_ga
                 assert float((levels - levels.round()).abs().max()) < 1e-3
 
 
-def test_a_stopped_hierarchical_run_resumes_to_the_same_files(tmp_path, write_scenario, monkeypatch):
-    data = gatewayed(base_scenario(rounds=2, clients_per_round=2), per_gateway=4, gateway_rounds=2)
+@pytest.mark.parametrize("method", ["fedavg", "adaptivefl"])
+def test_a_stopped_hierarchical_run_resumes_to_the_same_files(tmp_path, write_scenario, monkeypatch, method):
+    """AdaptiveFL: its RL tables, which every gateway round updates, resume from the cloud round's checkpoint."""
+    from test_resume import METHODS
+
+    data = gatewayed(base_scenario(rounds=2, clients_per_round=2, **copy.deepcopy(METHODS[method])), per_gateway=4, gateway_rounds=2)
     data["server"] = {"bn_calibration_samples": 64}
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
     path = write_scenario(data)

@@ -74,6 +74,16 @@ What the paper specifies, and the choices it leaves open:
   a version, a stale one moved onto the current model by its staleness-weighted delta before this aggregation; the
   RL tables learn, at each version, from every task that ended since the last (``observe``), and ``history`` gets
   one entry per version.
+- ``hierarchy:`` (not in the paper): each gateway is Algorithm 1's server for the devices behind it, and each gateway
+  round one of its rounds (numbered cloud round x k2 + j): it draws ``clients_per_round`` models and clients among
+  its own selectable devices (P(m, c) normalised over them), updates the tables from its round's outcomes
+  (``observe``) and aggregates into its copy of the global model; the cloud averages the copies. The tables are
+  the strategy's, one for the fleet, but T_c and T_r hold a row per client (Algorithm 1 lines 1-2) and a gateway
+  reads and writes only its own devices' rows, so the one table is every gateway's own, and learning from each
+  gateway round as it ends (never deferred to the cloud round) is the flat server's learning after each round.
+  Algorithm 1 counts no rounds (T only bounds its loop: no decay, no schedule; the code's lr x 0.998^round is
+  ``local.lr_schedule``, the engine's, by the task's round key), so k2 changes nothing else here. ``history`` gets
+  one entry per gateway round of each gateway, in the order they close on the simulated clock.
 - Baselines (Sec. 4.2): All-Large "trained the L_1 model with all clients under the classic FedAvg",
   memory ignored: ``fedavg`` with ``memory: ignore`` (every device trains the full model, no task fails
   for memory: an upper bound). ``fedavg``'s default ``memory: exclude`` is the resource-respecting

@@ -15,8 +15,9 @@ class AdaptiveFLConfig(MethodConfig):
     """AdaptiveFL (Jia et al., DAC 2024): fine-grained width pruning (r_w, I), RL client selection
     (``iotfl_sim.algorithms.adaptivefl``)."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"async"}  # async: sim/buffered_async.py
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its server's RL tables are state beside the global model"}
+    # hierarchical: its RL tables hold a row per device and a gateway selects and observes only its own devices, so
+    # one fleet-wide table learning from every gateway round is each gateway's Algorithm 1 over its devices
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}  # async: sim/buffered_async.py
 
     name: Literal["adaptivefl"]
     width_rates: list[float] = Field(
