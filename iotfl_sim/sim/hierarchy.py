@@ -83,6 +83,29 @@ class GatewayNode:
     def state(self) -> State:
         return self.tier.state
 
+    def start_from(self, strategy: Strategy) -> None:
+        """A cloud round's start: the cloud's model (the method's ``tier_state``) and a wire of its own."""
+        self.tier.values = {name: getattr(strategy, name) for name in strategy.tier_state}
+        self.tier.samples = 0.0
+        self.wire = None if strategy.wire is None else own_copy(strategy, strategy.wire)
+
+    @contextmanager
+    def bound(self, strategy: Strategy) -> Iterator[None]:
+        """The method holds this node's tier and wire inside, ``ctx.tier`` "gateway" (never across a ``yield``); what
+        it aggregates stays in the tier."""
+        names = strategy.tier_state
+        cloud = [getattr(strategy, name) for name in names], strategy.wire
+        for name in names:
+            setattr(strategy, name, self.tier.values[name])
+        strategy.wire, strategy.c.tier = self.wire, "gateway"
+        try:
+            yield
+        finally:
+            self.tier.values = {name: getattr(strategy, name) for name in names}
+            for name, value in zip(names, cloud[0], strict=True):
+                setattr(strategy, name, value)
+            strategy.wire, strategy.c.tier = cloud[1], "server"
+
 
 class GatewayView:
     """The server's view (``sim.view.ServerView``) restricted to one gateway's devices: what the method selects
@@ -221,11 +244,8 @@ class GatewayTier(ServerLoop):
         round's row, or None when no gateway could start a round (the run stalls)."""
         sim, kit = self.sim, self.kit
         rd = kit.new_round(rnd)
-        strategy = sim.strategy
-        for node in self.nodes:  # every gateway starts from the cloud's model, with a wire of its own
-            node.tier.values = {name: getattr(strategy, name) for name in strategy.tier_state}
-            node.tier.samples = 0.0
-            node.wire = None if strategy.wire is None else own_copy(strategy, strategy.wire)
+        for node in self.nodes:
+            node.start_from(sim.strategy)
         yield from kit.serve(rd)  # the cloud's set-up work (first round)
         procs = [sim.env.process(self._gateway(node, rnd, replay)) for node in self.nodes]
         yield simpy.AllOf(sim.env, procs)
@@ -255,7 +275,7 @@ class GatewayTier(ServerLoop):
         for j in range(k2):
             key = rnd * k2 + j
             played = yield from play_round(
-                self.kit, key, replay, serve, view=view, key=(node.index,) if node.index else (), holding=lambda: self._at(node)
+                self.kit, key, replay, serve, view=view, key=(node.index,) if node.index else (), holding=lambda: node.bound(self.sim.strategy)
             )
             if played is None:
                 break
@@ -266,24 +286,6 @@ class GatewayTier(ServerLoop):
             run.outcomes += played.outcomes
         yield from self._backhaul(node, rnd, up=True)
         return run
-
-    @contextmanager
-    def _at(self, node: GatewayNode) -> Iterator[None]:
-        """The method holds ``node``'s tier and wire inside, ``ctx.tier`` "gateway" (never across a ``yield``); what
-        it aggregates stays in the tier."""
-        strategy = self.sim.strategy
-        names = strategy.tier_state
-        cloud = [getattr(strategy, name) for name in names], strategy.wire
-        for name in names:
-            setattr(strategy, name, node.tier.values[name])
-        strategy.wire, strategy.c.tier = node.wire, "gateway"
-        try:
-            yield
-        finally:
-            node.tier.values = {name: getattr(strategy, name) for name in names}
-            for name, value in zip(names, cloud[0], strict=True):
-                setattr(strategy, name, value)
-            strategy.wire, strategy.c.tier = cloud[1], "server"
 
     def wire_for(self, device: int, wire: Wire | None) -> Wire | None:
         """The wire of ``device``'s gateway (a copy of the method's ``wire``): it prices the device's messages."""
