@@ -1,9 +1,11 @@
 """The engine's structure (issue 47): no module reaches into another's private members, ``Simulation`` stays
-small, every server mode is one ``ServerLoop`` of at most 150 lines written with the round toolkit."""
+small, every server mode is one ``ServerLoop`` of at most 150 lines written with the round toolkit, and
+checkpointing and the summary see only the narrow objects the engine builds for them, never the ``Simulation``."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from conftest import base_scenario
 
 import iotfl_sim
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.sim import checkpointing, summary
 from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.hierarchy import GatewayTier
@@ -80,11 +83,93 @@ def test_no_module_of_iotfl_sim_touches_another_modules_private_members():
     assert found == []
 
 
+# modules that get a narrow object from the engine (``checkpointing.CheckpointedRun``, ``summary.RunFigures``)
+NARROW = (checkpointing, summary)
+WHOLE_RUN_PARAMETERS = {"sim", "simulation"}
+
+
+def _annotations(tree: ast.Module) -> list[ast.expr]:
+    out: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            out.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            out.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            out.append(node.annotation)
+    return out
+
+
+def simulation_uses(source: str, path: str) -> list[str]:
+    """Where a module imports, names or annotates ``Simulation`` (quoted annotations too), imports the engine, or
+    takes a parameter named as the whole run (``sim``)."""
+    tree = ast.parse(source)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("sim.engine"):
+            out.append(f"{path}:{node.lineno}: imports {node.module}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "iotfl_sim.sim" and any(a.name == "engine" for a in node.names):
+            out.append(f"{path}:{node.lineno}: imports iotfl_sim.sim.engine")
+        elif isinstance(node, ast.Import) and any(a.name.endswith("sim.engine") for a in node.names):
+            out.append(f"{path}:{node.lineno}: imports the engine")
+        elif isinstance(node, ast.Name) and node.id == "Simulation":
+            out.append(f"{path}:{node.lineno}: Simulation")
+        elif isinstance(node, ast.Attribute) and node.attr == "Simulation":
+            out.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.arg) and node.arg in WHOLE_RUN_PARAMETERS:
+            out.append(f"{path}:{node.lineno}: parameter {node.arg}")
+    for annotation in _annotations(tree):
+        for c in ast.walk(annotation):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str) and "Simulation" in c.value:
+                out.append(f"{path}:{c.lineno}: annotated {c.value!r}")
+    return out
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from iotfl_sim.sim.engine import Simulation\n",
+        "from iotfl_sim.sim import engine\n",
+        "import iotfl_sim.sim.engine\n",
+        "def write(run: Simulation) -> None:\n    pass\n",
+        "def write(run: 'Simulation') -> None:\n    pass\n",
+        "def write(run: engine.Simulation) -> None:\n    pass\n",
+        "def due(sim, done):\n    return sim.sc\n",
+        "x: list[Simulation] = []\n",
+    ],
+)
+def test_the_narrow_rule_catches_the_whole_simulation(source):
+    assert len(simulation_uses(source, "m.py")) >= 1
+
+
+def test_the_narrow_rule_passes_a_narrow_object():
+    narrow = "from iotfl_sim.sim.summary import RunFigures\n\ndef summarize(run: RunFigures, t: float) -> dict:\n    return {}\n"
+    assert simulation_uses(narrow, "m.py") == []
+
+
+@pytest.mark.parametrize("module", NARROW, ids=lambda m: m.__name__)
+def test_checkpointing_and_the_summary_never_take_the_whole_simulation(module):
+    path = Path(module.__file__)
+    assert simulation_uses(path.read_text(encoding="utf-8"), path.name) == []
+
+
 def system_only(**extra) -> Simulation:
     data = base_scenario(rounds=1, clients_per_round=2, numerics="none")
     data.update(extra)
     sc = load_scenario(text=yaml.safe_dump(data))
     return Simulation(sc, resolve_groups(sc))
+
+
+def test_the_narrow_objects_hold_no_way_back_to_the_simulation():
+    """What ``Simulation`` hands checkpointing and the summary holds neither it nor one of its bound methods."""
+    sim = system_only()
+    sim.run()
+    for narrow in (sim.checkpointed_run(), sim.run_figures()):
+        for f in dataclasses.fields(narrow):
+            value = getattr(narrow, f.name)
+            assert value is not sim and getattr(value, "__self__", None) is not sim, f.name
+    run = sim.checkpointed_run()  # what a resume writes back reaches the run's own objects
+    assert run.rows is sim.rows and run.oracle_users is sim.view.oracle_users and run.host is sim.host
 
 
 def test_a_simulation_holds_at_most_15_attributes():

@@ -167,6 +167,6 @@ def test_rounds_split_server_time_by_kind_and_the_summary_adds_them_up(tmp_path)
         split = sum(row[f"server_{k}_s"] for k in ("train", "infer", "aggregate", "qsgd", "other"))
         assert row["server_time_s"] == pytest.approx(split)
         assert row["server_aggregate_s"] > 0  # fedavg has no work of its own: the engine's aggregation only
-    by_kind = summarize(sim, 1.0)["server_time_by_kind_s"]
+    by_kind = summarize(sim.run_figures(), 1.0)["server_time_by_kind_s"]
     assert by_kind["aggregate"] == pytest.approx(sum(r["server_aggregate_s"] for r in sim.rows))
     assert by_kind["train"] == 0.0

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from iotfl_sim.core.errors import ScenarioError
-from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.async_tasks import Buffered, InFlight, check_server, no_progress
 from iotfl_sim.sim.buffered_async import asynchronous_form
 from iotfl_sim.sim.learning import TrainTask
@@ -127,7 +126,7 @@ class AsyncServer(ServerLoop):
         if ck.pending is not None:
             if ck.resume_step != self.steps:
                 return False  # replaying, not yet at the checkpoint (or it is a version's: ``_update`` ends it)
-            checkpointing.end_replay(sim)
+            sim.end_replay()
         if not sim.status.stop_requested:
             return False
         sim.checkpoint(self.version, step=self.steps)

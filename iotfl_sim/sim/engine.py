@@ -52,7 +52,7 @@ from iotfl_sim.sim.memory import InfeasibleFleetError
 from iotfl_sim.sim.semi_async import SemiAsyncLoop
 from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
-from iotfl_sim.sim.summary import device_columns, summarize
+from iotfl_sim.sim.summary import RunFigures, device_columns, summarize
 from iotfl_sim.sim.sync_loop import SyncLoop
 from iotfl_sim.sim.system import SystemModel
 from iotfl_sim.sim.view import ServerView
@@ -232,12 +232,13 @@ class Simulation:
         if not status.interrupted:
             faults.hit("summary")
         host_total = self.host.elapsed()  # set-up counts as bookkeeping
-        summary = summarize(self, host_total)
+        figures = self.run_figures()
+        summary = summarize(figures, host_total)
         summary["status"] = "interrupted" if status.interrupted else "complete"
         if status.interrupted and status.stop_signal is not None:
             summary["stopped_by"] = signal.Signals(status.stop_signal).name
         if self.recorder is not None:
-            self.recorder.devices(device_columns(self))
+            self.recorder.devices(device_columns(figures))
             self.recorder.summary(summary)
         if self.host.executor is not None:
             self.host.executor.close()
@@ -348,14 +349,51 @@ class Simulation:
         engine = [self.env.now, t.down, t.up, self.system.server_time, t.params_sent, t.params_back]
         return [*engine, *self.fleet.digest(), float(self.view.known_gone.sum()), *self.loop.digest()]
 
+    def checkpointed_run(self) -> checkpointing.CheckpointedRun:
+        """What a checkpoint reads of the run and a resume writes back, as the run stands now."""
+        return checkpointing.CheckpointedRun(
+            self.checkpointing, self.strategy, self.loop, self.host, self.rows, self.view.oracle_users,
+            self.system.server_work, self.recorder, self.digest(),
+        )  # fmt: skip
+
     def checkpoint(self, done: int, step: int | None = None) -> None:
         """Write a checkpoint after ``done`` rounds, or at ``step`` after version ``done`` of an asynchronous run
         (``sim.checkpointing``), every row it counts written first."""
         self.write_held_row()
-        checkpointing.write(self, done, step)
+        checkpointing.write(self.checkpointed_run(), done, step)
 
     def resume_from(
         self, meta: dict[str, Any], state: dict[str, Any], tape: list[dict[str, list]], recorder: RunRecorder, source: Path
     ) -> None:
-        """Set up a resumed run from the checkpoint whose state file is ``source`` (``sim.checkpointing.begin_resume``)."""
-        checkpointing.begin_resume(self, meta, state, tape, recorder, source)
+        """Set up a resumed run from the checkpoint whose state file is ``source`` (``sim.checkpointing.begin_resume``);
+        ``recorder`` follows the replay (it skips the event lines already on disk; rows are not replayed)."""
+        checkpointing.begin_resume(self.checkpointed_run(), meta, state, tape, source)
+        self.recorder = recorder
+
+    def end_replay(self) -> None:
+        """The resume's replay reached the checkpoint: check it and restore the saved state (``sim.checkpointing``)."""
+        checkpointing.end_replay(self.checkpointed_run())
+
+    # ------------------------------------------------------------ the run's end
+
+    def run_figures(self) -> RunFigures:
+        """What ``summary.json`` and ``devices.csv`` read of the run."""
+        sc, system, dataset = self.sc, self.system, self.numerics.dataset
+        return RunFigures(
+            name=sc.name,
+            algorithm=sc.algorithm.name,
+            server_mode=sc.server.mode,
+            seed=sc.seed,
+            target_accuracies=sc.server.target_accuracies,
+            rows=self.rows,
+            fleet=self.fleet,
+            traffic=system.traffic,
+            server_time=system.server_time,
+            server_power_w=system.server_cost.power_w,
+            host=self.host,
+            stalled=self.status.stalled,
+            oracle_users=self.view.oracle_users,
+            samples_per_device=self.numerics.samples_per_device,
+            data_notes=dataset.notes if dataset is not None else "",
+            mode_summary=self.loop.summary(),
+        )

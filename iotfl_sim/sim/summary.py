@@ -1,7 +1,12 @@
-"""Final figures of a run: time- and energy-to-accuracy, bytes, failures, host time split."""
+"""Final figures of a run: time- and energy-to-accuracy, bytes, failures, host time split.
+
+They are made from a ``RunFigures`` (``Simulation.run_figures`` builds it), which names everything
+``summary.json`` and ``devices.csv`` read of a run; nothing here sees the engine.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -9,7 +14,31 @@ import numpy as np
 from iotfl_sim.core.catalog import FAILURE_REASONS, SERVER_WORK_KINDS
 
 if TYPE_CHECKING:
-    from iotfl_sim.sim.engine import Simulation
+    from iotfl_sim.fleet.fleet import Fleet
+    from iotfl_sim.sim.host import Host
+    from iotfl_sim.sim.traffic import Traffic
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What a run's final figures read of it, as the run ends."""
+
+    name: str  # the scenario's
+    algorithm: str  # the method's name
+    server_mode: str  # ``server.mode``
+    seed: int
+    target_accuracies: list[float]  # ``server.target_accuracies``: the time- and energy-to-accuracy asked for
+    rows: list[dict[str, Any]]  # every row of rounds.csv
+    fleet: Fleet  # the devices' counters and energy ledgers
+    traffic: Traffic  # the bytes on the air and the communication waste
+    server_time: float  # the server's simulated seconds
+    server_power_w: float  # the server's power while it works
+    host: Host  # host seconds by phase, the executor chosen and why
+    stalled: int | None  # the round the run stalled at (None: it did not)
+    oracle_users: set[str]  # who asked for the simulator's true state
+    samples_per_device: np.ndarray
+    data_notes: str  # what the dataset's loader says of it ("" without data)
+    mode_summary: dict[str, Any]  # the server mode's own entries (``ServerLoop.summary``)
 
 
 def first_reaching(rows: list[dict[str, Any]], column: str, target: float, field: str) -> float | None:
@@ -21,13 +50,13 @@ def first_reaching(rows: list[dict[str, Any]], column: str, target: float, field
     return None
 
 
-def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
-    rows = sim.rows
-    sc = sim.sc
+def summarize(run: RunFigures, host_total: float) -> dict[str, Any]:
+    """``summary.json``'s figures (``host_total``: the run's host seconds, set-up included)."""
+    rows = run.rows
     last = rows[-1] if rows else {}
     evaluated = [r for r in rows if r.get("acc_full") is not None]
     final_acc = {k: v for k, v in (evaluated[-1] if evaluated else {}).items() if k.startswith("acc_")}
-    targets = sc.server.target_accuracies
+    targets = run.target_accuracies
     reach: dict[str, dict[str, Any]] = {}
     for col in ("acc_full", "acc_avg"):
         reach[col] = {
@@ -38,39 +67,41 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
             }
             for t in targets
         }
-    host_train, host_eval, host_setup = sim.host.times["train"], sim.host.times["eval"], sim.host.times["setup"]
-    host_aggregate = sim.host.times["aggregate"]
+    times = run.host.times
+    host_train, host_eval, host_setup = times["train"], times["eval"], times["setup"]
+    host_aggregate = times["aggregate"]
     other = max(host_total - host_train - host_eval - host_aggregate - host_setup, 0.0)
-    failures = {r: int(sim.fleet.failures[r].sum()) for r in FAILURE_REASONS}
+    fleet = run.fleet
+    failures = {r: int(fleet.failures[r].sum()) for r in FAILURE_REASONS}
     return {
-        "name": sc.name,
-        "algorithm": sc.algorithm.name,
-        "server_mode": sc.server.mode,
-        "seed": sc.seed,
+        "name": run.name,
+        "algorithm": run.algorithm,
+        "server_mode": run.server_mode,
+        "seed": run.seed,
         "rounds": len(rows),
-        "devices": sim.fleet.n,
+        "devices": fleet.n,
         "sim_time_s": last.get("sim_time_s", 0.0),
         "final_accuracy": final_acc,
         "best_acc_full": max((r["acc_full"] for r in evaluated), default=None),
         "to_accuracy": reach,
         "energy_j": last.get("energy_j", 0.0),
         "energy_by_kind_j": {k: last.get(f"energy_{k}_j", 0.0) for k in ("compute", "radio", "idle")},
-        "energy_by_group_j": energy_by_group(sim, float(last.get("sim_time_s", 0.0))),
-        "bytes_down": sim.system.traffic.down,
-        "bytes_up": sim.system.traffic.up,
-        "comm_waste": sim.system.traffic.waste_rate(),
-        "bytes_wasted": sim.system.traffic.wasted,
-        "server_time_s": sim.system.server_time,
-        "server_energy_j": sim.system.server_time * sim.system.server_cost.power_w,
+        "energy_by_group_j": energy_by_group(fleet, float(last.get("sim_time_s", 0.0))),
+        "bytes_down": run.traffic.down,
+        "bytes_up": run.traffic.up,
+        "comm_waste": run.traffic.waste_rate(),
+        "bytes_wasted": run.traffic.wasted,
+        "server_time_s": run.server_time,
+        "server_energy_j": run.server_time * run.server_power_w,
         "server_time_by_kind_s": {k: sum(r.get(f"server_{k}_s", 0.0) for r in rows) for k in SERVER_WORK_KINDS},
-        "tasks": int(sim.fleet.tasks.sum()),
-        "completed": int(sim.fleet.completed.sum()),
+        "tasks": int(fleet.tasks.sum()),
+        "completed": int(fleet.completed.sum()),
         "failures": failures,
-        "devices_alive": last.get("alive", sim.fleet.n),
-        "stalled_at_round": None if sim.status.stalled is None else sim.status.stalled + 1,
-        **updates_summary(rows, sc.server.mode),
-        "oracle_knowledge": sorted(sim.view.oracle_users),
-        "data_notes": sim.numerics.dataset.notes if sim.numerics.dataset is not None else "",
+        "devices_alive": last.get("alive", fleet.n),
+        "stalled_at_round": None if run.stalled is None else run.stalled + 1,
+        **updates_summary(rows, run.server_mode),
+        "oracle_knowledge": sorted(run.oracle_users),
+        "data_notes": run.data_notes,
         "host_time_s": {
             "setup": host_setup,
             "train": host_train,
@@ -81,23 +112,23 @@ def summarize(sim: Simulation, host_total: float) -> dict[str, Any]:
         },
         "host_other_fraction": other / host_total if host_total > 0 else 0.0,
         "executor": {
-            "kind": sim.host.choice.kind, "workers": sim.host.choice.workers, "why": sim.host.choice.why,
-            "overlap_eval": sim.host.overlap_eval,  # host_eval_s counts only the waits (README "Executors")
+            "kind": run.host.choice.kind, "workers": run.host.choice.workers, "why": run.host.choice.why,
+            "overlap_eval": run.host.overlap_eval,  # host_eval_s counts only the waits (README "Executors")
         },
-        **sim.loop.summary(),
+        **run.mode_summary,
     }
 
 
-def energy_by_group(sim: Simulation, t: float) -> dict[str, float]:
-    used = sim.fleet.energy_total(t)
-    sums = np.bincount(sim.fleet.group_of, weights=used, minlength=len(sim.fleet.groups))
-    return {g.name: float(s) for g, s in zip(sim.fleet.groups, sums, strict=True)}
+def energy_by_group(fleet: Fleet, t: float) -> dict[str, float]:
+    used = fleet.energy_total(t)
+    sums = np.bincount(fleet.group_of, weights=used, minlength=len(fleet.groups))
+    return {g.name: float(s) for g, s in zip(fleet.groups, sums, strict=True)}
 
 
-def device_columns(sim: Simulation) -> dict[str, Any]:
+def device_columns(run: RunFigures) -> dict[str, Any]:
     """Per-device table (devices.csv) as columns."""
-    f = sim.fleet
-    t = float(sim.rows[-1]["sim_time_s"]) if sim.rows else 0.0
+    f = run.fleet
+    t = float(run.rows[-1]["sim_time_s"]) if run.rows else 0.0
     groups = np.array([g.name for g in f.groups], dtype=object)[f.group_of]
     classes = np.array([g.profile.device_class for g in f.groups], dtype=object)[f.group_of]
     idle_more = f.idle_w * np.clip(np.minimum(t, f.depleted_at) - f.settled_at, 0.0, None)
@@ -105,7 +136,7 @@ def device_columns(sim: Simulation) -> dict[str, Any]:
         "device": np.arange(f.n),
         "group": groups,
         "device_class": classes,
-        "samples": sim.numerics.samples_per_device,
+        "samples": run.samples_per_device,
         "tasks": f.tasks,
         "completed": f.completed,
         **{f"failed_{r}": f.failures[r] for r in FAILURE_REASONS},

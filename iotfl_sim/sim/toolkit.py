@@ -269,10 +269,11 @@ class Toolkit:
                 sim.progress.update(1)
             ck = sim.checkpointing
             if rnd + 1 == ck.resume_round and ck.resume_step is None:  # a step's: the async server ends the replay
-                checkpointing.end_replay(sim)
+                sim.end_replay()
             return False
         sim.record(rnd, row)
-        if rnd + 1 < sim.sc.rounds and (sim.status.stop_requested or checkpointing.due(sim, rnd + 1)):
+        every = sim.sc.output.checkpoint
+        if rnd + 1 < sim.sc.rounds and (sim.status.stop_requested or checkpointing.due(sim.checkpointing, every, rnd + 1)):
             sim.checkpoint(rnd + 1)
             if sim.status.stop_requested:
                 sim.status.interrupted = True
