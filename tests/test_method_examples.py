@@ -222,7 +222,7 @@ def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
 
     page = (ROOT / "docs" / "write_a_method.md").read_text()
     blocks = re.findall(r"```(python|yaml)\n# (\S+)\n(.*?)```", page, flags=re.S)
-    assert {name for _, name, _ in blocks} == {"fedavgm.py", "study.yaml", "async_mean.py"}, blocks
+    assert {name for _, name, _ in blocks} == {"fedavgm.py", "study.yaml", "async_mean.py", "fedavgm_tiers.py"}, blocks
     for _, name, body in blocks:
         (tmp_path / name).write_text(body)
     # the asynchronous example: named by its import path beside the scenario, run with server.mode async
@@ -231,6 +231,16 @@ def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
     assert main(["run", str(tmp_path / "async.yaml"), "--out", str(tmp_path / "async_runs"), "--quiet"]) == 0, capsys.readouterr().err
     (run,) = (tmp_path / "async_runs").iterdir()
     assert [r["updates_applied"] for r in _rounds(run)] == ["1", "2", "3"]
+    # the hierarchical example: two gateways of four devices; the cloud's momentum steps once per cloud round
+    sc = base_scenario(rounds=2, clients_per_round=2, algorithm={"name": "fedavgm_tiers:TieredFedAvgM"})
+    sc["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0, "devices_per_gateway": 4}]
+    for g in sc["fleet"]["groups"]:
+        g.setdefault("network", {})["gateway"] = "gw"
+    sc["hierarchy"] = {}
+    (tmp_path / "tiers.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
+    assert main(["run", str(tmp_path / "tiers.yaml"), "--out", str(tmp_path / "tier_runs"), "--quiet"]) == 0, capsys.readouterr().err
+    (run,) = (tmp_path / "tier_runs").iterdir()
+    assert [float(r["bytes_backhaul_up"]) > 0 for r in _rounds(run)] == [True, True]
     commands = re.findall(r"^iotfl-sim (validate|run) (\S+)", page, flags=re.M)
     assert commands == [("validate", "study.yaml"), ("run", "study.yaml")]
     assert main(["validate", str(tmp_path / "study.yaml")]) == 0, capsys.readouterr().err
