@@ -30,11 +30,12 @@ parallel gateways cannot see each other's copy. The method's wire (QSGD) is shar
 device and every device belongs to one gateway, but its dispatch replaces the round's quantized downloads, so
 quantized downloads (``download_bits`` < 32) run with one gateway only (refused otherwise, at set-up). So a method runs hierarchically when its whole changing state is one averaged
 global model in ``state`` (besides a wire) and its server does nothing but aggregate: ``fedavg``, ``fedprox``,
-``heterofl``, ``flexfl`` and ``scalefl`` (their options' ``modes`` hold ``hierarchical``; each gateway round is one
-of the method's rounds, ``ctx.rounds`` = rounds x k2; HeteroFL's gateway copies are full global models, and
-the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value).
-The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables, FedX's server-side
-fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, DAdaQuant's and HeteroFL-IoT's
+``heterofl``, ``heterofl_iot``, ``flexfl`` and ``scalefl`` (their options' ``modes`` hold ``hierarchical``; each
+gateway round is one of the method's rounds, ``ctx.rounds`` = rounds x k2; HeteroFL's gateway copies are full global
+models, and the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud
+value; HeteroFL-IoT's budget pacing is kept per gateway, over the devices of the view it selects from,
+``FleetView.members``). The rest cannot: FedOpt's server optimizer moments (``m``, ``v``), AdaptiveFL's RL tables,
+FedX's server-side fine-tuning, FedDF's and AdapterFL's server distillation and prototype assembly, DAdaQuant's
 fleet-wide state; the scenario refuses them (``Scenario._mode_problem``).
 
 At a cloud round's end every gateway holds the cloud's model, so a checkpoint needs nothing beyond the strategy's
