@@ -8,7 +8,10 @@ import numpy as np
 
 
 class MaskOnlyView:
-    """``FleetView.sample_selectable`` answering None: ``select_uniform`` then draws from ``selectable_mask``."""
+    """``FleetView.sample_selectable`` answering None: ``select_uniform`` then draws from ``selectable_mask``; the
+    view selects among every device (``FleetView.members`` None)."""
+
+    members: np.ndarray | None = None
 
     def sample_selectable(self, k: int, rng: np.random.Generator, eligible: Any = None) -> np.ndarray | None:
         return None

@@ -13,7 +13,7 @@ import torch
 import yaml
 from conftest import BIG, base_scenario
 
-from iotfl_sim.algorithms.base import Assignment, Update
+from iotfl_sim.algorithms.base import Assignment, RunLeft, Update
 from iotfl_sim.cli import main
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import Staleness
@@ -26,6 +26,7 @@ from iotfl_sim.strategy import average
 @dataclass
 class Context:
     clients_per_round: int = 10
+    run_left: RunLeft | None = None
 
 
 class Mean:
@@ -36,6 +37,7 @@ class Mean:
         self.state = state
         self.ctx = Context()
         self.seen_k: list[int] = []
+        self.seen_left: list[RunLeft | None] = []
 
     @property
     def c(self):
@@ -49,6 +51,7 @@ class Mean:
 
     def select(self, rnd, fleet, rng):
         self.seen_k.append(self.ctx.clients_per_round)
+        self.seen_left.append(self.ctx.run_left)
         return [Assignment(d, SubmodelSpec(1.0)) for d in range(self.ctx.clients_per_round)]
 
 
@@ -56,9 +59,9 @@ def update(device: int, state: dict, staleness: int, base: dict) -> Update:
     return Update(Assignment(device, SubmodelSpec(1.0)), state, 10, np.arange(2), 0.0, staleness=staleness, base=base)
 
 
-def form(strategy, kind: str = "constant", buffer_size: int | None = None) -> BufferedForm:
+def form(strategy, kind: str = "constant", buffer_size: int | None = None, run_left=None) -> BufferedForm:
     server = SimpleNamespace(buffer_size=buffer_size, staleness=Staleness(kind=kind))
-    return BufferedForm(strategy, SimpleNamespace(server=server, selection_size=lambda: 4))
+    return BufferedForm(strategy, SimpleNamespace(server=server, selection_size=lambda: 4), run_left)
 
 
 def test_a_stale_update_joins_by_its_weighted_delta_on_the_current_model_by_hand():
@@ -91,6 +94,10 @@ def test_select_some_asks_the_method_for_k_devices_and_restores_its_context():
     assert [a.device for a in chosen] == [0, 1, 2] and method.seen_k == [3]
     assert method.ctx is ctx and ctx.clients_per_round == 10
     assert form(method).buffer_size() == 4 and form(method, buffer_size=2).buffer_size() == 2
+    # what is left of the run, asked of the server at each wave, is the method's for that call only
+    left = RunLeft(7, (Assignment(5, SubmodelSpec(1.0)),))
+    form(method, run_left=lambda: left).select_some(1, None, np.random.default_rng(0), 2)
+    assert method.seen_left == [None, left] and method.ctx is ctx and ctx.run_left is None
 
 
 def simulation(data: dict) -> Simulation:
@@ -143,7 +150,7 @@ def buffered_methods() -> list[str]:
 
 
 def test_the_buffered_form_is_declared_by_the_methods_the_docs_name():
-    assert buffered_methods() == ["fedavg", "heterofl", "adaptivefl", "flexfl", "fedprox"]
+    assert buffered_methods() == ["fedavg", "heterofl", "heterofl_iot", "adaptivefl", "flexfl", "fedprox"]
 
 
 @pytest.mark.parametrize("name", buffered_methods())

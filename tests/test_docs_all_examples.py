@@ -73,6 +73,7 @@ SHORT = {
     "fedprox_smoke.yaml": ["rounds=1"],
     "fedopt_smoke.yaml": ["rounds=1"],
     "async_iot_fleet_smoke.yaml": ["rounds=3"],  # model versions in async mode, rounds in the others
+    "heterofl_async_smoke.yaml": ["rounds=3"],
     "hierarchical_field_smoke.yaml": ["rounds=1"],
     # 100 devices on MNIST: a full round is minutes on CPU; one round on a seeded subset
     "heterofl_mnist_a2b8.yaml": ["rounds=1", *SUBSET, FLOPS],

@@ -300,19 +300,25 @@ def test_paced_needs_fix_mode_and_the_oracle():
         HeteroFLIoTConfig(name="heterofl_iot", selection="paced", energy_info="outcomes")
 
 
-def budget_run(tmp_path, write_scenario, selection: str) -> tuple[list[Counter], dict, Path]:
+def budget_run(
+    tmp_path, write_scenario, selection: str, name: str | None = None, gateways: int = 1, **over
+) -> tuple[list[Counter], dict, Path]:
+    """The 12-round budget run; ``over`` changes the scenario (``gateways`` > 1: each dispatch counts in its
+    gateway's Counter of each round, gateway g holding devices 10g to 10g + 9)."""
     data = battery_scenario(
         10.0, rounds=12, numerics="none", output={"progress": False, "events": "all"},
         algorithm={"name": "heterofl_iot", "proportions": "a2-b8", "selection": selection},
     )  # fmt: skip
-    out = tmp_path / selection
-    assert main(["run", str(write_scenario(data, f"{selection}.yaml")), "--out", str(out), "--quiet"]) == 0
+    data.update(over)
+    name = name or selection
+    out = tmp_path / name
+    assert main(["run", str(write_scenario(data, f"{name}.yaml")), "--out", str(out), "--quiet"]) == 0
     (path,) = list(out.iterdir())
-    per_round = [Counter() for _ in range(12)]
+    per_round = [Counter() for _ in range(12 * gateways)]
     for line in open(path / "events.jsonl"):
         e = json.loads(line)
         if e["event"] == "dispatch":
-            per_round[e["round"]][e["level"]] += 1
+            per_round[e["round"] * gateways + e["device"] // 10 * (gateways > 1)][e["level"]] += 1
     return per_round, json.loads((path / "summary.json").read_text()), path
 
 
@@ -366,6 +372,130 @@ def test_paced_mix_holds_to_the_last_round_system_only(tmp_path, write_scenario)
     prop, s_prop, _ = budget_run(tmp_path, write_scenario, "proportional")
     assert [m["a"] for m in prop] == [1] * 8 + [0] * 4
     assert s_prop["failures"]["depleted"] == 4
+
+
+def test_paced_async_waves_of_whole_rounds_pace_as_the_synchronous_rounds(tmp_path, write_scenario):
+    """The run above in FedBuff's buffered form with concurrency = buffer_size = 5 and dispatch after each update:
+    every wave starts with nothing in flight and needs S = (12 - v) x 5 updates, so its S / k = 12 - v waves left
+    are the synchronous rounds left, and level a goes out in the same waves (1 at wave 0, then 3 over the 11 left:
+    waves 4, 7 and 10, derived in the test above)."""
+    server = {"mode": "async", "dispatch": "after_update", "concurrency": 5, "buffer_size": 5}
+    waves, summary, _ = budget_run(tmp_path, write_scenario, "paced", "paced_async", server=server)
+    assert [m["a"] for m in waves] == [1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0]
+    assert summary["failures"]["depleted"] == 0
+
+
+class BusyView(EnergyView):
+    """An EnergyView whose devices in flight are not selectable (as the server's view)."""
+
+    def __init__(self, n: int, budget: float) -> None:
+        super().__init__(n, budget)
+        self.busy = np.zeros(n, dtype=bool)
+
+    def selectable_mask(self) -> np.ndarray:
+        return ~(self.gone | self.busy)
+
+
+def test_paced_async_waves_spend_the_budget_exactly_and_never_what_is_in_flight():
+    """The paced selection under an asynchronous server, by hand. 8 nodes, a1-b3: a-nodes 0 and 1 with 10 J and
+    4 J a task (2 tasks each, 4 in all), b-nodes 2-7 on mains. 10 versions of 1 update, 2 slots: wave 0 fills both,
+    then each wave refills the slot of the oldest task, which ends (draws its energy) before the next wave.
+    Before wave j >= 1, j updates are in and one task is in flight: S = 10 - j - 1 = 9 - j.
+    Each wave's quota keeps a1-b3 among the 2 tasks (1 a, 1 b): a when the task in flight is b, else b.
+    w0: nothing measured, 1 a + 1 b (the a ends first). w1: e_a = 4 / 1 ended; 1 + 2 = 3 affordable,
+    x = 3/8 = .375 -> 0 (b fills). w2: 3/7 + .375 = .804 -> 0. w3: 3/6 + .804 = 1.304 -> a (carry .304).
+    w4 (a in flight, quota b): 1 ended, e_a = 4; 6 and 10 J -> 1 + 2 = 3, less the 1 in flight = 2,
+    x = 2/5 + .304 = .704 -> 0. w5: 2 ended, 8 J drawn; 2 affordable (2 and 10 J, or 6 and 6), x = 2/4 + .704
+    = 1.204 -> a (.204). w6: 2 - 1 in flight = 1, x = 1/3 + .204 = .537 -> 0. w7: (2, 6) J: 1, x = 1/2 + .537
+    = 1.037 -> a (.037). w8: 1 - 1 = 0 -> 0. w9: S = 0 (a wave past what the run needs is paced as its last)
+    and nothing affordable -> b. So a goes out in waves 0, 3, 5 and 7: 4 tasks, the a-nodes' budget exactly,
+    each to a node that can pay for it and for what it has in flight, all 4 among the 10 updates applied.
+    Counting tasks in flight as measured (e_a = 4 J / 2 dispatched at w4, 8 affordable) would send a at w4."""
+    from types import SimpleNamespace
+
+    from iotfl_sim.algorithms.base import RunLeft
+    from iotfl_sim.sim.buffered_async import BufferedForm
+
+    s = HeteroFLIoT(HeteroFLIoTConfig(name="heterofl_iot", proportions="a1-b3", selection="paced"))
+    s.setup(strategy_context(ModelRecipe("cnn_small", 10, 1, (8, 8)), 8, 2, rounds=10))
+    assert s.fixed.tolist() == [0, 0, 1, 1, 1, 1, 1, 1]
+    view = BusyView(8, 10.0)
+    view.state.left[2:] = np.inf
+    cost = {"a": 4.0, "b": 1.0}
+    in_flight: list[Assignment] = []
+    completed = 0
+    form = BufferedForm(
+        s, SimpleNamespace(server=SimpleNamespace(buffer_size=1, staleness=None), selection_size=lambda: 2),
+        lambda: RunLeft(10 - completed - len(in_flight), tuple(in_flight)),
+    )  # fmt: skip
+    waves = []
+    while completed < 10:
+        out = form.select_some(len(waves), view, np.random.default_rng(len(waves)), 2 - len(in_flight))
+        waves.append("".join(a.level for a in out))
+        for a in out:
+            assert view.state.left[a.device] >= cost[a.level], "a node that cannot pay for its task was picked"
+            view.busy[a.device] = True
+        in_flight += out
+        done = in_flight.pop(0)
+        view.state.left[done.device] -= cost[done.level]
+        view.state.drawn[done.device] += cost[done.level]
+        view.busy[done.device] = False
+        completed += 1
+    assert waves == ["ab", "b", "b", "a", "b", "a", "b", "a", "b", "b"]
+    assert view.state.left[:2].tolist() == [2.0, 2.0] and view.state.drawn[:2].sum() == 16.0
+
+
+def test_concurrent_quotas_keep_the_mix_among_the_tasks_in_flight():
+    from iotfl_sim.algorithms.heterofl_iot import concurrent_quotas
+
+    shares = np.array([0.2, 0.8])
+    # nothing in flight: the round's quota; 1 a + 3 b in flight and 1 slot: a2-b8 of 5 is 1:4 -> b
+    assert concurrent_quotas(shares, 5, np.array([0, 0])).tolist() == level_quotas(shares, 5).tolist() == [1, 4]
+    assert concurrent_quotas(shares, 1, np.array([1, 3])).tolist() == [0, 1]
+    assert concurrent_quotas(shares, 1, np.array([0, 4])).tolist() == [1, 0]
+    # 3 a in flight (over the share), 2 slots: a2-b8 of 5 is 1:4, b lacks 4: cut back to 2 -> 0:2
+    assert concurrent_quotas(shares, 2, np.array([3, 0])).tolist() == [0, 2]
+
+
+def test_paced_hierarchy_paces_each_gateways_own_nodes_over_the_gateway_rounds(tmp_path, write_scenario):
+    """The 12-round budget run as 6 cloud rounds of 2 gateway rounds over two gateways of 10 nodes: the a-nodes
+    (0-3) are all behind gateway 0, which paces them over its 12 gateway rounds as the flat run paces them over its
+    12 rounds (the same task energies: 1 a-task a node): 1 at gateway round 0, then 3 over 11, rounds 4, 7 and 10.
+    Gateway 1 holds no a-node. Had the gateways shared one fleet-wide pace, gateway 1's selections would advance
+    level a's carry too, and a would go out about twice as often, its budget gone by the middle of the run."""
+    fleet = battery_scenario(10.0)["fleet"]
+    fleet["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0, "devices_per_gateway": 10}]
+    fleet["groups"][0]["network"] = {"gateway": "gw"}
+    tier = {"fleet": fleet, "hierarchy": {"gateway_rounds": 2}, "rounds": 6}
+    rounds, summary, _ = budget_run(tmp_path, write_scenario, "paced", "paced_tier", gateways=2, **tier)
+    assert [rounds[2 * r]["a"] for r in range(12)] == [1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0]
+    assert all(rounds[2 * r + 1]["a"] == 0 for r in range(12))
+    assert summary["failures"]["depleted"] == 0
+
+
+def test_a_stopped_paced_hierarchical_run_resumes_to_the_same_files(tmp_path, write_scenario, monkeypatch):
+    """Each gateway's pace (carry and task count, keyed by its first device) goes through the checkpoint: a run
+    stopped after its first cloud round and resumed writes the files of a run never stopped."""
+    from iotfl_sim.sim import engine
+
+    data = battery_scenario(
+        10.0, rounds=4, numerics="none", hierarchy={"gateway_rounds": 2},
+        algorithm={"name": "heterofl_iot", "proportions": "a2-b8", "selection": "paced"},
+        output={"progress": False, "events": "all", "checkpoint": {"every_rounds": 1, "every_s": None}},
+    )  # fmt: skip
+    data["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0, "devices_per_gateway": 10}]
+    data["fleet"]["groups"][0]["network"] = {"gateway": "gw"}
+    path = write_scenario(data)
+    assert main(["run", str(path), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
+    checkpoint = engine.Simulation.checkpoint
+    monkeypatch.setattr(engine.Simulation, "checkpoint", lambda sim, done: (checkpoint(sim, done), setattr(sim, "stop_requested", True)))
+    assert main(["run", str(path), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
+    monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
+    (cut,) = list((tmp_path / "cut").iterdir())
+    assert main(["run", "--resume", str(cut), "--quiet"]) == 0
+    (whole,) = list((tmp_path / "whole").iterdir())
+    assert (whole / "events.jsonl").read_text() == (cut / "events.jsonl").read_text()
+    assert (whole / "devices.csv").read_text() == (cut / "devices.csv").read_text()
 
 
 def test_fleet_energy_left_and_task_energy_by_hand():

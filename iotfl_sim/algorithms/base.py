@@ -176,6 +176,9 @@ class FleetView(Protocol):
     num_devices: int
     now: float  # simulated seconds at this selection
     rnd: int  # the round being selected (0-based)
+    # the devices this view selects among, as a bool mask over all devices: a gateway's under a hierarchy (each
+    # gateway selects from its own devices); None: every device
+    members: np.ndarray | None
 
     def selectable(self) -> np.ndarray: ...  # indices of online devices not known to be gone and not busy
 
@@ -189,6 +192,18 @@ class FleetView(Protocol):
     def declared_free_memory(self) -> np.ndarray: ...  # bytes, per device, from the declared profiles
 
     def true_state(self, strategy: str) -> Any: ...  # oracle access; recorded in the summary
+
+
+@dataclass(frozen=True)
+class RunLeft:
+    """What is left of an asynchronous run when its server asks a round-based method for a dispatch wave (through
+    the buffered form, ``sim.buffered_async``): ``updates``, the updates the run still needs before its last model
+    version if no task fails from now on ((rounds - version) x buffer_size - updates buffered - tasks in flight),
+    which the wave's ``clients_per_round`` slots start to fill; ``in_flight``, the tasks dispatched and not yet
+    settled."""
+
+    updates: int
+    in_flight: tuple[Assignment, ...]
 
 
 @dataclass
@@ -218,6 +233,9 @@ class StrategyContext:
     # while the engine calls ``Strategy.observe``: whether it aggregated the round (or made the model version)
     # observed, which ``Strategy.aggregated`` answers; None at any other time
     round_aggregated: bool | None = None
+    # while the asynchronous server's buffered form calls ``select`` for a dispatch wave: what is left of the run;
+    # None at any other time (in rounds)
+    run_left: RunLeft | None = None
     # who the engine calls the method for: "server" (the flat server, or the cloud of a hierarchy), "gateway" (a
     # gateway of a hierarchy, holding its own ``Tier``): e.g. server-side work a method does only at the top
     tier: Literal["server", "gateway"] = "server"

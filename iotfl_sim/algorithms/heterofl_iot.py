@@ -52,6 +52,25 @@ What the paper specifies, and how it maps here:
   measured) is the paper's mix. Deterministic: no randomness besides the uniform draw within each
   level, the same as ``proportional``'s.
 
+  The other modes keep this meaning: a level's budget spread over what is left of the run, spent by its end.
+
+  - ``semi_async``: as above, one selection a round.
+  - ``async`` (FedBuff's buffered form, ``sim/buffered_async.py``): no rounds; each dispatch wave of k free slots
+    is a selection of k. The run needs S more updates if no task fails from now on (the server's ``RunLeft``:
+    (R - version) x buffer_size - buffered - in flight), so "rounds left" is S / k waves of k:
+    x_l = B_l / (S / k) + c_l, which is B_l / (R - r) when every wave is a round (k = buffer_size = the
+    concurrency, nothing in flight); a wave with S <= k (the run's last, or past it) may spend all that is left.
+    A task in flight has drawn only part of its energy: it is left out of e_l's count (e_l = energy drawn /
+    tasks ended, at most a task's part too high) and takes one task off B_l (its node will pay for it). The
+    counts of a wave keep the mix among the tasks in flight and the wave's (``concurrent_quotas``), so waves of
+    one slot (``dispatch: continuous``) still follow the shares.
+  - ``hierarchical``: each gateway selects from its own nodes every gateway round (``ctx.rounds`` = rounds x
+    gateway_rounds, round r keyed cloud round x gateway_rounds + j), so each gateway paces the budget of its
+    own nodes of each level over the gateway rounds left, with its own carry and task count (``carry`` and
+    ``dispatched`` then keyed by the gateway's first device); the level's fleet budget is the sum of the
+    gateways', so it is spent over the run as a flat run spends it. A gateway's selection never spans a
+    ``yield``, so gateways running in parallel never see each other's half-updated pace.
+
   What the server knows: E_d and the drawn task energy are the simulator's true state, read through the
   documented oracle path (``FleetView.true_state``: ``Fleet.energy_left``, ``Fleet.task_energy``; the
   summary's ``oracle_knowledge`` lists the method), as the paper's server knows every node's energy
@@ -85,7 +104,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, Eligible, FleetView, select_uniform
+from iotfl_sim.algorithms.base import Assignment, Eligible, FleetView, RunLeft, select_uniform
 from iotfl_sim.algorithms.heterofl import HeteroFL
 from iotfl_sim.scenario.algorithms import HeteroFLIoTConfig
 
@@ -145,16 +164,25 @@ def affordable_tasks(energy_left: np.ndarray, per_task: float) -> np.ndarray:
     return np.floor(np.asarray(energy_left, dtype=np.float64) / per_task + PACE_EPS)
 
 
+def concurrent_quotas(shares: np.ndarray, k: int, in_flight: np.ndarray) -> np.ndarray:
+    """A dispatch wave's counts per level under the asynchronous server: the mix kept among the tasks in flight
+    (``in_flight`` per level, n in all) and the wave's ``k``: ``level_quotas(shares, n + k)`` less what each level
+    has in flight, at least 0; where levels over their share leave more than ``k``, cut back to ``k`` by largest
+    remainder. Nothing in flight: ``level_quotas(shares, k)``."""
+    need = np.maximum(level_quotas(shares, int(in_flight.sum()) + k) - in_flight, 0)
+    return need if need.sum() <= k else largest_remainder(need.astype(np.float64), k)
+
+
 def paced_caps(
-    tasks_left: np.ndarray, rounds_left: int, carry: np.ndarray, k: int
+    tasks_left: np.ndarray, rounds_left: float, carry: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Budget pacing, floor with carry: for each level l, x_l = tasks_left_l / rounds_left + carry_l, the
+    """Budget pacing, floor with carry: for each level l, x_l = tasks_left_l / max(rounds_left, 1) + carry_l, the
     level's cap this round is min(floor(x_l), k) and its new carry x_l - floor(x_l), in [0, 1). A level whose
     budget is unknown or unlimited (``tasks_left`` inf or nan) gets cap k and carry 0. Returns (caps, carry)."""
     tasks_left = np.asarray(tasks_left, dtype=np.float64)
     carry = np.asarray(carry, dtype=np.float64)
     known = np.isfinite(tasks_left)
-    x = np.where(known, tasks_left, 0.0) / max(int(rounds_left), 1) + np.where(known, carry, 0.0)
+    x = np.where(known, tasks_left, 0.0) / max(float(rounds_left), 1.0) + np.where(known, carry, 0.0)
     whole = np.floor(x + PACE_EPS)
     caps = np.where(known, np.minimum(whole, k), k).astype(np.int64)
     return caps, np.where(known, np.clip(x - whole, 0.0, None), 0.0)
@@ -170,8 +198,10 @@ class HeteroFLIoT(HeteroFL):
 
     def setup(self, ctx) -> None:
         super().setup(ctx)
-        self.carry = np.zeros(len(self.levels))  # paced: each level's fractional pace left over
-        self.dispatched = np.zeros(len(self.levels), dtype=np.int64)  # paced: tasks sent to each level so far
+        # paced: each level's fractional pace left over, and the tasks sent to each level so far (under a hierarchy
+        # each gateway's, keyed by its first device: ``_pacing_of``)
+        self.carry: np.ndarray | dict[int, np.ndarray] = np.zeros(len(self.levels))
+        self.dispatched: np.ndarray | dict[int, np.ndarray] = np.zeros(len(self.levels), dtype=np.int64)
 
     def possible_specs(self) -> np.ndarray:
         """Proportional or paced ``dynamic``: any eligible device any level of the mix, quotas ignoring fit."""
@@ -207,24 +237,59 @@ class HeteroFLIoT(HeteroFL):
         return self._proportional_dynamic(fleet, rng)
 
     def _paced_fix(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        """``selection: paced`` (module docstring): the proportional selection with each level capped by its pace."""
+        """``selection: paced`` (module docstring): the proportional selection with each level capped by its pace,
+        over the devices the view selects among (a gateway's under a hierarchy)."""
         true, now, k = fleet.true_state(self.name), float(fleet.now), self.c.clients_per_round
+        scope = fleet.members
+        carry, dispatched = self._pacing_of(scope)
+        left = self.c.run_left  # None in rounds
+        flying = np.zeros(len(self.levels), dtype=np.int64) if left is None else self._in_flight(left)
         pool = self.live_pool(fleet)
         keep = np.ones(len(pool), dtype=bool)
         tasks_left = np.full(len(self.levels), np.inf)
         for i in range(len(self.levels)):
-            members = np.flatnonzero(self.fixed == i)
+            members = np.flatnonzero(self.fixed == i if scope is None else (self.fixed == i) & scope)
             drawn = float(true.task_energy(members).sum())
-            if self.dispatched[i] == 0 or not drawn > 0:
+            ended = dispatched[i] - flying[i]
+            if ended == 0 or not drawn > 0:
                 continue  # no task energy measured yet: no cap
-            per_task = drawn / float(self.dispatched[i])
-            tasks_left[i] = float(affordable_tasks(true.energy_left(now, members), per_task).sum())
+            per_task = drawn / float(ended)
+            tasks_left[i] = float(affordable_tasks(true.energy_left(now, members), per_task).sum()) - flying[i]
             in_level = self.fixed[pool] == i
             keep[in_level] = affordable_tasks(true.energy_left(now, pool[in_level]), per_task) >= 1
-        caps, self.carry = paced_caps(tasks_left, self.c.rounds - rnd, self.carry, k)
+        # in rounds R - r rounds left, this one included; in a wave of k slots, S / k of them
+        rounds_left: float = self.c.rounds - rnd if left is None else left.updates / k
+        caps, carry[:] = paced_caps(tasks_left, rounds_left, carry, k)
         out = self._proportional_fix(pool[keep], rng, caps)
-        self.dispatched += np.bincount([self.levels.index(a.level) for a in out], minlength=len(self.levels))
+        dispatched += np.bincount([self.levels.index(a.level) for a in out], minlength=len(self.levels))
         return out
+
+    def _pacing_of(self, scope: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The pacing's carry and task count per level over the devices of ``scope`` (``FleetView.members``):
+        ``carry`` and ``dispatched`` themselves, or under a hierarchy each gateway's own, which ``carry`` and
+        ``dispatched`` then hold keyed by the gateway's first device."""
+        if scope is None:
+            return self.carry, self.dispatched
+        if not isinstance(self.carry, dict):  # the run's first gateway selection: nothing paced before
+            self.carry, self.dispatched = {}, {}
+        key = int(np.argmax(scope))
+        if key not in self.carry:
+            self.carry[key] = np.zeros(len(self.levels))
+            self.dispatched[key] = np.zeros(len(self.levels), dtype=np.int64)
+        return self.carry[key], self.dispatched[key]
+
+    def _in_flight(self, left: RunLeft) -> np.ndarray:
+        """Tasks in flight per level (an asynchronous wave's ``RunLeft``)."""
+        index = {x: i for i, x in enumerate(self.levels)}
+        return np.bincount([index[a.level] for a in left.in_flight if a.level in index], minlength=len(self.levels))
+
+    def _quotas(self, k: int) -> np.ndarray:
+        """The counts per level of a round of ``k`` (``level_quotas``), or of an asynchronous wave of ``k``, which
+        keeps the mix among the tasks in flight and its own (``concurrent_quotas``)."""
+        left = self.c.run_left
+        if left is None:
+            return level_quotas(self.props, k)
+        return concurrent_quotas(self.props, k, self._in_flight(left))
 
     def _proportional_fix(
         self, pool: np.ndarray, rng: np.random.Generator, caps: np.ndarray | None = None
@@ -234,7 +299,7 @@ class HeteroFLIoT(HeteroFL):
         avail = np.array([len(p) for p in by_level], dtype=np.int64)
         if caps is not None:
             avail = np.minimum(avail, caps)
-        take = fill_quotas(level_quotas(self.props, k), avail, self.props, self.cfg.shortfall == "fill")
+        take = fill_quotas(self._quotas(k), avail, self.props, self.cfg.shortfall == "fill")
         out = []
         for i, (members, n) in enumerate(zip(by_level, take, strict=True)):
             if n <= 0:
@@ -256,7 +321,7 @@ class HeteroFLIoT(HeteroFL):
         k = len(chosen)
         if k == 0:
             return []
-        quota = level_quotas(self.props, k)
+        quota = self._quotas(k)
         levels = rng.permutation(np.repeat(np.arange(len(self.levels)), quota))
         return [
             Assignment(int(d), self.specs[self.levels[i]], level=self.levels[i], bits=self.wire.upload_bits)

@@ -50,7 +50,7 @@ from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.toolkit import MAX_WAITS, Toolkit
 
 if TYPE_CHECKING:
-    from iotfl_sim.algorithms.base import Outcome
+    from iotfl_sim.algorithms.base import Outcome, RunLeft
     from iotfl_sim.sim.engine import Simulation
 
 
@@ -73,7 +73,7 @@ class AsyncServer(ServerLoop):
     between_versions = True
 
     def __post_init__(self) -> None:
-        self.method = asynchronous_form(self.sim.strategy, self.sim.sc)  # the method's rule for folding updates in
+        self.method = asynchronous_form(self.sim.strategy, self.sim.sc, self._run_left)  # its rule for folding updates in
         self.max_tasks = check_server(self.sim.sc, self.method)
         self.kit = Toolkit(self.sim)
         self.in_flight = InFlight(self.sim.env, self.sim.sc.server.retry_s, self.sim.sc.server.deadline_s)
@@ -117,6 +117,9 @@ class AsyncServer(ServerLoop):
                     may_fill = True
                     if self.version >= sc.rounds or sim.status.interrupted:
                         return
+
+    def _run_left(self) -> RunLeft:  # what is left of the run at a dispatch, for the buffered form
+        return self.in_flight.run_left((self.sim.sc.rounds - self.version) * self.method.buffer_size() - len(self.buffer))
 
     def _stop_here(self) -> bool:
         """The loop's top, between two events: a resumed run's replay of a checkpoint taken at this step ends

@@ -9,7 +9,7 @@ from typing import Any
 
 import simpy
 
-from iotfl_sim.algorithms.base import Outcome
+from iotfl_sim.algorithms.base import Outcome, RunLeft
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.sim.round import Round, Task, start_task
 from iotfl_sim.sim.toolkit import Toolkit
@@ -76,6 +76,11 @@ class InFlight:
             if self.deadline_s is not None:
                 self.deadline_at[id(task)] = self.env.now + self.deadline_s
             self.tasks.append(task)
+
+    def run_left(self, needed: int) -> RunLeft:
+        """What is left of the run (``algorithms.base.RunLeft``), which lacks ``needed`` updates besides those it has
+        buffered: those the tasks in flight will not bring if none fails, and those tasks."""
+        return RunLeft(needed - len(self.tasks), tuple(t.assignment for t in self.tasks))
 
     def next_event(self, free_slots: bool) -> simpy.Event:
         """The first task to report, the first deadline, or (free slots, no device to fill them) ``retry_s``."""

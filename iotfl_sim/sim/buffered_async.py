@@ -8,7 +8,9 @@ The asynchronous server (``sim.async_server``) asks for three things a round-bas
   a synchronous round aggregates).
 - ``select_some(wave, view, rng, k)``: the method's own ``select`` with ``k`` as its selection size (the context's
   ``clients_per_round``, set for that call only), so each device gets the level, submodel and bits the method
-  would give it in a round; a method that returns more than ``k`` anyway keeps its first ``k``.
+  would give it in a round; a method that returns more than ``k`` anyway keeps its first ``k``. For that call the
+  context's ``run_left`` (``algorithms.base.RunLeft``) also says what is left of the run: the updates it still
+  needs and the tasks in flight (a method that paces a budget over the run, HeteroFL-IoT's ``paced``, reads it).
 - ``apply(version, updates)``: an update trained from an older model version is moved onto the model of now by its
   delta, scaled by the staleness function ``server.staleness`` of the versions it missed
   (``fl.aggregate.rebase``: current slice + s(staleness) x (trained - downloaded)); a fresh update (staleness 0)
@@ -25,22 +27,24 @@ server's (``sim.async_server``), the numerics the method's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from iotfl_sim.algorithms.base import Assignment, Asynchronous, FleetView, Strategy, Update
+from iotfl_sim.algorithms.base import Assignment, Asynchronous, FleetView, RunLeft, Strategy, Update
 from iotfl_sim.fl.aggregate import rebase
 
 
 class BufferedForm:
     """The ``algorithms.base.Asynchronous`` interface of a round-based ``strategy`` (module docstring)."""
 
-    def __init__(self, strategy: Strategy, sc: Any) -> None:
+    def __init__(self, strategy: Strategy, sc: Any, run_left: Callable[[], RunLeft] | None = None) -> None:
         self.strategy = strategy
         self.size = sc.server.buffer_size or sc.selection_size()
         self.staleness = sc.server.staleness
+        self.run_left = run_left  # the server's account of what is left of the run, asked at each wave
 
     def buffer_size(self) -> int:
         return self.size
@@ -48,7 +52,8 @@ class BufferedForm:
     def select_some(self, wave: int, fleet: FleetView, rng: np.random.Generator, k: int) -> list[Assignment]:
         strategy = self.strategy
         ctx = strategy.c
-        strategy.ctx = replace(ctx, clients_per_round=k)
+        left = None if self.run_left is None else self.run_left()
+        strategy.ctx = replace(ctx, clients_per_round=k, run_left=left)
         try:
             return strategy.select(wave, fleet, rng)[:k]
         finally:
@@ -65,7 +70,9 @@ class BufferedForm:
         self.strategy.aggregate(version - 1, moved)
 
 
-def asynchronous_form(strategy: Strategy, sc: Any) -> Asynchronous | BufferedForm:
+def asynchronous_form(
+    strategy: Strategy, sc: Any, run_left: Callable[[], RunLeft] | None = None
+) -> Asynchronous | BufferedForm:
     """What the asynchronous server drives: the method itself when it is asynchronous (FedAsync, FedBuff), else its
-    buffered form."""
-    return strategy if isinstance(strategy, Asynchronous) else BufferedForm(strategy, sc)
+    buffered form (told what is left of the run by ``run_left``)."""
+    return strategy if isinstance(strategy, Asynchronous) else BufferedForm(strategy, sc, run_left)

@@ -31,7 +31,8 @@ over any number of gateways). While the engine calls the method for a gateway (s
 gateway's aggregation ``Strategy.gateway_aggregate``) it binds that tier and wire to the method and sets
 ``ctx.tier`` to "gateway", never across a ``yield``, so parallel gateways cannot see each other's copy; every other
 attribute is the fleet's, one for all gateways (AdaptiveFL's per-device tables, which a gateway touches only for
-its own devices). At the cloud round's end the cloud folds the tiers with ``Strategy.combine`` (default: the
+its own devices; HeteroFL-IoT's budget pacing, which it keeps per gateway itself, keyed by the devices of the view
+it selects from, ``FleetView.members``). At the cloud round's end the cloud folds the tiers with ``Strategy.combine`` (default: the
 samples-weighted average of their ``state``; FedOpt steps its optimizer there, on that average). Each gateway round
 is one of the method's rounds, ``ctx.rounds`` = rounds x k2. HeteroFL's gateway copies are full global models and
 the cloud averages them whole, so an entry no device of a gateway trained counts there at its last cloud value.

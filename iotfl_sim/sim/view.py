@@ -37,6 +37,7 @@ class ServerView:
     now: float = 0.0
     rnd: int = 0
     oracle_users: set[str] = field(default_factory=set)
+    members: np.ndarray | None = None  # every device (a gateway's view, sim.hierarchy.GatewayView, has its own)
     sample_min_devices: int = SAMPLED_SELECTION_MIN_DEVICES
     _stats: SampleStats = field(default_factory=SampleStats)  # sizes the sampler's checks only
     _warm: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # last ids found selectable

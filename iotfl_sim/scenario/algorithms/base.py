@@ -43,7 +43,8 @@ class MethodConfig(Strict):
     # The modes (of MODES) the method runs in: the one place its capabilities are declared, checked by ``validate``
     # (``Scenario._mode_problem``) and against its strategy at registration (``methods.capability_problem``).
     # semi_async: its aggregation is a weighted average of the updates; hierarchical: its whole changing state is
-    # one averaged global model in ``state`` (besides a per-device wire), and its server does nothing but aggregate.
+    # one averaged global model in ``state`` (besides a per-device wire, and what it keeps per gateway itself, keyed
+    # by ``FleetView.members``), and its server does nothing but aggregate.
     modes: ClassVar[frozenset[str]] = frozenset({"sync"})
     # why it does not run in a mode it lacks, where more is known than WHY_NOT's general reason
     why_not: ClassVar[dict[str, str]] = {}

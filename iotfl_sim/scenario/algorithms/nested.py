@@ -64,10 +64,8 @@ class HeteroFLIoTConfig(HeteroFLConfig):
     configured level mix (``iotfl_sim.algorithms.heterofl_iot``)."""
 
     name: Literal["heterofl_iot"]  # type: ignore[assignment]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "its energy budgets and carried selection are fleet-wide state (carry, dispatched)"
-    }
+    # async: sim/buffered_async.py; the pacing of ``paced`` in each mode: algorithms/heterofl_iot.py's docstring
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}
     selection: Literal["proportional", "paced", "random"] = Field(
         "proportional",
         description="proportional: each round takes max(share x clients_per_round, 1) nodes of every level among "
