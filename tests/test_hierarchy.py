@@ -58,7 +58,10 @@ def only_run(parent: Path) -> Path:
     return run
 
 
-@pytest.mark.parametrize(("method", "beside"), [("fedavg", ()), ("adaptivefl", ("tc", "tr", "history")), ("fedopt", ("m", "v"))])
+@pytest.mark.parametrize(("method", "beside"), [
+        ("fedavg", ()), ("adaptivefl", ("tc", "tr", "history")), ("fedopt", ("m", "v")), ("fedx", ()),
+        ("dadaquant_fedx_setting", ("schedule", "last_update")),
+    ])
 def test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit(method, beside):
     """The model, the state ``beside`` it (AdaptiveFL's RL tables and per-round counts; FedOpt's moments: its gateway
     only averages, and the cloud's optimizer steps on that one gateway's model) and the rows' figures: the flat run's."""
@@ -214,6 +217,61 @@ def test_fedopt_steps_the_clouds_optimizer_once_a_cloud_round_on_the_gateways_sa
         assert not torch.allclose(v.double(), mean[k].double(), rtol=1e-5, atol=1e-6), k  # not the plain average
         stepped += 1
     assert stepped > 0
+
+
+def test_fedx_fine_tunes_at_the_cloud_once_a_cloud_round_the_gateways_samples_weighted_average(monkeypatch, tmp_path, write_scenario):
+    """FedX under a hierarchy: gateways aggregate by eq. 4 only; the cloud fine-tunes (eq. 5) the gateways' models
+    averaged by the samples each aggregated, once per cloud round (two gateways of two gateway rounds: not four times),
+    and sends the fine-tuned model down."""
+    from test_resume import METHODS
+
+    from iotfl_sim.algorithms import fedx
+
+    data = gatewayed(base_scenario(rounds=1, clients_per_round=2, **copy.deepcopy(METHODS["fedx"])), per_gateway=4, gateway_rounds=2)
+    seen = record_backhaul(monkeypatch)
+    tuned = []
+    fine_tune = fedx.fine_tune
+
+    def spy(recipe, spec, state, *args, **kw):
+        out = fine_tune(recipe, spec, state, *args, **kw)
+        tuned.append(({k: v.clone() for k, v in state.items()}, out))
+        return out
+
+    monkeypatch.setattr(fedx, "fine_tune", spy)
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    assert len(tuned) == 1
+    run = only_run(tmp_path)
+    ups = {label: model for up, label, model, _ in seen if up}
+    merged = next(cloud for up, _, _, cloud in seen if not up)
+    wa, wb = gateway_weights(run, 0, k2=2, per_gateway=4, gateways=2)
+    (before, after), = tuned
+    for k, v in weighted_average([ups["gw[0]"], ups["gw[1]"]], [wa, wb]).items():
+        assert torch.equal(before[k], v), k
+    assert all(torch.equal(merged[k], after[k]) for k in after)
+
+
+def test_dadaquant_steps_its_level_schedule_at_the_cloud_on_the_loss_pooled_over_the_cloud_round(monkeypatch):
+    """The cloud is DAdaQuant's server: one schedule step per cloud round (2, not 2 gateways x 2 gateway rounds x 2),
+    on G^_t = sum_k |D_k| F_k / sum_k |D_k| over every update the gateways aggregated in that cloud round; phi counts
+    cloud rounds (a tenth of ``rounds``, not of rounds x k2)."""
+    from iotfl_sim.algorithms import dadaquant
+
+    log = []
+    terms, observe = dadaquant.DAdaQuant._loss_terms, dadaquant.LevelSchedule.observe
+    monkeypatch.setattr(dadaquant.DAdaQuant, "_loss_terms", lambda self, u: (log.append(("terms", *terms(self, u))), log[-1][1:])[1])
+    monkeypatch.setattr(dadaquant.LevelSchedule, "observe", lambda self, loss: (log.append(("observe", loss)), observe(self, loss))[1])
+    data = gatewayed(base_scenario(rounds=2, clients_per_round=2, algorithm={"name": "dadaquant"}), per_gateway=4, gateway_rounds=2)
+    simulate(data)
+    steps = [i for i, e in enumerate(log) if e[0] == "observe"]
+    assert len(steps) == 2
+    start = 0
+    for i in steps:
+        pooled = [e for e in log[start:i] if e[0] == "terms"]
+        assert len(pooled) == 4  # 2 gateways x 2 gateway rounds
+        assert log[i][1] == pytest.approx(sum(e[1] for e in pooled) / sum(e[2] for e in pooled), rel=1e-12)
+        start = i + 1
+    ten = simulation_of(gatewayed(base_scenario(numerics="none", rounds=10, algorithm={"name": "dadaquant"}), gateway_rounds=3))
+    assert ten.strategy.c.rounds == 30 and ten.strategy.schedule.phi == 1
 
 
 def hierarchical_methods() -> list[str]:

@@ -239,6 +239,7 @@ class StrategyContext:
     # who the engine calls the method for: "server" (the flat server, or the cloud of a hierarchy), "gateway" (a
     # gateway of a hierarchy, holding its own ``Tier``): e.g. server-side work a method does only at the top
     tier: Literal["server", "gateway"] = "server"
+    gateway_rounds: int = 1  # a hierarchy's k2 (1 without one): the cloud's rounds are rounds / gateway_rounds
 
 
 @dataclass

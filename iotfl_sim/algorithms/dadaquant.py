@@ -33,6 +33,12 @@ Choices the paper leaves open, made here:
   data (``fl.evaluate``); the device-side time and energy of that pass are not priced (the paper measures about
   1 % of training). G^^_1 = G^_1 (the paper does not say how the average starts); a round in which no update
   arrives leaves the schedule as it was. System-only runs have no losses: the level stays at q_min.
+- ``hierarchy:`` (not in the paper): the cloud is DAdaQuant's server. Each gateway averages its devices' updates
+  (decoded against the model it sent them, by a wire of its own) and keeps their loss terms |D_k| F_k(p) in its
+  tier (``pooled``); at each cloud round the cloud averages the gateways' models weighted by the samples each
+  aggregated (HierFAVG's), fine-tunes, and takes one schedule step on G^_t pooled over every update of the cloud
+  round, so phi counts cloud rounds (a tenth of ``rounds``) and every gateway's clients use the cloud's level. Uploads
+  are priced from the cloud's last update. One gateway with k1 = k2 = 1 is flat DAdaQuant.
 - round() is half-up. The level a client uses is decided at selection, from the schedule after the last round.
 - Upload size: the engine prices a message's air time at dispatch, before the update exists; the estimate is the
   encoded size of the last aggregated global update (the initial weights in round 1) at the client's level, and
@@ -86,9 +92,11 @@ from iotfl_sim.algorithms.base import (
     GlobalModel,
     Outcome,
     Strategy,
+    Tier,
     TrainWork,
     Update,
     Wire,
+    average_tiers,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions
@@ -160,6 +168,7 @@ def quantize_update(delta: State, q: int, generator: torch.Generator) -> tuple[S
 class DAdaQuant(Exclusive, GlobalModel, Strategy):
     Config = DAdaQuantConfig
     checkpointed = ("state", "last_update", "schedule", "wire")
+    tier_state = ("state", "pooled")  # under a hierarchy a gateway's model and its devices' loss terms
 
     def __init__(self, cfg: DAdaQuantConfig) -> None:
         super().__init__(cfg)
@@ -172,10 +181,12 @@ class DAdaQuant(Exclusive, GlobalModel, Strategy):
         self.spec = SubmodelSpec(rate=1.0, name="full")
         self.state = ctx.initial_state(self.recipe, self.spec)
         self.eligible = self.fits(self.recipe, self.spec, ctx.declared_free_memory)
-        phi = cfg.phi if cfg.phi is not None else max(1, math.floor(ctx.rounds / 10 + 0.5))  # a tenth, half-up
+        server_rounds = ctx.rounds // ctx.gateway_rounds  # the cloud's under a hierarchy, where the level is set
+        phi = cfg.phi if cfg.phi is not None else max(1, math.floor(server_rounds / 10 + 0.5))  # a tenth, half-up
         q_min = cfg.q_min if cfg.adapt in ("both", "time") else cfg.q_max
         self.schedule = LevelSchedule(q_min, cfg.q_max, cfg.psi, phi)
         self.last_update: State = {}  # p_t - p_{t-1}: prices the next uploads
+        self.pooled = (0.0, 0.0)  # under a hierarchy, a gateway's sum_k |D_k| F_k(p) and sum_k |D_k| (its tier)
         self.server_x = self.server_y = None
         if cfg.finetune_epochs > 0 and ctx.data is not None and ctx.proxy_indices is not None:
             self.server_x, self.server_y = ctx.data.x_train[ctx.proxy_indices], ctx.data.y_train[ctx.proxy_indices]
@@ -201,8 +212,12 @@ class DAdaQuant(Exclusive, GlobalModel, Strategy):
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:
             return
-        loss = self._loss_estimate(updates)
-        new = aggregate_nested(self.state, contributions(updates, "data"))
+        total, weight = self._loss_terms(updates)
+        self._step(rnd, aggregate_nested(self.state, contributions(updates, "data")), total, weight)
+
+    def _step(self, rnd: int, new: State, total: float, weight: float) -> None:
+        """The server's step from the average ``new``: fine-tuning, the update that prices the next uploads, and the
+        level schedule fed G^_t = total / weight (none without data)."""
         if self.server_x is not None and len(self.server_x) > 1:
             cfg = self.cfg
             new = fine_tune(
@@ -212,13 +227,34 @@ class DAdaQuant(Exclusive, GlobalModel, Strategy):
             )  # fmt: skip
         self.last_update = {k: new[k] - self.state[k] for k in new}
         self.state = new
-        if loss is not None:
-            self.schedule.observe(loss)
+        if weight > 0:
+            self.schedule.observe(total / weight)
+
+    def gateway_aggregate(self, rnd: int, updates: list[Update]) -> None:
+        """A gateway averages and adds its devices' loss terms to its tier's ``pooled``; the cloud does the rest."""
+        total, weight = self._loss_terms(updates)
+        self.pooled = (self.pooled[0] + total, self.pooled[1] + weight)
+        self.state = aggregate_nested(self.state, contributions(updates, "data"))
+
+    def combine(self, rnd: int, tiers: list[Tier]) -> None:
+        """The cloud is DAdaQuant's server: the gateways' models averaged by the samples each aggregated, its
+        fine-tuning, and one level-schedule step on G^_t pooled over every update of the cloud round."""
+        if not tiers:
+            return
+        self._charge_fine_tune()
+        if self.state:
+            pooled = [t.values["pooled"] for t in tiers]
+            self._step(rnd, average_tiers(self.state, tiers), sum(p[0] for p in pooled), sum(p[1] for p in pooled))
 
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
-        """Charge the round's fine-tuning (here, so that system-only runs price it too)."""
+        """Charge the round's fine-tuning (here, so that system-only runs price it too; a gateway's round: at the
+        cloud, by ``combine``)."""
+        if self.c.tier == "server" and self.aggregated(outcomes):
+            self._charge_fine_tune()
+
+    def _charge_fine_tune(self) -> None:
         cfg, n = self.cfg, self._server_samples()
-        if cfg.finetune_epochs == 0 or n < 2 or not self.aggregated(outcomes):
+        if cfg.finetune_epochs == 0 or n < 2:
             return
         k = n if cfg.finetune_samples is None else min(n, cfg.finetune_samples)
         self.c.server_work.charge("fine_tune", TrainWork(self.recipe, self.spec, k, cfg.finetune_epochs, cfg.server_batch_size))
@@ -232,19 +268,19 @@ class DAdaQuant(Exclusive, GlobalModel, Strategy):
             return round(int(self.c.samples_per_device.sum()) * len(self.cfg.proxy_classes) / self.c.num_classes)
         return 0
 
-    def _loss_estimate(self, updates: list[Update]) -> float | None:
-        """G^_t = sum_k w_k F_k(p_t), w_k = |D_k| over the arrived updates; None without data."""
+    def _loss_terms(self, updates: list[Update]) -> tuple[float, float]:
+        """(sum_k |D_k| F_k(p_t), sum_k |D_k|) over the arrived updates, whose ratio is G^_t; (0, 0) without data."""
         c = self.c
-        if c.data is None or c.parts is None or not self.state:
-            return None
         total, weight = 0.0, 0.0
+        if c.data is None or c.parts is None or not self.state:
+            return total, weight
         for u in updates:
             idx = torch.as_tensor(c.parts[u.assignment.device])
             x, y = c.data.x_train[idx], c.data.y_train[idx]
             _, f_k = evaluate(self.recipe, self.spec, self.state, x, x, y, self.cfg.loss_batch_size)
             total += u.num_samples * f_k
             weight += u.num_samples
-        return total / weight
+        return total, weight
 
     def eval_targets(self) -> list[EvalTarget]:
         return [EvalTarget("full", self.spec, self.state, self.recipe)]

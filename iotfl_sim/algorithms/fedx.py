@@ -50,6 +50,10 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   sub-network assignment is made once; the fine-tuning follows every aggregation, late updates included, and is
   charged from ``observe`` after every one: ``Strategy.aggregated`` gives the engine's answer, so a round aggregated
   only because late updates made up ``min_participants`` is charged too.
+- ``hierarchy:`` (not in the paper): each gateway aggregates its devices' updates by eq. 4 and quantizes its
+  devices' messages with a wire of its own; the server's data, its fine-tuning (eq. 5, charged there) and the
+  one-time pretraining and assignment are the cloud's: at each cloud round the cloud averages the gateways' models
+  weighted by the samples each aggregated (HierFAVG's), then fine-tunes. One gateway with k1 = k2 = 1 is flat FedX.
 - Server data: ``proxy_classes`` (the paper's disjoint class split) or a random ``proxy_fraction``. One-time
   pretraining (Alg. 1 line 5) trains the sub-networks of the mix and the global model jointly (one CE per
   sub-network per batch on shared weights, as CompOFA trains its nested sub-networks), ``pretrain_epochs`` of SGD.
@@ -85,9 +89,11 @@ from iotfl_sim.algorithms.base import (
     ServerWork,
     State,
     Strategy,
+    Tier,
     TrainWork,
     Update,
     Wire,
+    average_tiers,
     fixed_level_specs,
     select_uniform,
 )
@@ -225,9 +231,23 @@ class FedX(GlobalModel, Strategy):
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
         if not updates:
             return
-        self.state = aggregate_nested(self.state, contributions(updates, "count"))
+        self.gateway_aggregate(rnd, updates)
         if self._fine_tunes() and self.server_x is not None:
             self._fine_tune(rnd)
+
+    def gateway_aggregate(self, rnd: int, updates: list[Update]) -> None:
+        """Eq. 4 only: under a hierarchy the server's data and its fine-tuning are the cloud's (``combine``)."""
+        self.state = aggregate_nested(self.state, contributions(updates, "count"))
+
+    def combine(self, rnd: int, tiers: list[Tier]) -> None:
+        """The cloud: the gateways' models averaged by the samples each aggregated, then eq. 5's fine-tuning."""
+        if not tiers:
+            return
+        self._charge_fine_tune()
+        if self.state:
+            self.state = average_tiers(self.state, tiers)
+            if self._fine_tunes() and self.server_x is not None:
+                self._fine_tune(rnd)
 
     def _fine_tunes(self) -> bool:
         cfg = self.cfg
@@ -236,8 +256,10 @@ class FedX(GlobalModel, Strategy):
     def observe(self, rnd: int, outcomes: list[Outcome]) -> None:
         """Charge the round's fine-tuning (here, so that system-only runs price it too; the engine charges the
         aggregation)."""
-        if not self.aggregated(outcomes):
-            return
+        if self.c.tier == "server" and self.aggregated(outcomes):  # a gateway's round: combine charges the cloud's
+            self._charge_fine_tune()
+
+    def _charge_fine_tune(self) -> None:
         if self._fine_tunes():
             cfg = self.cfg
             pull = cfg.gamma > 0  # eq. 5's regulariser adds its ops to every step

@@ -177,6 +177,7 @@ class Simulation:
             proxy_indices=self.numerics.proxy,
             predict_train_seconds=system.training_time.predict,
             calib_x=self.numerics.calib_x,
+            gateway_rounds=sc.hierarchy.gateway_rounds if sc.hierarchy is not None else 1,
         )
         stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
         # the engine gives the method its context (a setup that forgets ``self.ctx = ctx``, or an __init__ that

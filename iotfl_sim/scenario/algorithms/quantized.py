@@ -57,11 +57,7 @@ class FedXConfig(MethodConfig):
     fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
     ``server_data: false``."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "its server fine-tunes the global model on the server's data after every aggregation (eq. 5), "
-        "a step of the cloud that each gateway's copy would repeat"
-    }
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # the fine-tuning at the cloud
 
     name: Literal["fedx"]
     mix: dict[Literal["small", "medium", "large"], float] = Field(
@@ -166,11 +162,7 @@ class DAdaQuantConfig(MethodConfig):
     """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
     time and clients (``iotfl_sim.algorithms.dadaquant``)."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "its quantization level follows the loss of the one global model and its server fine-tunes "
-        "that model after every aggregation: state and steps of the cloud that each gateway would repeat"
-    }
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # the level schedule at the cloud
 
     name: Literal["dadaquant"]
     adapt: Literal["both", "time", "clients", "none"] = Field(
