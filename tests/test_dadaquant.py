@@ -67,7 +67,7 @@ def test_a_run_follows_the_doubling_rule_on_a_scripted_loss_history(write_scenar
     from iotfl_sim.cli import main
 
     scripted = iter([5.0, 3.0, 4.0, 4.0, 2.0, 6.0, 1.0])
-    monkeypatch.setattr(DAdaQuant, "_loss_estimate", lambda self, updates: next(scripted))
+    monkeypatch.setattr(DAdaQuant, "_loss_terms", lambda self, updates: (next(scripted), 1.0))  # G^_t = total / weight
     used: list[list[int]] = []
     select = DAdaQuant.select
 
