@@ -91,7 +91,9 @@ SLOW_TESTS = (
     "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
     "test_user_methods.py::test_a_module_that_hangs_at_import_is_named_and_ctrl_c_ends_it",
     "test_validation_corpus.py::test_every_rows_model_builds_and_runs_on_the_meta_device",
-    "test_buffered_async.py::test_heterofl_buffered_with_k_equal_to_concurrency_after_each_update_is_synchronous_heterofl",
+    "test_buffered_async.py::test_buffered_with_k_equal_to_concurrency_after_each_update_is_the_synchronous_run",
+    "test_buffered_async_methods.py::test_fedx_fine_tunes_the_eq4_average_once_per_model_version_with_each_versions_draw",
+    "test_buffered_async_methods.py::test_dadaquant_steps_its_level_schedule_once_per_model_version_phi_a_tenth_of_the_versions",
     "test_buffered_async.py::test_heterofl_buffered_on_a_mixed_fleet_applies_stale_updates_and_learns",
     "test_buffered_async.py::test_a_stopped_buffered_heterofl_run_resumes_to_the_files_of_a_run_never_stopped",
 )

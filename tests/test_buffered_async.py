@@ -95,7 +95,7 @@ def test_select_some_asks_the_method_for_k_devices_and_restores_its_context():
     assert method.ctx is ctx and ctx.clients_per_round == 10
     assert form(method).buffer_size() == 4 and form(method, buffer_size=2).buffer_size() == 2
     # what is left of the run, asked of the server at each wave, is the method's for that call only
-    left = RunLeft(7, (Assignment(5, SubmodelSpec(1.0)),))
+    left = RunLeft(7, (Assignment(5, SubmodelSpec(1.0)),), 2)
     form(method, run_left=lambda: left).select_some(1, None, np.random.default_rng(0), 2)
     assert method.seen_left == [None, left] and method.ctx is ctx and ctx.run_left is None
 
@@ -110,20 +110,46 @@ def ample_fleet(n: int) -> dict:
     return {"groups": [{"name": "big", "count": n, "profile": copy.deepcopy(BIG)}]}
 
 
-def test_heterofl_buffered_with_k_equal_to_concurrency_after_each_update_is_synchronous_heterofl():
+# the method variants whose buffered form, with K = concurrency = clients per round, is their synchronous run, with the
+# state beside the model that must match too (FedOpt's moments, DAdaQuant's level schedule)
+AS_SYNC = {
+    "heterofl": ({"algorithm": {"name": "heterofl", "proportions": "a1-b1", "mode": "fix"}}, ()),
+    "fedopt": (None, ("m", "v")),
+    "fedx": (None, ()),
+    "dadaquant_fedx_setting": (None, ("schedule", "last_update")),
+    "scalefl": (None, ()),
+}
+
+
+@pytest.mark.parametrize("variant", list(AS_SYNC))
+def test_buffered_with_k_equal_to_concurrency_after_each_update_is_the_synchronous_run(variant):
     """Each slot refilled only after a version, buffer = concurrency = clients per round, no task failing: each version
     folds the K updates trained from the same model (staleness 0), in the order of device as a round's: the
-    synchronous round's model, bit for bit, and its accuracy in every row."""
-    algorithm = {"name": "heterofl", "proportions": "a1-b1", "mode": "fix"}
-    common = {"rounds": 2, "fleet": ample_fleet(8), "algorithm": algorithm}
+    synchronous round's model, bit for bit, and its accuracy in every row. FedOpt steps its optimizer, FedX fine-tunes
+    and DAdaQuant steps its level schedule once a version as once a round; ScaleFL's exit-KD switch reads the version
+    a wave downloads, which is the round's number here; the quantizers' draws are keyed alike."""
+    from test_resume import METHODS
+
+    given, beside = AS_SYNC[variant]
+    common = {"rounds": 2, "fleet": ample_fleet(8), **copy.deepcopy(given or METHODS[variant])}
     sync = simulation(base_scenario(**common))
     sync.run()
     buffered = simulation(base_scenario(**common, server={"mode": "async", "dispatch": "after_update", "buffer_size": 4}))
     buffered.run()
+    assert sync.strategy.state.keys() == buffered.strategy.state.keys()
     assert all(torch.equal(sync.strategy.state[k], buffered.strategy.state[k]) for k in sync.strategy.state)
+    for name in beside:
+        a, b = getattr(sync.strategy, name), getattr(buffered.strategy, name)
+        if isinstance(a, dict):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        else:
+            assert a == b, name
     for a, b in zip(sync.rows, buffered.rows, strict=True):
-        for col in ("acc_full", "acc_a", "acc_b", "train_loss", "completed", "bytes_down", "bytes_up"):
+        accs = [c for c in a if c.startswith("acc_")]
+        assert "acc_full" in accs
+        for col in (*accs, "completed", "bytes_down", "bytes_up", "server_time_s", "server_train_s", "server_other_s"):
             assert a[col] == b[col], col
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-12)  # the same losses, summed in arrival order
         assert b["staleness_max"] == 0
 
 
@@ -150,13 +176,19 @@ def buffered_methods() -> list[str]:
 
 
 def test_the_buffered_form_is_declared_by_the_methods_the_docs_name():
-    assert buffered_methods() == ["fedavg", "heterofl", "heterofl_iot", "adaptivefl", "flexfl", "fedprox"]
+    assert buffered_methods() == [
+        "fedavg", "heterofl", "heterofl_iot", "adaptivefl", "scalefl", "flexfl", "fedx", "dadaquant", "fedprox", "fedopt",
+    ]
 
 
 @pytest.mark.parametrize("name", buffered_methods())
 def test_every_round_based_method_declared_async_runs_two_versions(name):
     """Each "yes" async cell of a round-based method (docs/methods_and_modes.md) run: two versions, system-only."""
-    sim = simulation(base_scenario(numerics="none", algorithm={"name": name}, server={"mode": "async", "buffer_size": 2}))
+    from test_resume import METHODS  # each method's smallest setting (ScaleFL needs a family with exits)
+
+    given = copy.deepcopy(METHODS[name])
+    given.pop("server", None)
+    sim = simulation(base_scenario(numerics="none", **given, server={"mode": "async", "buffer_size": 2}))
     sim.run()
     assert [r["round"] for r in sim.rows] == [1, 2] and all(r["updates_applied"] for r in sim.rows)
 
@@ -166,7 +198,7 @@ def test_every_round_based_method_declared_async_runs_two_versions(name):
     [
         ({"buffer_size": 2}, "fedavg", "server.buffer_size applies to server.mode: async (this is sync): remove it"),
         ({"mode": "async", "buffer_size": 2}, "fedbuff", "fedbuff is asynchronous itself: give its own algorithm.buffer_size"),
-        ({"mode": "async"}, "scalefl", "server.mode: async: algorithm scalefl runs only in sync"),
+        ({"mode": "async"}, "decoupled", "server.mode: async: algorithm decoupled runs only in sync"),
     ],
 )
 def test_a_buffer_size_where_it_means_nothing_is_one_line_and_status_2(tmp_path, write_scenario, capsys, server, algorithm, says):

@@ -426,7 +426,7 @@ def test_paced_async_waves_spend_the_budget_exactly_and_never_what_is_in_flight(
     completed = 0
     form = BufferedForm(
         s, SimpleNamespace(server=SimpleNamespace(buffer_size=1, staleness=None), selection_size=lambda: 2),
-        lambda: RunLeft(10 - completed - len(in_flight), tuple(in_flight)),
+        lambda: RunLeft(10 - completed - len(in_flight), tuple(in_flight), 10 - completed),
     )  # fmt: skip
     waves = []
     while completed < 10:

@@ -200,10 +200,12 @@ class RunLeft:
     the buffered form, ``sim.buffered_async``): ``updates``, the updates the run still needs before its last model
     version if no task fails from now on ((rounds - version) x buffer_size - updates buffered - tasks in flight),
     which the wave's ``clients_per_round`` slots start to fill; ``in_flight``, the tasks dispatched and not yet
-    settled."""
+    settled; ``versions``, the model versions the run still makes (rounds - the version the wave's tasks download),
+    so that a schedule over rounds counts server steps (ScaleFL's exit-KD start)."""
 
     updates: int
     in_flight: tuple[Assignment, ...]
+    versions: int
 
 
 @dataclass

@@ -57,6 +57,15 @@ the round aggregates, late ones included, weighted by |D_k| (G^_t estimates the 
 data is as good a sample of it). Fine-tuning follows every aggregation, and is charged after every one, a round
 aggregated only thanks to late updates included (``Strategy.aggregated``: the engine says so).
 
+``server.mode: async`` (not in the paper), in FedBuff's buffered form (``sim.buffered_async``): the server's step is
+the model version. A wave's devices get their levels from the schedule after the last version, Theorem 1 over the
+wave's own clients (its ``clients_per_round`` free slots; a one-device wave gets q itself). Each upload is decoded
+against the model its device downloaded (``update.base``, captured at dispatch), p_{v-s} + Q(p^k - p_{v-s}), with
+the draws of that version, then moved onto the current model by its delta weighted by ``server.staleness``:
+p_v + s(staleness) Q(p^k - p_{v-s}); a version averages its ``server.buffer_size`` updates by |D_k|, fine-tunes
+(charged once), and takes one schedule step on G^_t over the buffer's clients (the current model's loss on their
+data), so phi is a tenth of the run's versions (``rounds`` counts versions).
+
 FedX's comparison runs DAdaQuant "where the server has data, fine-tunes without regularization" and with FedX's two
 sub-networks (FedX Section IV-D). The first is an option here: ``proxy_classes`` gives the server those classes
 (FedX's disjoint split; the devices get none of them) and ``finetune_epochs`` > 0 fine-tunes the aggregated model

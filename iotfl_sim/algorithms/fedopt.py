@@ -27,6 +27,12 @@ Choices the paper leaves open or that this simulator makes:
   of the gateways' models weighted by the samples each aggregated (HierFAVG's) as the x_i above and steps once:
   Delta_t is the cloud round's change, and ``m``, ``v`` stay the cloud's. One gateway with k1 = k2 = 1 is flat
   FedOpt bit for bit.
+- ``server.mode: async`` (not in the paper), in FedBuff's buffered form (``sim.buffered_async``): FedBuff's server
+  step is "agnostic to the choice of optimizer" (its AISTATS 2022 abstract), and here the optimizer is FedOpt's.
+  Each model version averages its ``server.buffer_size`` updates (``weighting`` as above), a stale one first moved
+  onto the current model by its delta weighted by ``server.staleness``, so Delta_t = mean_i s_i (x_i - x_downloaded,i)
+  is FedBuff's buffered delta, and the optimizer steps once on it: one step, and one ``server_optimizer`` charge,
+  per version; ``m`` and ``v`` advance per version as they do per round.
 
 Written only against the public method API (``iotfl_sim.strategy``); ``examples/fedopt.py`` is the same method
 as a user would write it, and a test checks that the two give the same numbers.

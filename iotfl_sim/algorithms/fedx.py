@@ -50,6 +50,12 @@ No public code exists; this follows the paper's Section III and IV. Choices it l
   sub-network assignment is made once; the fine-tuning follows every aggregation, late updates included, and is
   charged from ``observe`` after every one: ``Strategy.aggregated`` gives the engine's answer, so a round aggregated
   only because late updates made up ``min_participants`` is charged too.
+- ``server.mode: async`` (not in the paper), in FedBuff's buffered form (``sim.buffered_async``): each wave's devices
+  get their fixed sub-network and bits, and their downloads are quantized at dispatch (the weights a device trains
+  from, captured then); an upload is decoded at its device's bits, with the draws of the version it downloaded, to
+  the weights it codes, and a stale one is moved onto the current model by its delta from that quantized download
+  weighted by ``server.staleness``. A version aggregates its ``server.buffer_size`` updates by eq. 4 (a count per
+  entry), then fine-tunes (eq. 5) once, charged once: the server's step is the version, as it is the round.
 - ``hierarchy:`` (not in the paper): each gateway aggregates its devices' updates by eq. 4 and quantizes its
   devices' messages with a wire of its own; the server's data, its fine-tuning (eq. 5, charged there) and the
   one-time pretraining and assignment are the cloud's: at each cloud round the cloud averages the gateways' models

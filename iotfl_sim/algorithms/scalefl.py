@@ -58,6 +58,12 @@ As in the paper and its official code (git-disl/scale-fl), applied to this simul
   and depth) is fixed per device for the run; a late submodel, trained from the weights its device downloaded in
   its own round and with that round's exit-KD switch (``kd_active`` of its own round), lands on its prefix region
   and its exits of the current global model. ScaleFL has no other server step per round.
+- ``server.mode: async`` (not in the paper), in FedBuff's buffered form (``sim.buffered_async``): a version folds
+  ``server.buffer_size`` submodels, a stale one moved onto the current model by its staleness-weighted delta, by the
+  count mean above; the levels stay fixed per device. The exit-KD switch counts model versions (server steps), not
+  dispatch waves: a task is trained with KD when the version it downloads, ``rounds`` minus the versions still to
+  make (``ctx.run_left.versions``), is past ``kd_start`` x ``rounds`` (``rounds`` counts versions), as a round's
+  task is by its round (round r trains from the model of r aggregations).
 - ``hierarchy:`` (not in the paper): each gateway round is one of ScaleFL's rounds (numbered cloud round x k2 + j,
   ``ctx.rounds`` = rounds x k2), so exit KD starts after ``kd_start`` of all the gateway rounds; a gateway averages
   its devices' submodels into its copy of the global model as the flat server does, the cloud the gateways' copies.
@@ -208,10 +214,12 @@ class ScaleFL(GlobalModel, Strategy):
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
         chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
+        left = self.c.run_left  # asynchronously (a dispatch wave, not a round): the model version downloaded
+        version = rnd if left is None else self.c.rounds - left.versions
         out = []
         for d in chosen:
             spec = self.specs[int(self.fixed[d])]
-            out.append(Assignment(int(d), spec, level=spec.name, extras={"round": rnd}))
+            out.append(Assignment(int(d), spec, level=spec.name, extras={"round": version}))
         return out
 
     def local_objective(self, assignment: Assignment) -> LocalObjective:

@@ -119,7 +119,8 @@ class AsyncServer(ServerLoop):
                         return
 
     def _run_left(self) -> RunLeft:  # what is left of the run at a dispatch, for the buffered form
-        return self.in_flight.run_left((self.sim.sc.rounds - self.version) * self.method.buffer_size() - len(self.buffer))
+        versions = self.sim.sc.rounds - self.version
+        return self.in_flight.run_left(versions * self.method.buffer_size() - len(self.buffer), versions)
 
     def _stop_here(self) -> bool:
         """The loop's top, between two events: a resumed run's replay of a checkpoint taken at this step ends

@@ -77,10 +77,11 @@ class InFlight:
                 self.deadline_at[id(task)] = self.env.now + self.deadline_s
             self.tasks.append(task)
 
-    def run_left(self, needed: int) -> RunLeft:
+    def run_left(self, needed: int, versions: int) -> RunLeft:
         """What is left of the run (``algorithms.base.RunLeft``), which lacks ``needed`` updates besides those it has
-        buffered: those the tasks in flight will not bring if none fails, and those tasks."""
-        return RunLeft(needed - len(self.tasks), tuple(t.assignment for t in self.tasks))
+        buffered and ``versions`` model versions: those the tasks in flight will not bring if none fails, those
+        tasks, and the versions."""
+        return RunLeft(needed - len(self.tasks), tuple(t.assignment for t in self.tasks), versions)
 
     def next_event(self, free_slots: bool) -> simpy.Event:
         """The first task to report, the first deadline, or (free slots, no device to fill them) ``retry_s``."""

@@ -83,8 +83,9 @@ class ScaleFLConfig(MethodConfig):
     """ScaleFL (Ilhan et al., CVPR 2023); see ``iotfl_sim.algorithms.scalefl``."""
 
     # hierarchical: its changing state is one global model averaged by prefix (levels fixed at set-up), and its
-    # distillation start counts the rounds it sees (gateway rounds under a hierarchy, as ``ctx.rounds`` does)
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}
+    # distillation start counts the rounds it sees (gateway rounds under a hierarchy, as ``ctx.rounds`` does; model
+    # versions asynchronously, in FedBuff's buffered form: sim/buffered_async.py)
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}
 
     name: Literal["scalefl"]
     levels: list[ScaleFLLevel] | None = Field(

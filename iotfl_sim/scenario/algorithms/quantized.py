@@ -57,7 +57,8 @@ class FedXConfig(MethodConfig):
     fine-tuning (``iotfl_sim.algorithms.fedx``). Quantized FedAvg-S/M/L: ``mix: {large: 1}`` (or small / medium),
     ``server_data: false``."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # the fine-tuning at the cloud
+    # hierarchical: the fine-tuning at the cloud; async: after each buffered server step (sim/buffered_async.py)
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}
 
     name: Literal["fedx"]
     mix: dict[Literal["small", "medium", "large"], float] = Field(
@@ -162,7 +163,8 @@ class DAdaQuantConfig(MethodConfig):
     """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022): FedAvg with Federated-QSGD uploads whose level q adapts over
     time and clients (``iotfl_sim.algorithms.dadaquant``)."""
 
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # the level schedule at the cloud
+    # hierarchical: the level schedule at the cloud; async: one step per buffered server step (sim/buffered_async.py)
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}
 
     name: Literal["dadaquant"]
     adapt: Literal["both", "time", "clients", "none"] = Field(

@@ -22,7 +22,8 @@ class FedProxConfig(MethodConfig):
 
 class FedOptConfig(MethodConfig):
     name: Literal["fedopt"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # the optimizer at the cloud
+    # hierarchical: the optimizer at the cloud; async: it steps once per buffer (sim/buffered_async.py)
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical", "async"}
     server_optimizer: Literal["adam", "yogi", "adagrad"] = Field(
         "adam", description="the server's update of the averaged client delta (FedAdam, FedYogi, FedAdagrad)"
     )
