@@ -19,8 +19,10 @@ from conftest import base_scenario
 from iotfl_sim.cli import main
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim import engine, hierarchy
 from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 
 HEADER = 1024  # server.header_bytes' default
 
@@ -40,7 +42,7 @@ def gatewayed(data: dict, per_gateway: int | None = None, **tier) -> dict:
 
 def simulation_of(data: dict) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def simulate(data: dict) -> Simulation:
@@ -104,7 +106,7 @@ def test_backhaul_bytes_are_the_model_in_float32_plus_a_header_per_gateway_each_
     assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
     run = only_run(tmp_path)
     sc = load_scenario(text=yaml.safe_dump(data))
-    recipe = Simulation(sc, resolve_groups(sc)).recipe  # the scenario's model: cnn_small on 8 x 8 digits
+    recipe = build_simulation(ResolvedScenario(sc, resolve_groups(sc))).recipe  # the scenario's model: cnn_small on 8 x 8 digits
     weights = recipe.build(SubmodelSpec(1.0)).state_dict().values()
     n_params = sum(t.numel() for t in weights if t.is_floating_point())  # float32 values on the wire
     gateways = 3  # 8 devices in blocks of 3
@@ -323,7 +325,7 @@ def test_decoupled_averages_each_levels_model_at_the_cloud_by_the_samples_the_ga
         for k, v in want.items():
             assert torch.equal(cloud[x][k], v), (x, k)
     sc = load_scenario(text=yaml.safe_dump(data))
-    recipe, rates = Simulation(sc, resolve_groups(sc)).recipe, sc.algorithm.level_rates
+    recipe, rates = build_simulation(ResolvedScenario(sc, resolve_groups(sc))).recipe, sc.algorithm.level_rates
     models = [replace(recipe, global_rate=rates[x]).build(SubmodelSpec(rates[x])) for x in "ae"]
     floats = sum(t.numel() for m in models for t in m.state_dict().values() if t.is_floating_point())
     assert float(rows(run)[0]["bytes_backhaul_up"]) == 2 * (floats * 4 + HEADER)  # both levels' models, 2 gateways
@@ -379,7 +381,7 @@ def test_adapterfl_averages_each_block_at_the_cloud_by_the_clients_the_gateways_
         checked.add(owner if owner in weights else "shared")
     assert "shared" in checked and len(checked) >= 3
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     models = [sim.strategy.recipes[x].build(sim.strategy.specs[x]) for x in weights]
     every = sum(p.numel() for m in models for p in m.parameters())
     shared = sum(p.numel() for n, p in models[0].named_parameters() if n.startswith("ex."))
