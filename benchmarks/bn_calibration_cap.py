@@ -23,7 +23,8 @@ if str(ROOT) not in sys.path:
 
 from iotfl_sim.fl.evaluate import evaluate  # noqa: E402
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups  # noqa: E402
-from iotfl_sim.sim.engine import Simulation  # noqa: E402
+from iotfl_sim.scenario.resolved import ResolvedScenario  # noqa: E402
+from iotfl_sim.sim.setup import build_simulation  # noqa: E402
 
 OUT_MD = ROOT / "benchmarks" / "bn_calibration_cap.md"
 BATCH = 100  # the default server.eval_batch_size
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = [f"rounds={args.rounds}", "local.epochs=1", "local.batch_size=50", "local.lr=0.05",
             "server.bn_calibration_samples=all", f"server.eval_every={args.rounds}", "output.progress=false"]
     sc = load_scenario(ROOT / "scenarios" / "heterofl_mnist_a2b8.yaml", sets=sets)
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     t0 = time.perf_counter()
     sim.run()
     train_s = time.perf_counter() - t0

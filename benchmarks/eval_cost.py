@@ -46,7 +46,8 @@ if str(ROOT) not in sys.path:
 
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups  # noqa: E402
 from iotfl_sim.scenario.model import Executor as ExecutorConfig  # noqa: E402
-from iotfl_sim.sim.engine import Simulation  # noqa: E402
+from iotfl_sim.scenario.resolved import ResolvedScenario  # noqa: E402
+from iotfl_sim.sim.setup import build_simulation  # noqa: E402
 
 OUT_MD = ROOT / "benchmarks" / "eval_cost.md"
 # scenario: (file, --set overrides, repetitions: the quickstart's evaluation takes a tenth of a second)
@@ -209,7 +210,7 @@ def halves(n: int, batch: int) -> list[tuple[int, int]]:
 def measure(name: str, path: str, sets: list[str], reps: int, workers: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     sc = load_scenario(ROOT / path, sets=[*sets, "rounds=1", "output.progress=false", "executor.kind=inline"])
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     inline = Catch(sim.host.executor)
     pool = sim.numerics.make_executor(ExecutorConfig(kind="pool", workers=workers, threads=1))
     sim.learning.executor = inline

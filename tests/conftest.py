@@ -96,6 +96,8 @@ SLOW_TESTS = (
     "test_buffered_async_methods.py::test_dadaquant_steps_its_level_schedule_once_per_model_version_phi_a_tenth_of_the_versions",
     "test_buffered_async.py::test_heterofl_buffered_on_a_mixed_fleet_applies_stale_updates_and_learns",
     "test_buffered_async.py::test_a_stopped_buffered_heterofl_run_resumes_to_the_files_of_a_run_never_stopped",
+    "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[adapterfl",
+    "test_hierarchy.py::test_adapterfl_averages_each_block_at_the_cloud_by_the_clients_the_gateways_gave_it",
 )
 
 

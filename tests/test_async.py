@@ -21,13 +21,15 @@ from scipy import stats
 from iotfl_sim.cli import main
 from iotfl_sim.scenario.algorithms import Staleness
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.runner import run_scenario
+from iotfl_sim.sim.setup import build_simulation
 
 
 def simulation(data: dict) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def run_dir(data: dict, tmp_path: Path) -> Path:

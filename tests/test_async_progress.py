@@ -16,8 +16,10 @@ from test_resume import assert_same_run, only_run
 
 from iotfl_sim.cli import main
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim import async_server
 from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 from iotfl_sim.sim.task_bound import fastest_task_s
 
 
@@ -113,7 +115,7 @@ def test_without_a_limit_the_default_is_a_hundred_tasks_per_slot(tmp_path, write
 
 def simulation(data: dict) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def test_the_fastest_task_bound_is_below_every_real_task_and_refuses_only_deadlines_under_it(tmp_path, write_scenario, capsys):

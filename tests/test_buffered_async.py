@@ -18,8 +18,10 @@ from iotfl_sim.cli import main
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import Staleness
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.buffered_async import BufferedForm
 from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 from iotfl_sim.strategy import average
 
 
@@ -102,7 +104,7 @@ def test_select_some_asks_the_method_for_k_devices_and_restores_its_context():
 
 def simulation(data: dict) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def ample_fleet(n: int) -> dict:

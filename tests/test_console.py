@@ -8,8 +8,9 @@ import yaml
 from conftest import base_scenario
 
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.console import end_summary, say
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 
 
 class RecordingBar:
@@ -37,7 +38,7 @@ class RecordingBar:
 def test_the_bar_draws_each_round_with_that_rounds_figures_and_says_what_it_sets_up() -> None:
     sc = load_scenario(text=yaml.safe_dump(base_scenario(numerics="none", rounds=3)))
     bar = RecordingBar()
-    sim = Simulation(sc, resolve_groups(sc), progress=bar)
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)), progress=bar)
     sim.run()
     assert [n for n, _ in bar.drawn] == [1, 2, 3]
     for (n, post), row in zip(bar.drawn, sim.rows, strict=True):

@@ -15,12 +15,14 @@ from conftest import base_scenario
 
 import iotfl_sim
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim import checkpointing, summary
 from iotfl_sim.sim.async_server import AsyncServer
 from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.hierarchy import GatewayTier
 from iotfl_sim.sim.semi_async import SemiAsyncLoop
 from iotfl_sim.sim.server_loop import ServerLoop
+from iotfl_sim.sim.setup import build_simulation
 from iotfl_sim.sim.sync_loop import SyncLoop
 
 PACKAGE = Path(iotfl_sim.__file__).parent
@@ -157,7 +159,7 @@ def system_only(**extra) -> Simulation:
     data = base_scenario(rounds=1, clients_per_round=2, numerics="none")
     data.update(extra)
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def test_the_narrow_objects_hold_no_way_back_to_the_simulation():
@@ -192,7 +194,7 @@ def test_the_server_mode_is_chosen_once_as_a_loop(server, loop):
     data = base_scenario(rounds=1, clients_per_round=2, numerics="none")
     data["server"] = {**data.get("server", {}), **server}
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     assert type(sim.loop) is loop
     sim.run()
     assert len(sim.rows) == 1 and set(loop.columns) <= set(sim.rows[0])

@@ -99,7 +99,8 @@ def test_a_run_whose_data_cannot_load_gives_the_callers_threads_back(tmp_path, m
 
     from iotfl_sim.core.errors import ScenarioError
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim.engine import Simulation
+    from iotfl_sim.scenario.resolved import ResolvedScenario
+    from iotfl_sim.sim.setup import build_simulation
 
     monkeypatch.setenv("IOTFL_DATA", str(tmp_path))  # no MNIST files there
     sc = load_scenario(text=yaml.safe_dump(base_scenario(data={"dataset": "mnist"}, executor={"threads": 1})))
@@ -107,7 +108,7 @@ def test_a_run_whose_data_cannot_load_gives_the_callers_threads_back(tmp_path, m
     torch.set_num_threads(2)
     try:
         with pytest.raises(ScenarioError, match="mnist"):
-            Simulation(sc, resolve_groups(sc))
+            build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

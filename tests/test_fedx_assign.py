@@ -15,7 +15,8 @@ from iotfl_sim.algorithms.fedx_assign import search
 from iotfl_sim.fl.models.fedx import level_specs
 from iotfl_sim.scenario.algorithms import FedXConfig
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.scenario.resolved import ResolvedScenario
+from iotfl_sim.sim.setup import build_simulation
 
 # utility drops, rows small / medium / large, columns q = 1, 2, 3
 DROPS = np.array([[0.30, 0.12, 0.10], [0.25, 0.06, 0.04], [0.20, 0.05, 0.00]])
@@ -110,7 +111,7 @@ def test_predicted_times_follow_the_declared_profile_and_filter_eq2(monkeypatch)
 
     monkeypatch.setattr(fedx_module, "utility_drops", hand_drops)
     sc = load_scenario(text=yaml.safe_dump(_scenario(time_threshold_s=0.15)))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     fedx = sim.strategy
     n = sim.numerics.samples_per_device
     device_flops = np.array([TINY["compute"]["flops"]] * 4 + [BIG["compute"]["flops"]] * 4)

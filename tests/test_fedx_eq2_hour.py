@@ -11,7 +11,8 @@ import yaml
 
 from iotfl_sim.algorithms.fedx_assign import search
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.scenario.resolved import ResolvedScenario
+from iotfl_sim.sim.setup import build_simulation
 
 STUDY = Path(__file__).resolve().parents[1] / "scenarios" / "claims" / "fedx_hour.yaml"
 
@@ -24,7 +25,7 @@ def test_eq2_on_the_hour_setting_gives_devices_of_different_capacity_different_s
     base["algorithm"] = study["zip"]["algorithm"][study["zip"]["name"].index("fedx_eq2")]
     sc = load_scenario(text=yaml.safe_dump(base))
     assert sc.algorithm.time_threshold_s == 0.08 and sc.algorithm.public_fraction == 0.1
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     fedx = sim.strategy
     assert fedx.levels == ["small", "medium"]
     # feasibility by hand: the predicted local round within mu (HAR-Wild's memory fits every device here)

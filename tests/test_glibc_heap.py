@@ -94,13 +94,14 @@ def test_worker_threads_share_one_arena_only_where_a_step_is_large(monkeypatch, 
 
     from iotfl_sim.exec import glibc_heap
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim import engine, host
+    from iotfl_sim.scenario.resolved import ResolvedScenario
+    from iotfl_sim.sim import host, setup
 
     calls: list[bool] = []
     monkeypatch.setattr(host, "single_malloc_arena", lambda: calls.append(True) or True)
     monkeypatch.setattr(glibc_heap, "HEAP_TUNING_MIN_STEP_FLOPS", threshold)
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": kind, "workers": 2} if kind == "threads" else {"kind": kind})))
-    sim = engine.Simulation(sc, resolve_groups(sc))
+    sim = setup.build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     sim.host.executor.close()
     assert sim.host.choice.kind == kind and calls == ([True] if asked else [])
 
@@ -114,14 +115,15 @@ def test_freed_pages_are_returned_after_each_phase_only_where_a_step_is_large(mo
 
     from iotfl_sim.exec import glibc_heap
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim import engine, host, learning
+    from iotfl_sim.scenario.resolved import ResolvedScenario
+    from iotfl_sim.sim import host, learning, setup
 
     calls: list[bool] = []
     monkeypatch.setattr(learning, "release_free_heap", lambda: calls.append(True))
     monkeypatch.setattr(host, "single_malloc_arena", lambda: True)
     monkeypatch.setattr(glibc_heap, "HEAP_TUNING_MIN_STEP_FLOPS", threshold)
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": "inline"})))
-    sim = engine.Simulation(sc, resolve_groups(sc))
+    sim = setup.build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     try:
         sim.run()
     finally:
@@ -165,7 +167,8 @@ import ctypes, sys
 import yaml
 from iotfl_sim.exec import glibc_heap
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-from iotfl_sim.sim import engine, host
+from iotfl_sim.scenario.resolved import ResolvedScenario
+from iotfl_sim.sim import host, setup
 glibc_heap.HEAP_TUNING_MIN_STEP_FLOPS = 0.0
 asked = host.single_malloc_arena
 def listing():
@@ -173,7 +176,7 @@ def listing():
     return asked()
 host.single_malloc_arena = listing
 sc = load_scenario(text=sys.argv[1])
-engine.Simulation(sc, resolve_groups(sc)).host.executor.close()
+setup.build_simulation(ResolvedScenario(sc, resolve_groups(sc))).host.executor.close()
 """
 
 
@@ -199,16 +202,17 @@ def test_the_run_loads_its_data_on_its_pinned_threads(monkeypatch):
     from conftest import base_scenario
 
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim import engine
+    from iotfl_sim.scenario.resolved import ResolvedScenario
+    from iotfl_sim.sim import setup
 
     seen: list[int] = []
-    load = engine.prepare_numerics
-    monkeypatch.setattr(engine, "prepare_numerics", lambda *a: (seen.append(torch.get_num_threads()), load(*a))[1])
+    load = setup.prepare_numerics
+    monkeypatch.setattr(setup, "prepare_numerics", lambda *a: (seen.append(torch.get_num_threads()), load(*a))[1])
     sc = load_scenario(text=yaml.safe_dump(base_scenario(executor={"kind": "inline", "threads": 1})))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        engine.Simulation(sc, resolve_groups(sc)).host.executor.close()
+        setup.build_simulation(ResolvedScenario(sc, resolve_groups(sc))).host.executor.close()
     finally:
         torch.set_num_threads(before)
     assert seen == [1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,10 @@ from conftest import base_scenario
 from iotfl_sim.cli import main
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim import engine, hierarchy
 from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 
 HEADER = 1024  # server.header_bytes' default
 
@@ -39,7 +42,7 @@ def gatewayed(data: dict, per_gateway: int | None = None, **tier) -> dict:
 
 def simulation_of(data: dict) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def simulate(data: dict) -> Simulation:
@@ -60,11 +63,12 @@ def only_run(parent: Path) -> Path:
 
 @pytest.mark.parametrize(("method", "beside"), [
         ("fedavg", ()), ("adaptivefl", ("tc", "tr", "history")), ("fedopt", ("m", "v")), ("fedx", ()),
-        ("dadaquant_fedx_setting", ("schedule", "last_update")),
+        ("dadaquant_fedx_setting", ("schedule", "last_update")), ("decoupled", ()), ("adapterfl", ()),
     ])
 def test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit(method, beside):
-    """The model, the state ``beside`` it (AdaptiveFL's RL tables and per-round counts; FedOpt's moments: its gateway
-    only averages, and the cloud's optimizer steps on that one gateway's model) and the rows' figures: the flat run's."""
+    """The model (Decoupled's: one per level), the state ``beside`` it (AdaptiveFL's RL tables and per-round counts;
+    FedOpt's moments: its gateway only averages, and the cloud's optimizer steps on that one gateway's model) and the
+    rows' figures: the flat run's."""
     from test_resume import METHODS
 
     flat_data = base_scenario(rounds=3, clients_per_round=3, **copy.deepcopy(METHODS[method]))
@@ -74,9 +78,10 @@ def test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit(method, bes
     flat = simulate(flat_data)
     tiered = simulate(gatewayed(flat_data))
     assert len(tiered.loop.nodes) == 1
-    assert flat.strategy.state.keys() == tiered.strategy.state.keys()
-    for k, v in flat.strategy.state.items():
-        assert torch.equal(v, tiered.strategy.state[k]), k
+    a, b = model_of(flat.strategy), model_of(tiered.strategy)
+    assert a.keys() == b.keys() and a
+    for k, v in a.items():
+        assert torch.equal(v, b[k]), k
     for name in beside:
         a, b = getattr(flat.strategy, name), getattr(tiered.strategy, name)
         if isinstance(a, dict):  # FedOpt's moments: a tensor per parameter
@@ -89,12 +94,19 @@ def test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit(method, bes
         assert b["sim_time_s"] > a["sim_time_s"]  # the gateway's aggregation and the backhaul take time
 
 
+def model_of(strategy) -> dict:
+    """The method's model as one flat dict: its ``state``, or Decoupled's ``states`` (one model per level)."""
+    if hasattr(strategy, "states"):
+        return {f"{x}/{k}": v for x, state in strategy.states.items() for k, v in state.items()}
+    return strategy.state
+
+
 def test_backhaul_bytes_are_the_model_in_float32_plus_a_header_per_gateway_each_way_each_cloud_round(tmp_path, write_scenario):
     data = gatewayed(base_scenario(rounds=2, numerics="none", clients_per_round=2), per_gateway=3)
     assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
     run = only_run(tmp_path)
     sc = load_scenario(text=yaml.safe_dump(data))
-    recipe = Simulation(sc, resolve_groups(sc)).recipe  # the scenario's model: cnn_small on 8 x 8 digits
+    recipe = build_simulation(ResolvedScenario(sc, resolve_groups(sc))).recipe  # the scenario's model: cnn_small on 8 x 8 digits
     weights = recipe.build(SubmodelSpec(1.0)).state_dict().values()
     n_params = sum(t.numel() for t in weights if t.is_floating_point())  # float32 values on the wire
     gateways = 3  # 8 devices in blocks of 3
@@ -121,13 +133,14 @@ def weighted_average(states: list[dict], weights: list[float]) -> dict:
     return out
 
 
-def record_backhaul(monkeypatch) -> list[tuple]:
-    """(up, gateway, its model, the cloud's model) at each backhaul transfer's start."""
+def record_backhaul(monkeypatch, model: str = "state") -> list[tuple]:
+    """(up, gateway, its model, the cloud's model) at each backhaul transfer's start; ``model``: the method's
+    attribute that holds it."""
     seen = []
     backhaul = hierarchy.GatewayTier._backhaul
 
     def spy(self, node, rnd, up):
-        seen.append((up, node.label, dict(node.state), dict(self.sim.strategy.state)))
+        seen.append((up, node.label, dict(node.tier.values[model]), dict(getattr(self.sim.strategy, model))))
         return backhaul(self, node, rnd, up)
 
     monkeypatch.setattr(hierarchy.GatewayTier, "_backhaul", spy)
@@ -272,6 +285,108 @@ def test_dadaquant_steps_its_level_schedule_at_the_cloud_on_the_loss_pooled_over
         start = i + 1
     ten = simulation_of(gatewayed(base_scenario(numerics="none", rounds=10, algorithm={"name": "dadaquant"}), gateway_rounds=3))
     assert ten.strategy.c.rounds == 30 and ten.strategy.schedule.phi == 1
+
+
+def test_decoupled_averages_each_levels_model_at_the_cloud_by_the_samples_the_gateways_gave_that_level(monkeypatch, tmp_path, write_scenario):
+    """Decoupled under a hierarchy: two gateways, each with two devices that hold only level e (1 MB free) and two
+    that hold level a. The cloud's level-x model is the gateways' level-x models averaged with weights the samples
+    (devices.csv) of the level-x updates each delivered ("accepted" events) in its two gateway rounds, not the
+    samples over both levels; a gateway that trained no level-x update does not take part."""
+    from conftest import BIG, TINY
+
+    small = copy.deepcopy(TINY)
+    small["memory"] = {"total_mb": 2, "free_mb": 1, "sigma_mb": 0.0}
+    data = base_scenario(rounds=1, clients_per_round=3, algorithm={"name": "decoupled", "levels": "a-e"})
+    data["fleet"]["groups"] = [
+        {"name": f"{kind}{i}", "count": 2, "profile": copy.deepcopy(profile)}
+        for i in range(2) for kind, profile in (("small", small), ("big", BIG))
+    ]  # fmt: skip
+    data = gatewayed(data, per_gateway=4, gateway_rounds=2)
+    seen = record_backhaul(monkeypatch, "states")
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    run = only_run(tmp_path)
+    with open(run / "devices.csv") as f:
+        samples = {int(r["device"]): int(r["samples"]) for r in csv.DictReader(f)}
+    level = {d: "e" if d % 4 < 2 else "a" for d in range(8)}  # groups of two: small, big, small, big
+    weights = {x: [0.0, 0.0] for x in "ae"}
+    for line in (run / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == "accepted":
+            weights[level[e["device"]]][e["device"] // 4] += samples[e["device"]]
+    ups = {label: model for up, label, model, _ in seen if up}
+    cloud = next(merged for up, _, _, merged in seen if not up)
+    totals = [weights["a"][g] + weights["e"][g] for g in (0, 1)]
+    shares = {x: weights[x][0] / sum(weights[x]) for x in "ae" if sum(weights[x])}
+    assert shares and any(abs(s - totals[0] / sum(totals)) > 1e-3 for s in shares.values())  # the weights matter
+    for x in "ae":
+        if not sum(weights[x]):
+            continue
+        want = weighted_average([ups["gw[0]"][x], ups["gw[1]"][x]], weights[x])
+        for k, v in want.items():
+            assert torch.equal(cloud[x][k], v), (x, k)
+    sc = load_scenario(text=yaml.safe_dump(data))
+    recipe, rates = build_simulation(ResolvedScenario(sc, resolve_groups(sc))).recipe, sc.algorithm.level_rates
+    models = [replace(recipe, global_rate=rates[x]).build(SubmodelSpec(rates[x])) for x in "ae"]
+    floats = sum(t.numel() for m in models for t in m.state_dict().values() if t.is_floating_point())
+    assert float(rows(run)[0]["bytes_backhaul_up"]) == 2 * (floats * 4 + HEADER)  # both levels' models, 2 gateways
+
+
+def test_adapterfl_averages_each_block_at_the_cloud_by_the_clients_the_gateways_gave_it(monkeypatch, tmp_path, write_scenario):
+    """AdapterFL under a hierarchy (its default ``weighting: count``, the paper's unweighted means): the cloud's
+    shared block is the gateways' averaged by the number of updates each aggregated in its two gateway rounds
+    ("accepted" events), a model's own blocks by the number of that model's updates each aggregated (the model a
+    device trained: its "train_start" event), as the flat server averages over clients. The backhaul carries the
+    group: every model's parameters, the shared block once."""
+    from conftest import BIG
+    from test_resume import GROUP
+
+    def free(mb: float) -> dict:
+        profile = copy.deepcopy(BIG)
+        profile["memory"] = {"total_mb": 2 * mb, "free_mb": mb, "sigma_mb": 0.0}
+        return profile
+
+    data = base_scenario(rounds=1, clients_per_round=4, algorithm={"name": "adapterfl", **GROUP})
+    # devices that fit only L-S (3.1 MB), up to L-M (11.4 MB), every model (15.2 MB): gateway 0 holds one, one, two
+    # (the selector's 4 slots a round go 1, 1, 2), gateway 1 two, one, one (2, 1, 1)
+    data["fleet"]["groups"] = [
+        {"name": f"{kind}{i}", "count": count, "profile": free(mb)}
+        for i, counts in enumerate(((1, 1, 2), (2, 1, 1)))
+        for kind, count, mb in zip("sml", counts, (5.0, 13.0, 32.0), strict=True)
+    ]  # fmt: skip
+    data = gatewayed(data, per_gateway=4, gateway_rounds=2)
+    seen = record_backhaul(monkeypatch)
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path), "--quiet"]) == 0
+    run = only_run(tmp_path)
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    trained = {(e["round"], e["device"]): e["level"] for e in events if e["event"] == "train_start"}
+    weights: dict[str, list[float]] = {x: [0.0, 0.0] for x in ("L-S", "L-M", "L-L")}
+    for e in events:
+        if e["event"] == "accepted":
+            weights[trained[(e["round"], e["device"])]][e["device"] // 4] += 1.0
+    totals = [sum(w[g] for w in weights.values()) for g in (0, 1)]
+    assert len({w[0] / sum(w) for w in weights.values() if sum(w)} | {totals[0] / sum(totals)}) > 1  # the weights matter
+    ups = {label: model for up, label, model, _ in seen if up}
+    start = next(merged for up, _, _, merged in seen if up)  # the cloud's model as the cloud round began
+    cloud = next(merged for up, _, _, merged in seen if not up)
+    checked = set()
+    for k, v in cloud.items():
+        if not v.is_floating_point():
+            continue
+        owner = k.split("/", 1)[0]
+        w = weights[owner] if owner in weights else totals
+        if not sum(w):
+            assert torch.equal(v, start[k]), k  # no gateway trained it
+            continue
+        assert torch.equal(v, weighted_average([{k: ups["gw[0]"][k]}, {k: ups["gw[1]"][k]}], w)[k]), k
+        checked.add(owner if owner in weights else "shared")
+    assert "shared" in checked and len(checked) >= 3
+    sc = load_scenario(text=yaml.safe_dump(data))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
+    models = [sim.strategy.recipes[x].build(sim.strategy.specs[x]) for x in weights]
+    every = sum(p.numel() for m in models for p in m.parameters())
+    shared = sum(p.numel() for n, p in models[0].named_parameters() if n.startswith("ex."))
+    assert shared > 0
+    assert float(rows(run)[0]["bytes_backhaul_up"]) == 2 * ((every - 2 * shared) * 4 + HEADER)  # 2 gateways
 
 
 def hierarchical_methods() -> list[str]:

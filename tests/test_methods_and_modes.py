@@ -35,15 +35,18 @@ def test_the_page_counts_the_modes_the_issue_measured():
     semi-asynchronously, 2 asynchronously (FedAsync and FedBuff, which run only so). Semi-asynchronously now: all
     13 that aggregate in rounds but FedDF (``tests/test_semi_async_methods.py``); asynchronously 12: FedAsync and
     FedBuff, and HeteroFL, HeteroFL-IoT, FedAvg, FedProx, AdaptiveFL, FlexFL, ScaleFL, FedX, DAdaQuant and FedOpt in
-    FedBuff's buffered form (``tests/test_buffered_async.py``, ``tests/test_buffered_async_methods.py``); hierarchically 10: every method whose aggregation is an average, FedOpt's
-    optimizer, FedX's fine-tuning and DAdaQuant's level schedule at the cloud (``tests/test_hierarchy.py``)."""
+    FedBuff's buffered form (``tests/test_buffered_async.py``, ``tests/test_buffered_async_methods.py``);
+    hierarchically 13: every method whose aggregation is an average (Decoupled's per level, AdapterFL's and FedBase's
+    per block), FedOpt's optimizer, FedX's fine-tuning and DAdaQuant's level schedule at the cloud
+    (``tests/test_hierarchy.py``); not FedDF, whose distillation needs the clients' models."""
     page = (ROOT / "docs" / "methods_and_modes.md").read_text()
     counts = next(line for line in page.splitlines() if line.startswith("| of 16 |")).split("|")[2:-1]
-    assert [c.strip() for c in counts] == ["14", "13", "12", "10"], counts
+    assert [c.strip() for c in counts] == ["14", "13", "12", "13"], counts
     names = ("heterofl", "heterofl_iot", "fedavg", "fedprox", "adaptivefl", "flexfl", "scalefl", "fedx", "dadaquant", "fedopt")
     assert all(f"| `{m}` | yes | yes | yes |" in page for m in names)
-    assert "| `feddf` | yes | no |" in page
-    tiered = ("fedavg", "heterofl", "heterofl_iot", "adaptivefl", "scalefl", "flexfl", "fedx", "dadaquant", "fedprox", "fedopt")
+    assert "| `feddf` | yes | no | no | no |" in page
+    tiered = ("fedavg", "decoupled", "heterofl", "heterofl_iot", "adaptivefl", "scalefl", "flexfl", "adapterfl", "fedbase",
+              "fedx", "dadaquant", "fedprox", "fedopt")
     assert all(re.search(rf"^\| `{m}` \|.* yes \|$", page, flags=re.M) for m in tiered)
     assert "| `fedasync` | no | no | yes | no |" in page and "| `fedbuff` | no | no | yes | no |" in page
 

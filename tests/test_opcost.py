@@ -256,7 +256,8 @@ def test_a_convolution_with_one_group_stays_dense():
 
 def test_profile_kernels_reach_the_cost_model(write_scenario):
     from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-    from iotfl_sim.sim.engine import Simulation
+    from iotfl_sim.scenario.resolved import ResolvedScenario
+    from iotfl_sim.sim.setup import build_simulation
 
     full = copy.deepcopy(BIG)
     full["compute"].update(mem_bw_gbs=4.0, op_overhead_us=10.0)
@@ -286,7 +287,7 @@ def test_profile_kernels_reach_the_cost_model(write_scenario):
     data["fleet"]["groups"][1]["profile"]["compute"]["jitter"] = {"dist": "none"}
     data["fleet"]["groups"][0]["profile"]["compute"]["jitter"] = {"dist": "none"}
     sc = load_scenario(write_scenario(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     assert sim.fleet.roofline(0)[3] == (("convolution", pytest.approx(1e-3), ()),) and sim.fleet.roofline(1)[3] == ()
     recipe, spec = sim.recipe, SubmodelSpec(1.0)
     t_with = sim.system.training_time.task_cost(recipe, spec, 0, 1)[1]

@@ -14,9 +14,11 @@ from conftest import base_scenario
 from iotfl_sim.algorithms.base import Assignment
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.device import DeviceTasks
 from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.round import Round, RoundStart
+from iotfl_sim.sim.setup import build_simulation
 from iotfl_sim.sim.traffic import Traffic
 
 REASONS = ("oom", "depleted", "offline", "refused", "deadline", "surplus")
@@ -120,7 +122,7 @@ def test_a_device_task_runs_against_any_task_host_hand_timed():
     """Download, training and upload of device 0 (tiny profile: no jitter, no loss) add up to the hand sum of
     bytes x 8 / rate + RTT each way and the profile's FLOP time, with the host's own message sizes."""
     sc = load_scenario(text=yaml.safe_dump(base_scenario(numerics="none", rounds=1)))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     env, traffic = simpy.Environment(), Traffic()
     host = RecordingHost(sim, down_bytes=2e5, up_bytes=5e4)
     tasks = DeviceTasks(env, sim.fleet, sim.system.availability, host, traffic, sim.system.training_time)

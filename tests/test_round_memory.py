@@ -13,8 +13,9 @@ from test_hierarchy import gatewayed
 
 from iotfl_sim.algorithms.base import Update
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.learning import Learning
+from iotfl_sim.sim.setup import build_simulation
 
 
 def _live_updates() -> int:
@@ -48,6 +49,6 @@ def test_no_update_is_alive_during_evaluation_or_the_next_training(monkeypatch, 
     monkeypatch.setattr(Learning, "start_evaluation", counting_evaluate)
     monkeypatch.setattr(Learning, "train_tasks", counting_train)
     sc = load_scenario(text=yaml.safe_dump(data))
-    Simulation(sc, resolve_groups(sc)).run()
+    build_simulation(ResolvedScenario(sc, resolve_groups(sc))).run()
     assert len(seen["evaluate"]) >= 2 and len(seen["train"]) >= 2 and all(seen["trained"])  # the counts mean something
     assert seen["evaluate"] == [0] * len(seen["evaluate"]) and seen["train"] == [0] * len(seen["train"])

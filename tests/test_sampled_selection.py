@@ -20,7 +20,9 @@ from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.selection import SAMPLED_SELECTION_MIN_DEVICES, SampleStats, sample_uniform
 from iotfl_sim.output.run_dir import _column_text, write_rows
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 
 # ---------------------------------------------------------------- sample_uniform
 
@@ -72,7 +74,7 @@ def sim_for_selection(n_tiny=60, n_big=40, avail=None, **over) -> Simulation:
         for g in data["fleet"]["groups"]:
             g["availability"] = avail
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     sim.view.sample_min_devices = 1  # force the sampled path on a small fleet
     return sim
 

@@ -15,8 +15,9 @@ from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 from iotfl_sim.scenario.profile import DeviceProfile
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.server_cost import ServerCost
+from iotfl_sim.sim.setup import build_simulation
 
 SERVER = {
     **copy.deepcopy(BIG),
@@ -99,7 +100,7 @@ def test_a_server_training_step_costs_what_the_same_step_costs_a_device_with_the
         server={"profile": copy.deepcopy(SERVER)},
     )
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     spec = SubmodelSpec(1.0)
     samples = int(sim.numerics.samples_per_device[0])
     flops, device_seconds = sim.system.training_time.task_cost(sim.recipe, spec, 0, 0)
@@ -161,7 +162,7 @@ def test_rounds_split_server_time_by_kind_and_the_summary_adds_them_up(tmp_path)
 
     data = base_scenario(numerics="none", rounds=2, clients_per_round=4, server={"profile": copy.deepcopy(SERVER)})
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     sim.run()
     for row in sim.rows:
         split = sum(row[f"server_{k}_s"] for k in ("train", "infer", "aggregate", "qsgd", "other"))

@@ -14,8 +14,9 @@ from iotfl_sim.algorithms.fedavg import FedAvg
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.scenario.algorithms import FedAvgConfig
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.engine import Simulation
-from iotfl_sim.sim.setup import split_proxy
+from iotfl_sim.sim.setup import build_simulation, split_proxy
 
 
 class _Charging(FedAvg):
@@ -41,7 +42,7 @@ def _sim(monkeypatch, cls, numerics: str = "none", **over) -> Simulation:
     monkeypatch.setitem(methods._METHODS, "fedavg", methods.Method("fedavg", FedAvgConfig, cls))
     data = base_scenario(numerics=numerics, rounds=2, clients_per_round=8, **over)
     sc = load_scenario(text=yaml.safe_dump(data))
-    return Simulation(sc, resolve_groups(sc))
+    return build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
 
 
 def test_server_work_is_simulated_time_before_dispatch_and_after_aggregation(monkeypatch):

@@ -11,7 +11,8 @@ from test_resume import METHODS
 
 from iotfl_sim import methods
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
-from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.scenario.resolved import ResolvedScenario
+from iotfl_sim.sim.setup import build_simulation
 
 
 def test_an_undeclared_change_is_caught():
@@ -50,7 +51,7 @@ def test_every_registered_method_runs_a_system_only_round(tmp_path):
     assert set(names) <= set(cases), sorted(set(names) - set(cases))
     for name in names:
         sc = _scenario(tmp_path, {**cases[name], "numerics": "none"}, rounds=1)
-        sim = Simulation(sc, resolve_groups(sc))
+        sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
         sim.run()
         assert len(sim.rows) == 1 and sim.rows[0]["selected"] > 0, name
         assert type(sim.strategy) is methods.method(name).strategy_class()

@@ -22,7 +22,9 @@ from iotfl_sim.fleet.network import (
 )
 from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.setup import build_simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 COST = ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0))
@@ -31,7 +33,7 @@ MSG_BYTES = COST.params * 4 + 1024
 
 def simulate(data: dict, tmp_path: Path | None = None, base_dir: Path | None = None) -> Simulation:
     sc = load_scenario(text=yaml.safe_dump(data))
-    sim = Simulation(sc, resolve_groups(sc), base_dir=base_dir)
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc), base_dir))
     if tmp_path is not None:
         sim.recorder = RunRecorder(tmp_path, [], "all")
     sim.run()
@@ -280,7 +282,7 @@ def test_server_waits_until_enough_devices_are_online(tmp_path):
 def test_flexfl_configurations(conf, sigma2):
     sc = load_scenario(ROOT / "scenarios" / f"flexfl_conf{conf}.yaml", sets=["numerics=none", "rounds=1"])
     assert sc.fleet.memory_units == "relative"
-    sim = Simulation(sc, resolve_groups(sc))
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc)))
     counts = np.bincount(sim.fleet.group_of)
     assert (counts / counts.sum()).tolist() == pytest.approx([0.4, 0.3, 0.3])
     assert sorted(set((sim.fleet.mem_free).tolist())) == [35.0, 60.0, 110.0]
@@ -367,7 +369,7 @@ def test_power_mode_changes_throughput_and_power_together():
 def test_field_deployment_example_runs_every_mechanism(tmp_path):
     path = ROOT / "scenarios" / "iot_field_deployment.yaml"
     sc = load_scenario(path, sets=["rounds=3", "numerics=none"])
-    sim = Simulation(sc, resolve_groups(sc), base_dir=path.parent)
+    sim = build_simulation(ResolvedScenario(sc, resolve_groups(sc), path.parent))
     sim.recorder = RunRecorder(tmp_path, [], "all")
     sim.run()
     sim.recorder.close()
@@ -396,5 +398,5 @@ def test_a_system_only_run_sizes_its_clients_from_the_train_samples_a_real_run_k
     the same local work (each device's share of 600 samples, not of MNIST's 60,000)."""
     data = base_scenario(numerics="none", data={"dataset": "mnist", "train_samples": 600})
     sc = load_scenario(text=yaml.safe_dump(data))
-    sizes = Simulation(sc, resolve_groups(sc)).numerics.samples_per_device
+    sizes = build_simulation(ResolvedScenario(sc, resolve_groups(sc))).numerics.samples_per_device
     assert sizes.sum() == 600 and sizes.max() - sizes.min() <= 1

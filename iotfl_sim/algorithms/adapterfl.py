@@ -68,6 +68,16 @@ No public code exists; this follows the paper's text, and every choice it leaves
   weight, in the shared block and in its own model's blocks alike; the partition and the group are fixed at
   set-up, so its state (its model as its device downloaded it in its own round, then trained) renames onto the
   current group state. FedBase the same, per model.
+- ``hierarchy:`` (not in the paper): a gateway holds the group state (``tier_state``: ``state``) and aggregates its
+  devices' updates block-wise as the flat server does; beside it it keeps, per model, the total weight of the
+  updates it averaged into that model since the cloud round began (``label_weights``: their number under the
+  paper's ``weighting: count``, their samples under ``data``). The cloud averages each tensor over the gateways as
+  the flat server averages it over clients: the shared block weighted by each gateway's total over all models, a
+  model's own blocks by each gateway's weight for that model (a gateway that trained none of it takes no part). So
+  with one gateway round per cloud round every tensor is the flat round's weighted average over all that cloud
+  round's clients (up to float rounding), and one gateway with k1 = k2 = 1 is flat AdapterFL bit for bit; the
+  partition and the group are the cloud's, fixed at set-up. The backhaul carries the whole group (``tier_size``:
+  the shared block once, each model's own blocks). FedBase the same, with no shared block.
 - Evaluation: every model of the group (columns ``acc_L-S``, ``acc_L-M``, ``acc_L-L``; ``acc_avg``
   their mean) and ``acc_full``, the group's largest model.
 """
@@ -79,7 +89,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, InferWork, Strategy, Update
+from iotfl_sim.algorithms.base import Assignment, EvalTarget, FleetView, InferWork, Strategy, Tier, Update
 from iotfl_sim.algorithms.common import contributions
 from iotfl_sim.fl.aggregate import Contribution, aggregate_nested
 from iotfl_sim.fl.models.reassemble import (
@@ -88,6 +98,7 @@ from iotfl_sim.fl.models.reassemble import (
     centered_gram,
     cut_features,
     from_group,
+    group_key,
     partition_by_similarity,
     reassembled_family,
     to_group,
@@ -198,6 +209,7 @@ class ModelPoolRounds(Strategy):
 class AdapterFL(ModelPoolRounds):
     Config = AdapterFLConfig
     checkpointed = ("state",)
+    tier_state = ("state", "label_weights")  # under a hierarchy a gateway's group state and each model's weight
     shared_blocks: tuple[str, ...] = ("ex",)
 
     def __init__(self, cfg: AdapterFLConfig) -> None:
@@ -230,6 +242,7 @@ class AdapterFL(ModelPoolRounds):
             for k, v in to_group(init, label, self.shared_blocks).items():
                 self.state.setdefault(k, v)  # the shared block: one copy (every model's is the same seeded init)
         self.largest = max(self.labels, key=lambda x: self.recipes[x].cost(self.specs[x]).params)
+        self.label_weights: dict[str, float] = {}  # under a hierarchy, a gateway's per model (its tier); never the cloud's
 
     # -- partition (eq. 3)
 
@@ -271,13 +284,52 @@ class AdapterFL(ModelPoolRounds):
         return from_group(self.state, self.keys[label], label, self.shared_blocks)
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:
+        self._average(updates)
+
+    def _average(self, updates: list[Update]) -> dict[str, float]:
+        """Block-wise aggregation (eqs. 6, 7); the total weight each model's updates took."""
+        weights: dict[str, float] = {}
         if not updates:
-            return
-        parts = [
-            Contribution(to_group(c.state, u.assignment.level, self.shared_blocks), c.weight)
-            for u, c in zip(updates, contributions(updates, self.cfg.weighting), strict=True)
-        ]
+            return weights
+        parts = []
+        for u, c in zip(updates, contributions(updates, self.cfg.weighting), strict=True):
+            parts.append(Contribution(to_group(c.state, u.assignment.level, self.shared_blocks), c.weight))
+            weights[u.assignment.level] = weights.get(u.assignment.level, 0.0) + c.weight
         self.state = aggregate_nested(self.state, parts)
+        return weights
+
+    def gateway_aggregate(self, rnd: int, updates: list[Update]) -> None:
+        """The flat aggregation, and each model's weight added to the gateway's ``label_weights``."""
+        done = self._average(updates)
+        self.label_weights = {x: self.label_weights.get(x, 0.0) + done.get(x, 0.0) for x in self.labels}
+
+    def combine(self, rnd: int, tiers: list[Tier]) -> None:
+        """Each tensor averaged over the gateways: the shared block by each gateway's total weight, a model's own
+        blocks by the weight the gateway gave that model."""
+        parts = []
+        for t in tiers:
+            weights = t.values["label_weights"]
+            own: dict[str, dict[str, torch.Tensor]] = {x: {} for x in self.labels}
+            shared: dict[str, torch.Tensor] = {}
+            for k, v in t.state.items():
+                owner = k.split("/", 1)[0]
+                (own[owner] if owner in own else shared)[k] = v
+            parts += [Contribution(own[x], weights[x]) for x in self.labels if weights.get(x, 0.0) > 0]
+            if shared and sum(weights.values()) > 0:
+                parts.append(Contribution(shared, sum(weights.values())))
+        if parts:
+            self.state = aggregate_nested(self.state, parts)
+
+    def tier_size(self) -> tuple[int, int]:
+        """The group: the shared block once, each model's own blocks."""
+        params: dict[str, int] = {}
+        tensors: set[str] = set()
+        with torch.random.fork_rng():  # building a model draws its initial weights
+            for x in self.labels:
+                model = self.recipes[x].build(self.specs[x])
+                params.update({group_key(k, x, self.shared_blocks): p.numel() for k, p in model.named_parameters()})
+                tensors |= {group_key(k, x, self.shared_blocks) for k in model.state_dict()}
+        return sum(params.values()), len(tensors)
 
     def eval_targets(self) -> list[EvalTarget]:
         out = [EvalTarget(x, self.specs[x], self.model_state(x), self.recipes[x]) for x in self.labels]

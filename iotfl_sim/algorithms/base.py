@@ -413,6 +413,13 @@ class Strategy(ABC):
         if tiers and state:
             self.state = average_tiers(state, tiers)
 
+    def tier_size(self) -> tuple[int, int]:
+        """The (parameters, tensors) of what a gateway holds: its float32 weights go up and down the backhaul each
+        cloud round, and the cloud averages them. Default: the largest candidate's (nested submodels are cut from
+        it); a method holding several models (one per level, a group sharing a block) counts each value once."""
+        recipe, spec = max(self.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
+        return recipe.cost(spec).params, len(recipe.shapes(spec))
+
     # -- helpers for methods
 
     @property

@@ -10,52 +10,42 @@ toolkit (``sim.toolkit``); a ``sim.round.Round`` owns its tasks, the devices rea
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 import torch
 
-from iotfl_sim import faults, methods
-from iotfl_sim.algorithms import make_strategy
-from iotfl_sim.algorithms.base import (
-    Assignment,
-    DeviceState,
-    StrategyContext,
-)
-from iotfl_sim.core.errors import CheckpointError, ScenarioError
-from iotfl_sim.fl.cost import opcost
+from iotfl_sim import faults
+from iotfl_sim.algorithms.base import Assignment, DeviceState, Strategy
+from iotfl_sim.core.errors import CheckpointError
 from iotfl_sim.fl.evaluate import forget_prototypes
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
-from iotfl_sim.fl.torch_seed import seed_torch
-from iotfl_sim.fleet.availability import build_availability
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.network import SharedMedium
 from iotfl_sim.output.run_dir import RunRecorder
-from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.seeding import int_seed
 from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.async_server import AsyncServer
-from iotfl_sim.sim.console import stage
-from iotfl_sim.sim.device import SILENT_FAILURES, DeviceTasks
+from iotfl_sim.sim.device import SILENT_FAILURES
 from iotfl_sim.sim.hierarchy import GatewayTier
 from iotfl_sim.sim.host import ExecutorFactory, Host
 from iotfl_sim.sim.learning import Learning
 from iotfl_sim.sim.memory import InfeasibleFleetError
 from iotfl_sim.sim.semi_async import SemiAsyncLoop
 from iotfl_sim.sim.server_loop import ServerLoop
-from iotfl_sim.sim.setup import NumericsSetup, prepare_numerics
 from iotfl_sim.sim.summary import RunFigures, device_columns, summarize
 from iotfl_sim.sim.sync_loop import SyncLoop
 from iotfl_sim.sim.system import SystemModel
 from iotfl_sim.sim.view import ServerView
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.setup import NumericsSetup
 
 __all__ = ["ExecutorFactory", "InfeasibleFleetError", "Simulation"]
 
@@ -78,49 +68,35 @@ def make_loop(sim: Simulation) -> ServerLoop:
 
 
 class Simulation:
-    """One run: the fleet, the method, the simulated clock and the run's figures; ``run()`` plays it."""
+    """One run: the fleet, the method, the simulated clock and the run's figures; ``run()`` plays it. Built by
+    ``sim.setup.build_simulation`` from a ``scenario.resolved.ResolvedScenario``; it holds the parts it is given."""
 
     def __init__(
         self,
         sc: Scenario,
-        groups: list[ResolvedGroup],
+        *,
+        fleet: Fleet,
+        numerics: NumericsSetup,
+        env: simpy.Environment,
+        system: SystemModel,
+        strategy: Strategy,
+        host: Host,
+        learning: Learning,
+        view: ServerView,
         recorder: RunRecorder | None = None,
-        executor: Any = None,
         progress: Any = None,
-        base_dir: Path | None = None,
-        executor_factory: ExecutorFactory | None = None,
     ) -> None:
-        """``executor``: an executor to train and evaluate with (default: the scenario's ``executor`` block);
-        ``executor_factory``: or one made from the run's data, ``factory(NumericData, scenario.executor)``."""
-        t_created = time.perf_counter()
         self.sc = sc
         self.recorder = recorder
         self.progress = progress
-        self.fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units)
-        availability = build_availability([g.config.availability for g in groups], self.fleet.group_of, sc.seed, base_dir)
-        # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
-        # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
-        # before the data are loaded: a torch op on several threads starts OpenMP threads, whose first
-        # allocations give each a malloc arena that the one-arena limit (exec.glibc_heap) could not take back.
-        threads_before = torch.get_num_threads()
-        if sc.numerics == "torch":
-            torch.set_num_threads(sc.executor.threads)
-            stage(progress, f"loading {sc.data.dataset} and splitting it over {self.fleet.n} devices")
-        try:
-            self.numerics: NumericsSetup = prepare_numerics(sc, self.fleet.n)
-        except BaseException:  # data that cannot be loaded: the caller's thread count back, as before the run
-            torch.set_num_threads(threads_before)
-            raise
-        self.env = simpy.Environment()
-        self.system = SystemModel.build(sc, groups, self.fleet, availability, self.numerics, self.env, base_dir)
-        self.strategy = make_strategy(sc.algorithm)
-        self._set_up_strategy()
-        self.host = Host.choose(sc, self.numerics, self.strategy, executor, executor_factory, threads_before, t_created)
-        self.learning = Learning(sc, self.numerics, self.strategy, self.host.executor, trim_heap=self.host.large_steps)
-        self.view = ServerView(self.fleet, self.fleet.mem_free, np.zeros(self.fleet.n, dtype=bool), availability)
-        system = self.system
-        system.tasks = DeviceTasks(self.env, self.fleet, availability, self, system.traffic, system.training_time)
-        self.host.times = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": self.host.elapsed()}
+        self.fleet = fleet
+        self.numerics = numerics
+        self.env = env
+        self.system = system
+        self.strategy = strategy
+        self.host = host
+        self.learning = learning
+        self.view = view
         self.checkpointing = checkpointing.CheckpointState()  # with the tape, which run_scenario / resume_run turn on
         self.rows: list[dict[str, Any]] = []
         self.status = RunStatus()
@@ -149,62 +125,6 @@ class Simulation:
     @stop_requested.setter
     def stop_requested(self, value: bool) -> None:
         self.status.stop_requested = value
-
-    def _set_up_strategy(self) -> None:
-        """The method's ``setup``, then the set-up checks of what it will assign (models analysed, memory)."""
-        sc = self.sc
-        system = self.system
-        system.recipe = ModelRecipe(
-            sc.model.family, self.numerics.num_classes, self.numerics.in_channels, self.numerics.image_size,
-            sc.model.norm, sc.model.scaler,
-        )
-        ctx = StrategyContext(
-            recipe=system.recipe,
-            num_devices=self.fleet.n,
-            samples_per_device=self.numerics.samples_per_device,
-            labels_per_device=self.numerics.labels_per_device,
-            num_classes=self.numerics.num_classes,
-            seed=sc.seed,
-            rounds=sc.rounds * (sc.hierarchy.gateway_rounds if sc.hierarchy is not None else 1),  # the rounds it sees
-            clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
-            min_participants=sc.server.min_participants,
-            memory_need=system.memory_need,
-            declared_free_memory=self.fleet.mem_free,
-            initial_state=self._initial_state,
-            server_work=system.server_work,
-            data=self.numerics.dataset,
-            parts=self.numerics.parts or None,
-            proxy_indices=self.numerics.proxy,
-            predict_train_seconds=system.training_time.predict,
-            calib_x=self.numerics.calib_x,
-            gateway_rounds=sc.hierarchy.gateway_rounds if sc.hierarchy is not None else 1,
-        )
-        stage(self.progress, f"setting up {sc.algorithm.name}: building its models")
-        # the engine gives the method its context (a setup that forgets ``self.ctx = ctx``, or an __init__ that
-        # skips Strategy's, still has ``self.c``, during setup as after it); a setup may replace it with its own
-        self.strategy.ctx = ctx
-        self.strategy.setup(ctx)
-        if self.strategy.ctx is None:
-            self.strategy.ctx = ctx
-        problem = methods.capability_problem(type(self.strategy), type(sc.algorithm))  # a method built by hand
-        if problem is not None:
-            raise ScenarioError(f"algorithm {sc.algorithm.name}: {problem}")
-        # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
-        # then no task fails for memory and no feasibility check applies
-        system.memory_ignored = bool(self.strategy.ignores_memory)
-        specs = self.strategy.candidate_specs()
-        if sc.fleet.cost_model == "roofline":
-            # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
-            for recipe, spec in specs:
-                opcost.affine_trace(recipe, spec, system.step_options)
-        if not system.memory_ignored:
-            system.memory_need.check_feasible(self.fleet, specs, sc.algorithm.name)
-
-    def _initial_state(self, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
-        if self.sc.numerics == "none":
-            return {}  # system-only: no weights exist
-        seed_torch(int_seed(self.sc.seed, "init"))
-        return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}
 
     def predict_train_seconds(self, recipe: ModelRecipe, spec: SubmodelSpec) -> np.ndarray:
         """Seconds of one local round of ``spec`` for every device by its declared profile, without jitter."""

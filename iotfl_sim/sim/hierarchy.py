@@ -11,10 +11,11 @@ Each copy of a fleet gateway (``fleet.gateways`` entry, one per ``devices_per_ga
    aggregates them into its own copy of the model; its work (the aggregation, QSGD decoding) is priced by the
    gateway profile (``hierarchy.profile``, like the server's by ``sim/server_cost.py``) and costs its power.
    Each gateway round's tasks use the round key ``rnd * k2 + j`` for their seeds, link draws and events.
-2. The gateway uploads its model over its own backhaul (float32 weights plus ``server.header_bytes``; duration
-   bytes / bandwidth + RTT, energy ``tx_w`` x air time). The cloud waits for every gateway, averages their
-   models weighted by the samples each aggregated since the last cloud round (``fl.aggregate.aggregate_nested``,
-   priced by the server profile), and sends the result down every backhaul (``rx_w`` at the gateway).
+2. The gateway uploads its model (the method's ``Strategy.tier_size``) over its own backhaul (float32 weights plus
+   ``server.header_bytes``; duration bytes / bandwidth + RTT, energy ``tx_w`` x air time). The cloud waits for every
+   gateway, folds their models (``Strategy.combine``; default: averaged, weighted by the samples each aggregated
+   since the last cloud round, ``fl.aggregate.aggregate_nested``), priced by the server profile, and sends the result
+   down every backhaul (``rx_w`` at the gateway).
 
 ``device_rounds`` (k1) is HierFAVG's kappa_1, the local work between two gateway aggregations: a task trains
 ``k1 x local.epochs`` epochs in one go (one download, one upload; one optimizer, as kappa_1 local SGD steps). Read
@@ -220,9 +221,7 @@ class GatewayTier(ServerLoop):
         self.node_of = np.zeros(sim.fleet.n, dtype=np.int64)  # device -> index of its gateway's node
         for node in self.nodes:
             self.node_of[node.members] = node.index
-        recipe, spec = max(sim.strategy.candidate_specs(), key=lambda rs: rs[0].cost(rs[1]).params)
-        self.model_params = recipe.cost(spec).params  # the global model every gateway holds
-        self.model_tensors = len(recipe.shapes(spec))
+        self.model_params, self.model_tensors = sim.strategy.tier_size()  # the model every gateway holds
         self.figures = TierFigures()
 
     # ------------------------------------------------------------ the run

@@ -8,7 +8,7 @@ import reprlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,7 +23,9 @@ from iotfl_sim.fl.train import draws_global_rng
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.sim.learning import Evaluation
-from iotfl_sim.sim.setup import NumericsSetup
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.setup import NumericsSetup
 
 # builds a run's executor from its data and the scenario's executor block (``iotfl_sim.run(..., executor=)``)
 ExecutorFactory = Callable[[NumericData, ExecutorConfig], Any]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,7 +20,9 @@ from iotfl_sim.fl.submodel import SharedCopies, slice_state
 from iotfl_sim.fl.train import TrainJob
 from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.seeding import int_seed
-from iotfl_sim.sim.setup import NumericsSetup
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.setup import NumericsSetup
 
 
 @dataclass

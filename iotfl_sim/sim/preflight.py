@@ -34,8 +34,9 @@ from iotfl_sim.output.loggers import check_available
 from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.participation import amount, memory_unit
-from iotfl_sim.sim.setup import load_data, nominal_train_samples, split_clients
+from iotfl_sim.sim.setup import build_simulation, load_data, nominal_train_samples, split_clients
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
@@ -139,11 +140,9 @@ def _trace_group(sc: Scenario, base_dir: Path | None, message: str) -> int | Non
 def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> Simulation:
     """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
     from iotfl_sim.fleet.traces import TraceError
-    from iotfl_sim.sim.engine import Simulation
 
-    system_only = sc.model_copy(update={"numerics": "none"})
     try:
-        return Simulation(system_only, groups, base_dir=base_dir)
+        return build_simulation(ResolvedScenario(sc, groups, base_dir, source).system_only())
     except TraceError as e:
         i = _trace_group(sc, base_dir, str(e))
         where = f"fleet.groups[{i}].availability.path" if i is not None else "availability.path"

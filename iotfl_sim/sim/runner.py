@@ -28,7 +28,9 @@ from iotfl_sim.output.sources import SOURCES, check_sources, sources_text, user_
 from iotfl_sim.output.space import no_space
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.model import Scenario
+from iotfl_sim.scenario.resolved import ResolvedScenario
 from iotfl_sim.sim.engine import ExecutorFactory, Simulation
+from iotfl_sim.sim.setup import build_simulation
 
 
 def _summary_complete(path: Path) -> bool:
@@ -120,7 +122,7 @@ def run_scenario(
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run a validated scenario into a new run folder under ``out_parent`` (None: write nothing), or into
     ``run_dir`` exactly (a folder that must not exist yet: a study's ``runs/<run_id>``; it appears whole,
-    its scenario in it, or not at all). ``executor_factory``: see ``Simulation``. ``quiet``: no note on stderr
+    its scenario in it, or not at all). ``executor_factory``: see ``sim.setup.build_simulation``. ``quiet``: no note on stderr
     (which executor ``kind: auto`` chose)."""
     bar = round_bar(sc, progress)
     recorder = None
@@ -129,7 +131,7 @@ def run_scenario(
     ok = False
     try:
         # fails on bad input before any folder is made
-        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir, executor_factory=executor_factory)
+        sim = build_simulation(ResolvedScenario(sc, groups, base_dir), progress=bar, executor_factory=executor_factory)
         _announce_executor(sim, quiet)
         resolved = _pinned(resolved, sim.host.choice)
         if run_dir is not None or out_parent is not None:
@@ -221,8 +223,9 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
             raise ScenarioError(f"--resume {path}: this run is already complete (summary.json); nothing to resume")
         check_sources(path)  # before the scenario is read: an edited method module is not even imported
         base_dir = read_origin(path)  # the scenario's own folder: where a method named by import path may live
-        sc = load_scenario(path / "scenario.resolved.yaml", search=[base_dir] if base_dir is not None else [])
-        groups = resolve_groups(sc, path, str(path / "scenario.resolved.yaml"))
+        source = str(path / "scenario.resolved.yaml")
+        sc = load_scenario(source, search=[base_dir] if base_dir is not None else [])
+        resolved = ResolvedScenario(sc, resolve_groups(sc, path, source), base_dir, source)
         store = CheckpointStore(path, sc.output.checkpoint.keep)
         loaded = store.load_latest()  # refuses a checkpoints path that is not a folder
         if loaded is not None:
@@ -232,7 +235,7 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
                                       "a run resumes only with the scenario it started with: start a new run instead")  # fmt: skip
             check_offsets(path, meta.get("offsets"), sc.output.events)
         bar = round_bar(sc, progress)
-        sim = Simulation(sc, groups, progress=bar, base_dir=base_dir)
+        sim = build_simulation(resolved, progress=bar)
         _announce_executor(sim, quiet)
         labels, energy = _labels(sim), _extra_columns(sim)
         sim.checkpointing.store = store if _store(sc, path) is not None else None

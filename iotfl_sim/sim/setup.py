@@ -1,25 +1,57 @@
-"""Data side of a run: the dataset, the clients' partitions, evaluation. Empty in system-only mode."""
+"""A run's set-up: ``build_simulation``, which builds the ``Simulation`` of a resolved scenario
+(``scenario.resolved.ResolvedScenario``) part by part, and the run's data side (the dataset, the clients'
+partitions, evaluation data; empty in system-only mode).
+
+The parts in the order they are built, which the numbers depend on (each draws from seeded streams, the method's
+models from the torch seed): the fleet, availability, the numerics, the simulated system, the method and its
+set-up (its context, ``StrategyContext``), the executor (``Host.choose``), the learning side and the server's view;
+then the ``Simulation`` that holds them, and the device tasks, which reach the engine through it (``TaskHost``).
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import simpy
 import torch
 
+from iotfl_sim import methods
+from iotfl_sim.algorithms import make_strategy
+from iotfl_sim.algorithms.base import Strategy, StrategyContext
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.exec.auto import Choice, choose
 from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.inline import InlineExecutor
+from iotfl_sim.fl.cost import opcost
 from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
 from iotfl_sim.fl.data.images import Images, subset
 from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
-from iotfl_sim.fl.recipe import DATASET_SHAPES
+from iotfl_sim.fl.recipe import DATASET_SHAPES, ModelRecipe
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.fl.torch_seed import seed_torch
+from iotfl_sim.fleet.availability import build_availability
+from iotfl_sim.fleet.fleet import Fleet
+from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
 from iotfl_sim.scenario.model import Scenario
-from iotfl_sim.seeding import stream
+from iotfl_sim.scenario.resolved import ResolvedScenario
+from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.sim.console import stage
+from iotfl_sim.sim.device import DeviceTasks
+from iotfl_sim.sim.engine import Simulation
+from iotfl_sim.sim.host import ExecutorFactory, Host
+from iotfl_sim.sim.learning import Learning
+from iotfl_sim.sim.system import SystemModel
+from iotfl_sim.sim.view import ServerView
+
+if TYPE_CHECKING:
+    from iotfl_sim.fleet.availability import Availability
 
 
 @dataclass
@@ -195,3 +227,113 @@ def prepare_numerics(sc: Scenario, num_devices: int) -> NumericsSetup:
         calib_x=calib,
         test_subset=scored,
     )
+
+
+def build_simulation(
+    resolved: ResolvedScenario,
+    *,
+    recorder: RunRecorder | None = None,
+    executor: Any = None,
+    progress: Any = None,
+    executor_factory: ExecutorFactory | None = None,
+) -> Simulation:
+    """The run of ``resolved``, ready to ``run()``. ``executor``: an executor to train and evaluate with (default:
+    the scenario's ``executor`` block); ``executor_factory``: or one made from the run's data,
+    ``factory(NumericData, scenario.executor)``; ``progress``: the round bar, told the slow stages."""
+    t_created = time.perf_counter()
+    sc, groups, base_dir = resolved.scenario, resolved.groups, resolved.base_dir
+    fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units)
+    availability = build_availability([g.config.availability for g in groups], fleet.group_of, sc.seed, base_dir)
+    # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
+    # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
+    # before the data are loaded: a torch op on several threads starts OpenMP threads, whose first
+    # allocations give each a malloc arena that the one-arena limit (exec.glibc_heap) could not take back.
+    threads_before = torch.get_num_threads()
+    if sc.numerics == "torch":
+        torch.set_num_threads(sc.executor.threads)
+        stage(progress, f"loading {sc.data.dataset} and splitting it over {fleet.n} devices")
+    try:
+        numerics = prepare_numerics(sc, fleet.n)
+    except BaseException:  # data that cannot be loaded: the caller's thread count back, as before the run
+        torch.set_num_threads(threads_before)
+        raise
+    env = simpy.Environment()
+    system = SystemModel.build(sc, groups, fleet, availability, numerics, env, base_dir)
+    strategy = make_strategy(sc.algorithm)
+    set_up_strategy(sc, strategy, fleet, numerics, system, progress)
+    host = Host.choose(sc, numerics, strategy, executor, executor_factory, threads_before, t_created)
+    learning = Learning(sc, numerics, strategy, host.executor, trim_heap=host.large_steps)
+    view = ServerView(fleet, fleet.mem_free, np.zeros(fleet.n, dtype=bool), availability)
+    sim = Simulation(
+        sc, fleet=fleet, numerics=numerics, env=env, system=system, strategy=strategy, host=host, learning=learning,
+        view=view, recorder=recorder, progress=progress,
+    )  # fmt: skip
+    system.tasks = device_tasks(sim, availability)
+    host.times = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": host.elapsed()}
+    return sim
+
+
+def device_tasks(sim: Simulation, availability: Availability) -> DeviceTasks:
+    """The devices' tasks of ``sim``, which ask the engine what they need through it (``sim.device.TaskHost``)."""
+    system = sim.system
+    return DeviceTasks(sim.env, sim.fleet, availability, sim, system.traffic, system.training_time)
+
+
+def set_up_strategy(
+    sc: Scenario, strategy: Strategy, fleet: Fleet, numerics: NumericsSetup, system: SystemModel, progress: Any = None
+) -> None:
+    """The method's ``setup`` on its context, then the set-up checks of what it will assign (models analysed,
+    memory)."""
+    system.recipe = ModelRecipe(
+        sc.model.family, numerics.num_classes, numerics.in_channels, numerics.image_size, sc.model.norm, sc.model.scaler,
+    )  # fmt: skip
+    tiers = sc.hierarchy.gateway_rounds if sc.hierarchy is not None else 1
+    ctx = StrategyContext(
+        recipe=system.recipe,
+        num_devices=fleet.n,
+        samples_per_device=numerics.samples_per_device,
+        labels_per_device=numerics.labels_per_device,
+        num_classes=numerics.num_classes,
+        seed=sc.seed,
+        rounds=sc.rounds * tiers,  # the rounds it sees
+        clients_per_round=math.ceil(sc.selection_size() * sc.server.over_selection),
+        min_participants=sc.server.min_participants,
+        memory_need=system.memory_need,
+        declared_free_memory=fleet.mem_free,
+        initial_state=partial(initial_state, sc),
+        server_work=system.server_work,
+        data=numerics.dataset,
+        parts=numerics.parts or None,
+        proxy_indices=numerics.proxy,
+        predict_train_seconds=system.training_time.predict,
+        calib_x=numerics.calib_x,
+        gateway_rounds=tiers,
+    )
+    stage(progress, f"setting up {sc.algorithm.name}: building its models")
+    # the engine gives the method its context (a setup that forgets ``self.ctx = ctx``, or an __init__ that
+    # skips Strategy's, still has ``self.c``, during setup as after it); a setup may replace it with its own
+    strategy.ctx = ctx
+    strategy.setup(ctx)
+    if strategy.ctx is None:
+        strategy.ctx = ctx
+    problem = methods.capability_problem(type(strategy), type(sc.algorithm))  # a method built by hand
+    if problem is not None:
+        raise ScenarioError(f"algorithm {sc.algorithm.name}: {problem}")
+    # a method may declare that memory does not bind it (fedavg's memory: ignore, an upper bound):
+    # then no task fails for memory and no feasibility check applies
+    system.memory_ignored = bool(strategy.ignores_memory)
+    specs = strategy.candidate_specs()
+    if sc.fleet.cost_model == "roofline":
+        # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
+        for recipe, spec in specs:
+            opcost.affine_trace(recipe, spec, system.step_options)
+    if not system.memory_ignored:
+        system.memory_need.check_feasible(fleet, specs, sc.algorithm.name)
+
+
+def initial_state(sc: Scenario, recipe: ModelRecipe, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
+    """A model's seeded initial weights (``StrategyContext.initial_state``); none in a system-only run."""
+    if sc.numerics == "none":
+        return {}  # system-only: no weights exist
+    seed_torch(int_seed(sc.seed, "init"))
+    return {k: v.detach().clone() for k, v in recipe.build(spec).state_dict().items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -21,9 +21,11 @@ from iotfl_sim.scenario.model import Scenario
 from iotfl_sim.sim.device import DeviceTasks
 from iotfl_sim.sim.memory import MemoryNeed
 from iotfl_sim.sim.server_cost import ServerCost
-from iotfl_sim.sim.setup import NumericsSetup
 from iotfl_sim.sim.traffic import Traffic
 from iotfl_sim.sim.training_time import TrainingTime
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.setup import NumericsSetup
 
 
 @dataclass

@@ -35,8 +35,7 @@ class FedAvgConfig(_Wire):
 
 class DecoupledConfig(_Levels):
     name: Literal["decoupled"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {"hierarchical": "its state is one model per level, each averaged on its own"}
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # each level averaged on its own at the cloud
     levels: LevelString = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
     weighting: Literal["data", "count"] = "data"
 

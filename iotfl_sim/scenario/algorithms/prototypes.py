@@ -14,10 +14,7 @@ class AdapterFLConfig(_Prototypes):
     """AdapterFL (Liu et al.): partition, reassembly, block-wise aggregation (``iotfl_sim.algorithms.adapterfl``)."""
 
     name: Literal["adapterfl"]
-    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK
-    why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "its server assembles and aggregates three prototype models, not one global model"
-    }
+    modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # each block averaged at the cloud as at a gateway
     extractor: Literal["S", "M", "L"] = Field(
         "L", description="whose feature-extraction block the group shares (the paper prefers the large prototype)"
     )
@@ -55,7 +52,8 @@ class FedDFConfig(_Prototypes):
 
     name: Literal["feddf"]
     why_not: ClassVar[dict[str, str]] = {
-        "hierarchical": "its server distils the prototype models on a proxy set",
+        "hierarchical": "its server distils every prototype from the ensemble of the round's received client models, "
+        "which the cloud never holds: a gateway sends up one averaged model per prototype",
         "semi_async": "its server distils every prototype from the unweighted ensemble of the round's received "
         "models, where a late model would teach at full weight, and a system-only run prices that distillation "
         "from the round's own outcomes, which do not hold the late updates",
