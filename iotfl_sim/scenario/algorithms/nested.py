@@ -36,6 +36,10 @@ class FedAvgConfig(_Wire):
 class DecoupledConfig(_Levels):
     name: Literal["decoupled"]
     modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # each level averaged on its own at the cloud
+    why_not: ClassVar[dict[str, str]] = {
+        "async": "its state is one independent model per level, while FedBuff's buffered form (sim/buffered_async.py) "
+        "moves a stale update onto one global model by its delta"
+    }
     levels: LevelString = Field("a-b-c-d-e", description="which levels get a model of their own, e.g. 'a-b-c'")
     weighting: Literal["data", "count"] = "data"
 

@@ -15,6 +15,10 @@ class AdapterFLConfig(_Prototypes):
 
     name: Literal["adapterfl"]
     modes: ClassVar[frozenset[str]] = SEMI_ASYNC_OK | {"hierarchical"}  # each block averaged at the cloud as at a gateway
+    why_not: ClassVar[dict[str, str]] = {
+        "async": "its models are prototypes assembled from blocks, each block averaged over the models that hold it, "
+        "while FedBuff's buffered form (sim/buffered_async.py) moves a stale update onto one global model by its delta"
+    }
     extractor: Literal["S", "M", "L"] = Field(
         "L", description="whose feature-extraction block the group shares (the paper prefers the large prototype)"
     )
@@ -57,6 +61,8 @@ class FedDFConfig(_Prototypes):
         "semi_async": "its server distils every prototype from the unweighted ensemble of the round's received "
         "models, where a late model would teach at full weight, and a system-only run prices that distillation "
         "from the round's own outcomes, which do not hold the late updates",
+        "async": "its server distils every prototype from the ensemble of a round's received models, and an "
+        "asynchronous server has no rounds: a buffer's few models would make a different ensemble",
     }
     weighting: Literal["data", "count"] = Field("data", description="FedAvg weights before distillation")
     proxy_fraction: float = Field(0.01, gt=0, lt=1, description="share of the train set held out as the proxy set (1%)")
