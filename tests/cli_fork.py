@@ -67,9 +67,9 @@ _server: subprocess.Popen | None = None
 
 
 def _start() -> subprocess.Popen:
-    global _server, _replies
+    global _server, _replies, _running
     if _server is None or _server.poll() is not None:
-        _replies = b""
+        _replies, _running = b"", None
         env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
         _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    bufsize=0, env=env, cwd=ROOT)  # fmt: skip
@@ -102,22 +102,82 @@ def _read(server: subprocess.Popen, timeout: float) -> dict:
     return json.loads(line)
 
 
+class Started:
+    """A command forked by the helper and still running, as ``subprocess.Popen`` offers it to the tests that
+    signal a run (``pid``, ``send_signal``, ``kill``, ``communicate``, ``returncode``): a real process of its
+    own, which the helper (its parent) reaps and reports."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        global _running
+        _drain()
+        self.args = args
+        self.returncode: int | None = None
+        self._tmp = tempfile.TemporaryDirectory()
+        self._out, self._err = Path(self._tmp.name, "out"), Path(self._tmp.name, "err")
+        self._out.touch()
+        self._err.touch()
+        server = _start()
+        req = {"args": args, "env": env, "cwd": os.getcwd(), "stdout": str(self._out), "stderr": str(self._err)}
+        server.stdin.write(json.dumps(req).encode() + b"\n")
+        self.pid: int = _read(server, 120)["pid"]
+        _running = self
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # it ended and the helper reaped it: its status is on the way
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status (negative: the signal that killed it); ``subprocess.TimeoutExpired`` past ``timeout``."""
+        global _running
+        if self.returncode is None:
+            try:
+                status = _read(_server, 3600 if timeout is None else timeout)["status"]
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+            self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            _running = None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        out, err = self._out.read_text(), self._err.read_text()
+        self._tmp.cleanup()
+        return out, err
+
+
+_running: Started | None = None  # the helper serves one command at a time
+
+
+def _drain() -> None:
+    """A command a failed test left running is killed and reaped, so that its status is not read as the next's."""
+    if _running is not None and _running.returncode is None:
+        _running.kill()
+        _running.wait(60)
+
+
+def start_cli(args: list[str], env: dict[str, str]) -> Started:
+    """``python -m iotfl_sim.cli *args`` with environment ``env``, forked by the helper and left running."""
+    return Started(args, env)
+
+
 def run_cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m iotfl_sim.cli *args`` with environment ``env`` in a forked child of the helper: its exit
     status (negative: the signal that killed it), stdout and stderr, as ``subprocess.run`` gives them."""
-    server = _start()
-    with tempfile.TemporaryDirectory() as tmp:
-        out, err = Path(tmp, "out"), Path(tmp, "err")
-        out.touch()
-        err.touch()
-        req = {"args": args, "env": env, "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
-        server.stdin.write(json.dumps(req).encode() + b"\n")
-        pid = _read(server, 120)["pid"]
-        try:
-            status = _read(server, timeout)["status"]
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-            _read(server, 60)
-            raise subprocess.TimeoutExpired(args, timeout) from None
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        return subprocess.CompletedProcess(args, code, out.read_text(), err.read_text())
+    proc = Started(args, env)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(60)
+        raise
+    out, err = proc.communicate()
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)

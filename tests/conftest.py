@@ -224,6 +224,25 @@ def pytest_runtest_teardown(item, nextitem) -> None:
             ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def method_run(tmp_path_factory):
+    """``method_run(name)``: the uninterrupted run of tests/test_resume.py's ``METHODS[name]`` (its 2-round
+    scenario, inline, checkpointed every round: ``test_resume.uninterrupted_run``), made on first use in this
+    worker and shared by the tests that compare other runs with it (the resume test, the thread executor's)."""
+    from test_resume import method_scenario, uninterrupted_run
+
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            tmp = tmp_path_factory.mktemp(f"method-{name}")
+            (tmp / "scenario.yaml").write_text(yaml.safe_dump(method_scenario(name), sort_keys=False))
+            made[name] = uninterrupted_run(tmp / "scenario.yaml", tmp / "runs")
+        return made[name]
+
+    return get
+
+
 @pytest.fixture
 def data_root(monkeypatch) -> str | None:
     """Point IOTFL_DATA at the shared offline datasets when it is unset (``validate`` checks the dataset

@@ -3,6 +3,7 @@ resumed: each ends with the same rounds.csv, summary.json, devices.csv and event
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_fork import run_cli
+from cli_fork import Started, run_cli, start_cli
 from conftest import BIG, base_scenario
 from test_resume import assert_same_run, only_run, rounds
 
@@ -21,7 +22,7 @@ from test_resume import assert_same_run, only_run, rounds
 # after another (xdist group): they share one uninterrupted run (``whole``) and one fork helper (cli_fork)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash")]
 
-ROUNDS = 5
+ROUNDS = 4  # the last kill points (eval:4, round_train:4, eval:7: round 4's first slice) fall in round 4
 
 
 def scenario(
@@ -59,16 +60,35 @@ def iotfl(*args: str, fault: str | None = None, timeout: float = 300) -> subproc
     return run_cli([*args, "--quiet"], env, timeout=timeout)
 
 
-@pytest.fixture(scope="session")
-def whole(tmp_path_factory) -> Path:
-    """The run never stopped, by a fresh interpreter (``python -m iotfl_sim.cli``, not a fork: the forked
-    runs compared with it must give a fresh process's bits); shared by this file and test_data_safety."""
-    tmp = tmp_path_factory.mktemp("whole")
+def fresh_run(tmp: Path, mode: dict | None = None) -> Path:
+    """The run of ``scenario(tmp, mode=mode)`` never stopped, by a fresh interpreter (``python -m iotfl_sim.cli``,
+    not a fork: the forked runs compared with it must give a fresh process's bits)."""
     env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
-    cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(scenario(tmp)), "--out", str(tmp / "runs"), "--quiet"]
+    cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(scenario(tmp, mode=mode)), "--out", str(tmp / "runs"),
+           "--quiet"]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return only_run(tmp / "runs")
+
+
+@pytest.fixture(scope="session")
+def whole(tmp_path_factory) -> Path:
+    """The run never stopped (``fresh_run``); shared by this file and test_data_safety."""
+    return fresh_run(tmp_path_factory.mktemp("whole"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, Path]:
+    """Each server mode's run never stopped (``fresh_run``, made on first use; ``SIGNAL_MODES`` by name), shared
+    by the SIGKILL test of the asynchronous modes and the SIGINT and SIGTERM tests."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = fresh_run(tmp_path_factory.mktemp(f"whole-{name}"), SIGNAL_MODES[name])
+        return made[name]
+
+    return get
 
 
 def killed_then_resumed(
@@ -129,15 +149,13 @@ def test_a_run_evaluating_beside_the_next_round_resumes_to_the_same_results(tmp_
 
 def _start(
     tmp: Path, rounds_: int, epochs: int = 1, mode: dict | None = None, ready: tuple[str, int] = ("rounds.csv", 2)
-) -> tuple[subprocess.Popen, Path]:
-    """A run in its own process, once its file ``ready[0]`` has ``ready[1]`` lines (default: the first row)."""
+) -> tuple[Started, Path]:
+    """A run in its own process (forked by the helper: tests/cli_fork.py), once its file ``ready[0]`` has
+    ``ready[1]`` lines (default: the first row)."""
     env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
     out = tmp / "runs"
     path = scenario(tmp, rounds_=rounds_, epochs=epochs, mode=mode)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(out), "--quiet"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = start_cli(["run", str(path), "--out", str(out), "--quiet"], env)
     name, lines = ready
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -158,15 +176,10 @@ ASYNC_MODES = {
 
 
 @pytest.mark.parametrize("name", sorted(ASYNC_MODES))
-def test_sigkill_then_resume_in_the_asynchronous_modes_gives_the_uninterrupted_results(tmp_path, name):
+def test_sigkill_then_resume_in_the_asynchronous_modes_gives_the_uninterrupted_results(tmp_path, uninterrupted, name):
     mode = ASYNC_MODES[name]
-    env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
-    path = scenario(tmp_path, mode=mode)
-    done = subprocess.run([sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(tmp_path / "whole"),
-                           "--quiet"], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
     run = killed_then_resumed(tmp_path, ["round_train:3"], mode=mode)  # during the third training: an update's, or a round's
-    assert_same_run(only_run(tmp_path / "whole"), run)
+    assert_same_run(uninterrupted({"fedbuff": "async", "semi_async": "semi_async"}[name]), run)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -192,28 +205,11 @@ SIGNAL_MODES = {
     "semi_async": ASYNC_MODES["semi_async"],
     "hierarchy": {"algorithm": {"name": "fedavg"}, "hierarchy": {"gateway_rounds": 2}},
 }
-SIGNAL_ROUNDS = 5  # enough that the signal comes before the end
+SIGNAL_ROUNDS = ROUNDS  # enough that the signal comes before the end; ``uninterrupted`` runs ROUNDS
 STOP_WITHIN_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict[str, Path]:
-    """Each server mode's run never stopped (made on first use, shared by the SIGINT and SIGTERM tests)."""
-    made: dict[str, Path] = {}
-
-    def get(name: str) -> Path:
-        if name not in made:
-            tmp = tmp_path_factory.mktemp(f"whole-{name}")
-            path = scenario(tmp, rounds_=SIGNAL_ROUNDS, mode=SIGNAL_MODES[name])
-            done = iotfl("run", str(path), "--out", str(tmp / "runs"))
-            assert done.returncode == 0, done.stderr
-            made[name] = only_run(tmp / "runs")
-        return made[name]
-
-    return get
-
-
-def _stopped(proc: subprocess.Popen, sig: int) -> tuple[str, str]:
+def _stopped(proc: Started, sig: int) -> tuple[str, str]:
     """Send ``sig``; the process must end within ``STOP_WITHIN_S`` with status 128 + sig, in a line saying so."""
     sent = time.monotonic()
     proc.send_signal(sig)
@@ -318,7 +314,7 @@ def test_a_run_never_overwrites_an_existing_folder(tmp_path):
         folder.mkdir(exist_ok=True)
         (folder / "my_notes.txt").write_text("mine")
         mine.append(folder)
-    path = scenario(tmp_path, rounds_=1)
+    path = scenario(tmp_path, rounds_=1, mode={"numerics": "none"})  # the folders are the point, not the numbers
     env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
     cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(out), "--quiet"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -329,9 +325,8 @@ def test_a_run_never_overwrites_an_existing_folder(tmp_path):
     for folder in mine:
         assert sorted(p.name for p in folder.iterdir()) == ["my_notes.txt"]
         assert (folder / "my_notes.txt").read_text() == "mine"
-    lock_busy = subprocess.run(  # a folder that another process is writing cannot be resumed at the same time
-        [sys.executable, "-c", "import fcntl,subprocess,sys; f=open(sys.argv[1]+'/.lock','a'); fcntl.flock(f, fcntl.LOCK_EX);"
-         "sys.exit(subprocess.run([sys.executable,'-m','iotfl_sim.cli','run','--resume',sys.argv[1],'--quiet']).returncode)",
-         str(sorted(made)[0])], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    # a folder that another process is writing (this one holds its lock) cannot be resumed at the same time
+    with open(sorted(made)[0] / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock_busy = iotfl("run", "--resume", str(sorted(made)[0]), timeout=120)
     assert lock_busy.returncode == 2 and "another iotfl-sim process" in lock_busy.stderr

@@ -218,7 +218,7 @@ def test_a_second_sweep_of_a_running_study_is_refused_and_touches_nothing(tmp_pa
         assert first.poll() is None, first.communicate()
         os.killpg(first.pid, signal.SIGSTOP)  # the sweep and its worker
         before = snapshot(folder)
-        second = subprocess.run(_sweep_cmd(study, out), env=env, capture_output=True, text=True, timeout=300)
+        second = iotfl("sweep", str(study), "--out", str(out))  # forked by the helper: no interpreter start
         line = one_line(second)
         assert str(folder) in line and "another `iotfl-sim sweep` is running this study" in line
         assert snapshot(folder) == before

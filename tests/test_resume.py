@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -145,31 +146,55 @@ def only_run(parent: Path) -> Path:
     return run
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
-def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method):
-    whole = resumed_run(base_scenario(rounds=2, **METHODS[method]), tmp_path, write_scenario, monkeypatch)
+def by_method(methods) -> list:
+    """``methods`` as parameters, each in the xdist group of its name: a method's tests here and in
+    test_thread_executor run in one worker, one after another, so they share its uninterrupted run (``method_run``)."""
+    return [pytest.param(m, marks=pytest.mark.xdist_group(f"method-{m}")) for m in sorted(methods)]
+
+
+@pytest.mark.parametrize("method", by_method(METHODS))
+def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method_run, method):
+    whole = resumed_run(method_scenario(method), tmp_path, write_scenario, monkeypatch, whole=method_run(method))
     assert len(rounds(whole)) == 2 and COLUMNS.get(method, set()) <= set(rounds(whole)[0])
     check_golden(method, whole)
 
 
-def resumed_run(data: dict, tmp_path: Path, write_scenario, monkeypatch) -> Path:
-    """Run ``data`` (a 2-round scenario, checkpointed every round) uninterrupted, checking that only the method's
-    declared attributes change, then again stopped after round 1 and resumed; assert the two give the same files
-    and return the uninterrupted run's folder."""
+def method_scenario(method: str) -> dict:
+    """``METHODS[method]``'s 2-round scenario, as ``resumed_run`` runs it."""
+    return checkpointed(base_scenario(rounds=2, **copy.deepcopy(METHODS[method])))
+
+
+def checkpointed(data: dict) -> dict:
+    """``data`` as ``resumed_run`` runs it: evaluated every round, checkpointed every round (changed in place)."""
     data["server"] = {**data.get("server", {}), "bn_calibration_samples": 64, "eval_every": 1}
     data["fleet"].setdefault("cost_model", "flops")
     data["output"] = {"progress": False, "checkpoint": {"every_rounds": 1, "every_s": None}}
-    path = write_scenario(data)
+    return data
+
+
+def uninterrupted_run(path: Path, out: Path) -> Path:
+    """The scenario file ``path`` run into ``out``, checking that only the method's declared attributes change;
+    its run folder."""
     run = engine.Simulation.run
 
-    def run_checking_declared_state(sim):  # the uninterrupted run: only declared attributes may change
-        out = []
-        assert_only_declared_changes(sim.strategy, lambda: out.append(run(sim)))
-        return out[0]
+    def run_checking_declared_state(sim):
+        done = []
+        assert_only_declared_changes(sim.strategy, lambda: done.append(run(sim)))
+        return done[0]
 
-    monkeypatch.setattr(engine.Simulation, "run", run_checking_declared_state)
-    assert main(["run", str(path), "--out", str(tmp_path / "whole"), "--quiet"]) == 0
-    monkeypatch.setattr(engine.Simulation, "run", run)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine.Simulation, "run", run_checking_declared_state)
+        assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    return only_run(out)
+
+
+def resumed_run(data: dict, tmp_path: Path, write_scenario, monkeypatch, whole: Path | None = None) -> Path:
+    """Run ``data`` (a 2-round scenario, checkpointed every round: ``checkpointed``) uninterrupted
+    (``uninterrupted_run``; ``whole``: that run, where it was made already), then again stopped after round 1 and
+    resumed; assert the two give the same files and return the uninterrupted run's folder."""
+    path = write_scenario(checkpointed(data))
+    if whole is None:
+        whole = uninterrupted_run(path, tmp_path / "whole")
 
     # stop after round 1, as a first Ctrl-C would: checkpoint, summary marked interrupted, exit status 130; the
     # resumed round 2 then needs every piece of state round 1 left (weights, the method's own, the clocks)
@@ -187,7 +212,6 @@ def resumed_run(data: dict, tmp_path: Path, write_scenario, monkeypatch) -> Path
     monkeypatch.setattr(engine.Simulation, "checkpoint", checkpoint)
     assert main(["run", "--resume", str(cut), "--quiet"]) == 0
     assert json.loads((cut / "summary.json").read_text())["status"] == "complete"
-    whole = only_run(tmp_path / "whole")
     assert_same_run(whole, cut)
     return whole
 

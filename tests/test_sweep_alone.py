@@ -25,7 +25,7 @@ def _rows(run: Path, name: str) -> list[dict[str, str]]:
 
 def test_every_point_of_a_two_worker_sweep_equals_its_resolved_scenario_run_alone(tmp_path):
     # batch 8: a cnn_small step on digits stays under the CPU's fusing limit, so the 4 clients of a round are fused
-    base = base_scenario(rounds=2, local={"epochs": 1, "batch_size": 8, "lr": 0.05})
+    base = base_scenario(rounds=1, local={"epochs": 1, "batch_size": 8, "lr": 0.05})
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     study = {"name": "alone", "base": "base.yaml", "workers": 2, "grid": {"seed": [1], "executor.kind": KINDS}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))

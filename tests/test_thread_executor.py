@@ -8,8 +8,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import base_scenario
-from test_resume import METHODS, only_run, rounds, summary
+from test_resume import METHODS, by_method, method_scenario, only_run, rounds, summary
 
 from iotfl_sim.cli import main
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker
@@ -140,22 +139,19 @@ def test_after_a_round_the_global_rng_is_left_as_inline_leaves_it():
     assert torch.equal(torch.get_rng_state(), want)
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
-def test_every_method_gives_inline_bits_on_worker_threads(tmp_path, write_scenario, method):
+@pytest.mark.parametrize("method", by_method(METHODS))
+def test_every_method_gives_inline_bits_on_worker_threads(tmp_path, write_scenario, method_run, method):
     """Each method's numerics path (self-KD teachers, exit KD, proximal terms, masked CE, quantized uploads,
-    distillation, dropout prototypes, the asynchronous loops) on two worker threads, against inline."""
-    data = base_scenario(rounds=2, **METHODS[method])
-    data["server"] = {**data.get("server", {}), "bn_calibration_samples": 64, "eval_every": 1}
-    data["fleet"].setdefault("cost_model", "flops")
-    runs = {}
-    for kind in ("inline", "threads"):
-        # threads: evaluation beside the next round too (a round's evaluation overlaps the next one's training)
-        data["executor"] = {"kind": kind} if kind == "inline" else {"kind": kind, "workers": 2, "overlap_eval": True}
-        assert main(["run", str(write_scenario(data, f"{kind}.yaml")), "--out", str(tmp_path / kind), "--quiet"]) == 0
-        runs[kind] = only_run(tmp_path / kind)
-    assert rounds(runs["threads"]) == rounds(runs["inline"])
-    assert summary(runs["threads"]) == summary(runs["inline"])
-    assert (runs["threads"] / "devices.csv").read_text() == (runs["inline"] / "devices.csv").read_text()
+    distillation, dropout prototypes, the asynchronous loops) on two worker threads, against inline (the run of
+    the same scenario that tests/test_resume.py resumes: ``method_run``)."""
+    data = method_scenario(method)
+    # threads: evaluation beside the next round too (a round's evaluation overlaps the next one's training)
+    data["executor"] = {"kind": "threads", "workers": 2, "overlap_eval": True}
+    assert main(["run", str(write_scenario(data)), "--out", str(tmp_path / "threads"), "--quiet"]) == 0
+    threads, inline = only_run(tmp_path / "threads"), method_run(method)
+    assert rounds(threads) == rounds(inline), method
+    assert summary(threads) == summary(inline), method
+    assert (threads / "devices.csv").read_text() == (inline / "devices.csv").read_text(), method
 
 
 def test_a_round_without_random_modules_keeps_no_model_on_the_calling_thread():
