@@ -250,7 +250,7 @@ def test_a_failed_task_is_replaced_at_the_instant_the_server_hears_of_it(tmp_pat
 @pytest.mark.parametrize(
     ("server", "algorithm", "says"),
     [
-        ({"mode": "async"}, "scalefl", "server.mode: async: algorithm scalefl runs only in sync"),
+        ({"mode": "async"}, "decoupled", "server.mode: async: algorithm decoupled runs only in sync"),
         ({}, "fedbuff", "server.mode: sync: algorithm fedbuff runs only in async"),
         ({"mode": "semi_async"}, "fedavg", "set server.deadline_s"),
         ({"mode": "async", "over_selection": 1.5}, "fedasync", "server.over_selection applies to rounds"),
