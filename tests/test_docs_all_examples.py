@@ -693,7 +693,17 @@ def test_scenario_header_command_works(cmd, tmp_path, monkeypatch, capsys):
     run_scenario_cli(scenario, sets, tmp_path / "runs", monkeypatch, system_only=system_only)
 
 
-@pytest.mark.parametrize("path, sets", VARIANTS, ids=lambda x: x.name if isinstance(x, Path) else " ".join(x)[:60])
+def variant_id(x) -> str:
+    return x.name if isinstance(x, Path) else " ".join(x)[:60]
+
+
+@pytest.mark.parametrize("path, sets", VARIANTS, ids=variant_id)
+def test_scenario_header_variant_loads(path, sets):
+    """Every variant a header shows loads (schema, types, profiles); the full tier's test below also runs it."""
+    load_scenario(path, sets=list(sets))
+
+
+@pytest.mark.parametrize("path, sets", VARIANTS, ids=variant_id)
 def test_scenario_header_variant_works(path, sets, tmp_path, monkeypatch, capsys):
     sets = list(sets)
     reason = VALIDATE_ONLY.get((path.name, tuple(sets)))

@@ -54,7 +54,8 @@ def test_ensemble_is_the_mean_of_the_teachers_logits() -> None:
 
 
 def test_distillation_moves_each_student_toward_the_ensemble_and_is_charged() -> None:
-    s = _feddf(distill_steps=30, distill_batch_size=20, distill_lr=1e-2)
+    steps = 10
+    s = _feddf(distill_steps=steps, distill_batch_size=20, distill_lr=1e-2)
     ups = [_update(s, "S", 1), _update(s, "M", 2), _update(s, "L", 3)]
     x = s.c.data.x_train[torch.as_tensor(s.c.proxy_indices)]
     teacher = s.ensemble_logits(ups, x)
@@ -77,10 +78,10 @@ def test_distillation_moves_each_student_toward_the_ensemble_and_is_charged() ->
     work = s.c.server_work.drain()
     assert {what for what, _ in work} == {"distill"}
     fwd = {x_: s.recipes[x_].cost(s.specs[x_]).flops_forward_per_sample for x_ in s.labels}
-    # each teacher's forward passes over the 40 proxy samples, each student's 30 steps of 20 samples
+    # each teacher's forward passes over the 40 proxy samples, each student's 10 steps of 20 samples
     flops = sum(ServerCost(None, flops=1.0).price(w).seconds for _, w in work)
-    assert flops == pytest.approx(sum(fwd.values()) * 40 + sum(3 * f * 20 * 30 for f in fwd.values()))
-    assert sorted((type(w).__name__, w.samples) for _, w in work) == [("InferWork", 40)] * 3 + [("TrainWork", 600)] * 3
+    assert flops == pytest.approx(sum(fwd.values()) * 40 + sum(3 * f * 20 * steps for f in fwd.values()))
+    assert sorted((type(w).__name__, w.samples) for _, w in work) == [("InferWork", 40)] * 3 + [("TrainWork", 20 * steps)] * 3
 
 
 def test_aggregate_averages_each_prototype_before_distilling() -> None:

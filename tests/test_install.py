@@ -139,11 +139,11 @@ def _check_quickstart(clone: Path, env: dict[str, str], tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_readme_setup_on_externally_managed_python(managed_python, tmp_path):
-    """The stand-in for a distribution's Python, where the machine has none: where it has one, the test on
-    that real Python checks all of this and more (same commands, same second set-up), so this one skips
-    rather than pay a second set-up (about 25 s of CPU)."""
-    if _debian_python()[0] is not None:
+def test_readme_setup_on_externally_managed_python(managed_python, tmp_path, request):
+    """The stand-in for a distribution's Python, where the machine has none or the run leaves out the full tier
+    (tests/conftest.py: FULL_TIER): where the test on that real Python runs, it checks all of this and more
+    (same commands, same second set-up), so this one skips rather than pay a second set-up (about 25 s of CPU)."""
+    if _debian_python()[0] is not None and request.config.getoption("--full"):
         pytest.skip(f"{DEBIAN_PYTHON} is tested for real by test_readme_two_commands_on_the_machines_debian_python")
     clone = _clone(tmp_path)
     env = _clean_env(managed_python)
@@ -311,11 +311,11 @@ def test_setup_check_wants_an_editable_install_newer_than_pyproject(tmp_path, mo
 
 
 def test_every_slow_entry_names_a_test():
-    """tests/conftest.py's SLOW_TESTS names tests by file and function: a renamed test must not silently fall
-    back into the fast subset (nor an entry outlive its test)."""
+    """tests/conftest.py's SLOW_TESTS and FULL_TIER name tests by file and function: a renamed test must not
+    silently fall back into the fast subset or the landing run (nor an entry outlive its test)."""
     import re
 
-    from conftest import SLOW_TESTS, _is_slow
+    from conftest import FULL_TIER, SLOW_TESTS, _is_slow
 
     # node ids whose parameters hold a "/" (a path in a command) are matched on the file and test too
     assert _is_slow("tests/test_docs_all_examples.py::test_scenario_header_command_works[x.yaml:8:run scenarios/x.yaml]")
@@ -325,7 +325,7 @@ def test_every_slow_entry_names_a_test():
     # under --dist loadgroup xdist appends the group: the Ray test ran in the fast subset while this was missed
     assert _is_slow("tests/test_executors.py::test_ray_executor_gives_the_inline_bits@ray")
     assert _is_slow("tests/test_models.py::test_costs_grow_with_rate[mobilenetv2@x]")
-    for entry in SLOW_TESTS:
+    for entry in SLOW_TESTS + FULL_TIER:
         file, _, test = entry.partition("::")
         path = ROOT / "tests" / file
         assert path.is_file(), entry

@@ -146,17 +146,34 @@ def only_run(parent: Path) -> Path:
     return run
 
 
-def by_method(methods) -> list:
+def by_method(methods, full_tier: tuple[str, ...] = ()) -> list:
     """``methods`` as parameters, each in the xdist group of its name: a method's tests here and in
-    test_thread_executor run in one worker, one after another, so they share its uninterrupted run (``method_run``)."""
-    return [pytest.param(m, marks=pytest.mark.xdist_group(f"method-{m}")) for m in sorted(methods)]
+    test_thread_executor run in one worker, one after another, so they share its uninterrupted run (``method_run``);
+    those in ``full_tier`` marked ``full`` (tests/conftest.py: FULL_TIER)."""
+    return [
+        pytest.param(m, marks=[pytest.mark.xdist_group(f"method-{m}"), *([pytest.mark.full] if m in full_tier else [])])
+        for m in sorted(methods)
+    ]
+
+
+# The methods whose resume and worker-thread checks are in the full tier: AdapterFL's family trains three deep
+# prototypes and FedX's traces every sub-network, several times the others' cost. Every method's golden numbers
+# are checked at landing, and the other methods' resumes and threads check the same engine paths.
+FULL_TIER_METHODS = ("adapterfl", "dadaquant_fedx_setting", "fedbase", "feddf", "fedx", "fedx_eq2")
 
 
 @pytest.mark.parametrize("method", by_method(METHODS))
-def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method_run, method):
-    whole = resumed_run(method_scenario(method), tmp_path, write_scenario, monkeypatch, whole=method_run(method))
+def test_every_method_gives_its_golden_numbers(method_run, method):
+    """The uninterrupted 2-round run (``method_run``: only the method's declared attributes change in it) has
+    the method's columns and its golden digest."""
+    whole = method_run(method)
     assert len(rounds(whole)) == 2 and COLUMNS.get(method, set()) <= set(rounds(whole)[0])
     check_golden(method, whole)
+
+
+@pytest.mark.parametrize("method", by_method(METHODS, FULL_TIER_METHODS))
+def test_every_method_resumes_to_the_same_numbers(tmp_path, write_scenario, monkeypatch, method_run, method):
+    resumed_run(method_scenario(method), tmp_path, write_scenario, monkeypatch, whole=method_run(method))
 
 
 def method_scenario(method: str) -> dict:

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from test_resume import METHODS, by_method, method_scenario, only_run, rounds, summary
+from test_resume import FULL_TIER_METHODS, METHODS, by_method, method_scenario, only_run, rounds, summary
 
 from iotfl_sim.cli import main
 from iotfl_sim.exec.base import EvalJob, NumericData, Worker
@@ -139,7 +139,7 @@ def test_after_a_round_the_global_rng_is_left_as_inline_leaves_it():
     assert torch.equal(torch.get_rng_state(), want)
 
 
-@pytest.mark.parametrize("method", by_method(METHODS))
+@pytest.mark.parametrize("method", by_method(METHODS, FULL_TIER_METHODS))
 def test_every_method_gives_inline_bits_on_worker_threads(tmp_path, write_scenario, method_run, method):
     """Each method's numerics path (self-KD teachers, exit KD, proximal terms, masked CE, quantized uploads,
     distillation, dropout prototypes, the asynchronous loops) on two worker threads, against inline (the run of
