@@ -71,6 +71,7 @@ SLOW_TESTS = (
     "test_async_progress.py::test_a_stop_between_two_versions_checkpoints_that_step_and_resumes_to_the_uninterrupted_files",
     "test_feddf.py::test_distillation_moves_each_student_toward_the_ensemble_and_is_charged",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
+    "test_adapterfl.py::test_fedbase_runs_end_to_end",
     "test_flexfl.py::test_end_to_end_digits",
     "test_fused.py::test_fused_is_deterministic",
     "test_models.py::test_submodels_nest_in_global_model[mobilenetv2",
@@ -130,12 +131,16 @@ def _is_slow(nodeid: str) -> bool:
 FULL_TIER = (
     # a scenario header's every variant run (at landing each variant loads: test_scenario_header_variant_loads)
     "test_docs_all_examples.py::test_scenario_header_variant_works",
-    # machine environments: Debian's own Python (at landing: the PEP 668 stand-in and an active venv), two Ray nodes
+    # machine environments: set-up on Debian's own Python, on a PEP 668 stand-in (where there is no Debian Python)
+    # and in an active venv (at landing: CI's own first command, the README's set-up on a fresh clone); Ray, an
+    # optional extra (at landing: the executors' and sweeps' contract on the other executors and process sweeps)
     "test_install.py::test_readme_two_commands_on_the_machines_debian_python",
+    "test_install.py::test_readme_setup_on_externally_managed_python",
+    "test_install.py::test_readme_setup_inside_an_active_venv",
     "test_ray_cluster.py::test_a_run_and_a_sweep_join_a_two_node_cluster_with_the_inline_bits",
-    # Ray sweeps (at landing: Ray runs a run's jobs with the inline bits; a process sweep's Ctrl-C and kill)
     "test_sweep.py::test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes",
     "test_sweep.py::test_ray_dispatch_runs_the_same_runs_as_processes",
+    "test_executors.py::test_ray_executor_gives_the_inline_bits",
     # more crash points, modes and executors of one check (at landing: a kill in a checkpoint write, a torn row and
     # the summary; a signal in every server mode; each executor's bits)
     "test_crash_resume.py::test_pool_executor_run_resumes_to_the_same_results",
@@ -146,6 +151,7 @@ FULL_TIER = (
     "test_crash_resume.py::test_sigkill_then_resume_in_the_asynchronous_modes_gives_the_uninterrupted_results[fedbuff",
     "test_round_memory.py::test_no_update_is_alive_during_evaluation_or_the_next_training[async",
     "test_round_memory.py::test_no_update_is_alive_during_evaluation_or_the_next_training[hierarchical",
+    "test_async.py::test_the_pool_executor_gives_the_inline_numbers_in_async_mode",
     # the per-method equalities of the heavier methods (at landing: the lighter methods' cases)
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[adapterfl",
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[fedx",
@@ -166,6 +172,7 @@ FULL_TIER = (
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[adapterfl_fmnist",
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[adapterfl_cifar10",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
+    "test_adapterfl.py::test_fedbase_runs_end_to_end",
 )
 
 

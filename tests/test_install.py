@@ -139,11 +139,11 @@ def _check_quickstart(clone: Path, env: dict[str, str], tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_readme_setup_on_externally_managed_python(managed_python, tmp_path, request):
-    """The stand-in for a distribution's Python, where the machine has none or the run leaves out the full tier
-    (tests/conftest.py: FULL_TIER): where the test on that real Python runs, it checks all of this and more
-    (same commands, same second set-up), so this one skips rather than pay a second set-up (about 25 s of CPU)."""
-    if _debian_python()[0] is not None and request.config.getoption("--full"):
+def test_readme_setup_on_externally_managed_python(managed_python, tmp_path):
+    """The stand-in for a distribution's Python, where the machine has none: where it has one, the test on
+    that real Python checks all of this and more (same commands, same second set-up), so this one skips
+    rather than pay a second set-up (about 25 s of CPU)."""
+    if _debian_python()[0] is not None:
         pytest.skip(f"{DEBIAN_PYTHON} is tested for real by test_readme_two_commands_on_the_machines_debian_python")
     clone = _clone(tmp_path)
     env = _clean_env(managed_python)
