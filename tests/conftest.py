@@ -43,6 +43,9 @@ SLOW_TESTS = (
     "test_strategy_api.py::test_every_registered_method_runs_a_system_only_round",
     "test_layers.py::test_a_planted_violation_breaks_its_contract",
     "test_adapterfl.py::test_fedbase_runs_end_to_end",
+    "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
+    # a numerics property of one family in one memory layout (at landing: every family's submodels and costs)
+    "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
     "test_adapterfl.py::test_a_real_reassembled_model_trains_at_reduced_width",
     "test_adapterfl.py::test_adapter_shapes_for_every_reassembly_pair",
     "test_adapterfl.py::test_setup_orders_the_group_and_gives_devices_their_level",
@@ -72,6 +75,9 @@ SLOW_TESTS = (
     "test_feddf.py::test_distillation_moves_each_student_toward_the_ensemble_and_is_charged",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
     "test_adapterfl.py::test_fedbase_runs_end_to_end",
+    "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
+    # a numerics property of one family in one memory layout (at landing: every family's submodels and costs)
+    "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
     "test_flexfl.py::test_end_to_end_digits",
     "test_fused.py::test_fused_is_deterministic",
     "test_models.py::test_submodels_nest_in_global_model[mobilenetv2",
@@ -141,23 +147,33 @@ FULL_TIER = (
     "test_sweep.py::test_ray_dispatch_stops_on_ctrl_c_and_a_rerun_finishes",
     "test_sweep.py::test_ray_dispatch_runs_the_same_runs_as_processes",
     "test_executors.py::test_ray_executor_gives_the_inline_bits",
-    # more crash points, modes and executors of one check (at landing: a kill in a checkpoint write, a torn row and
-    # the summary; a signal in every server mode; each executor's bits)
+    # more crash points, modes and executors of one check (at landing: a kill in a checkpoint write and in the
+    # summary's; a signal in every server mode; each executor's bits; a pool guarded by the caller's main)
     "test_crash_resume.py::test_pool_executor_run_resumes_to_the_same_results",
     "test_crash_resume.py::test_sigkill_then_resume_gives_the_uninterrupted_results[train:3",
     "test_crash_resume.py::test_sigkill_then_resume_gives_the_uninterrupted_results[checkpoint_done",
     "test_crash_resume.py::test_sigkill_then_resume_gives_the_uninterrupted_results[row_written",
     "test_crash_resume.py::test_sigkill_then_resume_gives_the_uninterrupted_results[eval:",
+    "test_crash_resume.py::test_sigkill_then_resume_gives_the_uninterrupted_results[row_torn",
     "test_crash_resume.py::test_sigkill_then_resume_in_the_asynchronous_modes_gives_the_uninterrupted_results[fedbuff",
     "test_round_memory.py::test_no_update_is_alive_during_evaluation_or_the_next_training[async",
     "test_round_memory.py::test_no_update_is_alive_during_evaluation_or_the_next_training[hierarchical",
     "test_async.py::test_the_pool_executor_gives_the_inline_numbers_in_async_mode",
+    "test_auto_executor.py::test_pool_workers_do_not_rerun_an_unguarded_main_script",
+    "test_hierarchy.py::test_a_stopped_hierarchical_run_resumes_to_the_same_files[adaptivefl",
+    "test_fused.py::test_fused_equals_inline[None-conv-bn",
+    "test_fused.py::test_fused_equals_inline[None-conv-ln",
+    "test_fused.py::test_fused_equals_inline[None-cnn_small-bn",
+    "test_fused.py::test_fused_equals_inline[0.5-cnn_small-bn",
+    "test_fused.py::test_fused_equals_inline[0.5-cnn_small-none",
+    "test_fused.py::test_fused_equals_inline[0.5-conv-ln",
     # the per-method equalities of the heavier methods (at landing: the lighter methods' cases)
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[adapterfl",
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[fedx",
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[decoupled",
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[adaptivefl",
     "test_hierarchy.py::test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit[dadaquant_fedx_setting",
+    "test_hierarchy.py::test_adapterfl_averages_each_block_at_the_cloud_by_the_clients_the_gateways_gave_it",
     "test_semi_async_methods.py::test_an_enabled_method_trains_with_late_updates_and_resumes_to_the_same_files[adapterfl",
     "test_semi_async_methods.py::test_an_enabled_method_trains_with_late_updates_and_resumes_to_the_same_files[fedx",
     "test_semi_async_methods.py::test_an_enabled_method_trains_with_late_updates_and_resumes_to_the_same_files[scalefl",
@@ -173,6 +189,9 @@ FULL_TIER = (
     "test_scenarios_shipped.py::test_shipped_scenario_validates_and_runs_a_round_of_its_protocol[adapterfl_cifar10",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
     "test_adapterfl.py::test_fedbase_runs_end_to_end",
+    "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
+    # a numerics property of one family in one memory layout (at landing: every family's submodels and costs)
+    "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
 )
 
 
