@@ -199,6 +199,15 @@ def _in_full_tier(item) -> bool:
     return item.get_closest_marker("full") is not None or _listed(item.nodeid, FULL_TIER)
 
 
+def _named_on_the_command_line(item, config) -> bool:
+    """Whether a ``path::test`` argument names ``item`` (a full-tier test asked for by name runs without --full)."""
+    for arg in config.args:
+        path, sep, rest = arg.partition("::")
+        if sep and Path(path).resolve() == Path(item.path).resolve() and item.nodeid.partition("::")[2].startswith(rest):
+            return True
+    return False
+
+
 def pytest_addoption(parser) -> None:
     parser.addoption(
         "--full", action="store_true", default=False,
@@ -236,10 +245,11 @@ def pytest_unconfigure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    full = [item for item in items if _in_full_tier(item)]
+    full = [item for item in items if _in_full_tier(item) and not _named_on_the_command_line(item, config)]
     if full and not config.getoption("--full"):
         config.hook.pytest_deselected(items=full)
-        items[:] = [item for item in items if not _in_full_tier(item)]
+        left_out = {id(item) for item in full}
+        items[:] = [item for item in items if id(item) not in left_out]
     for item in items:
         if _is_slow(item.nodeid) or _in_full_tier(item):
             item.add_marker(pytest.mark.slow)

@@ -331,3 +331,24 @@ def test_every_slow_entry_names_a_test():
         assert path.is_file(), entry
         if test:
             assert re.search(rf"^def {re.escape(test.split('[')[0])}\(", path.read_text(), flags=re.M), entry
+
+
+def test_a_full_tier_test_named_on_the_command_line_runs_without_full(monkeypatch):
+    """The landing run leaves the full tier out, except a test its command line names (``path::test``, with or
+    without its parameters): asking for one by name and getting "1 deselected" would be a trap."""
+    from types import SimpleNamespace
+
+    from conftest import _named_on_the_command_line
+
+    monkeypatch.chdir(ROOT)  # a relative argument is relative to where pytest was started
+    path = ROOT / "tests" / "test_resume.py"
+    item = SimpleNamespace(path=path, nodeid="tests/test_resume.py::test_every_method_resumes_to_the_same_numbers[feddf]")
+
+    def named(*args: str) -> bool:
+        return _named_on_the_command_line(item, SimpleNamespace(args=list(args)))
+
+    assert named(f"{path}::test_every_method_resumes_to_the_same_numbers")
+    assert named("tests/test_resume.py::test_every_method_resumes_to_the_same_numbers[feddf]")
+    assert not named(str(path))  # the file alone: the tier decides
+    assert not named("tests/test_resume.py::test_every_method_resumes_to_the_same_numbers[fedavg]")
+    assert not named("tests/test_thread_executor.py::test_every_method_resumes_to_the_same_numbers")
