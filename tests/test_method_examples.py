@@ -241,6 +241,7 @@ def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
     assert main(["run", str(tmp_path / "tiers.yaml"), "--out", str(tmp_path / "tier_runs"), "--quiet"]) == 0, capsys.readouterr().err
     (run,) = (tmp_path / "tier_runs").iterdir()
     assert [float(r["bytes_backhaul_up"]) > 0 for r in _rounds(run)] == [True, True]
+    _check_the_clouds_momentum(tmp_path)
     commands = re.findall(r"^iotfl-sim (validate|run) (\S+)", page, flags=re.M)
     assert commands == [("validate", "study.yaml"), ("run", "study.yaml")]
     assert main(["validate", str(tmp_path / "study.yaml")]) == 0, capsys.readouterr().err
@@ -253,6 +254,35 @@ def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text(text)
     assert main(["validate", str(tmp_path / "bad.yaml")]) == 2
     assert "algorithm.server_momentun: unknown key (did you mean 'server_momentum'?)" in capsys.readouterr().err
+
+
+def _check_the_clouds_momentum(folder: Path) -> None:
+    """The page's TieredFedAvgM, by hand: the cloud averages the gateways' models by the samples each aggregated
+    (1 and 3: (3 + 3 x 5) / 4 = 4.5), then steps its momentum (beta 0.9) from its own model: v = 4.5 - 1 = 3.5,
+    w = 4.5; the next cloud round, mean 6: v = 0.9 x 3.5 + (6 - 4.5) = 4.65, w = 4.5 + 4.65 = 9.15."""
+    import sys
+
+    import torch
+
+    from iotfl_sim.strategy import Tier
+
+    sys.path.insert(0, str(folder))
+    try:
+        import fedavgm_tiers
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("fedavgm", None)
+    s = fedavgm_tiers.TieredFedAvgM(fedavgm_tiers.TieredConfig(name="fedavgm_tiers:TieredFedAvgM", server_momentum=0.9))
+    s.state, s.velocity = {"w": torch.tensor([1.0])}, {"w": torch.tensor([0.0])}
+
+    def gateways(a: float, b: float, samples: tuple[float, float]) -> list[Tier]:
+        return [Tier(x, {"state": {"w": torch.tensor([v])}}, n) for x, v, n in zip("ab", (a, b), samples, strict=True)]
+
+    s.combine(0, gateways(3.0, 5.0, (1.0, 3.0)))
+    assert (float(s.state["w"]), float(s.velocity["w"])) == pytest.approx((4.5, 3.5))
+    s.combine(1, gateways(6.0, 6.0, (2.0, 2.0)))
+    assert (float(s.state["w"]), float(s.velocity["w"])) == pytest.approx((9.15, 4.65))
+    sys.modules.pop("fedavgm_tiers", None)
 
 
 def test_a_method_named_by_import_path_resumes_in_a_new_process(tmp_path, monkeypatch, builtin):
