@@ -24,7 +24,7 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
     return max(1, min(cores, MAX_WORKERS))
 
 
-# Tests left out of the fast subset (python -m pytest -m "not slow"; CI runs them but for the full tier below): those that took
+# Tests left out of the fast subset (python -m pytest -m "not slow"; CI runs them, but for FULL_TIER): those that took
 # 20-240 s each in `--durations` under 2 parallel workers on the shared 2-core machine (load ~8; about
 # 5-50 s each on a quiet core), i.e. end-to-end runs of a method, studies, real-model checks; added later by
 # their CPU seconds (a per-test getrusage record, 10-20 s of CPU each on the busy machine). Tests that
@@ -43,9 +43,6 @@ SLOW_TESTS = (
     "test_strategy_api.py::test_every_registered_method_runs_a_system_only_round",
     "test_layers.py::test_a_planted_violation_breaks_its_contract",
     "test_adapterfl.py::test_fedbase_runs_end_to_end",
-    "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
-    # a numerics property of one family in one memory layout (at landing: every family's submodels and costs)
-    "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
     "test_adapterfl.py::test_a_real_reassembled_model_trains_at_reduced_width",
     "test_adapterfl.py::test_adapter_shapes_for_every_reassembly_pair",
     "test_adapterfl.py::test_setup_orders_the_group_and_gives_devices_their_level",
@@ -74,10 +71,6 @@ SLOW_TESTS = (
     "test_async_progress.py::test_a_stop_between_two_versions_checkpoints_that_step_and_resumes_to_the_uninterrupted_files",
     "test_feddf.py::test_distillation_moves_each_student_toward_the_ensemble_and_is_charged",
     "test_fedx.py::test_fedx_end_to_end_is_deterministic_and_charges_its_server_work",
-    "test_adapterfl.py::test_fedbase_runs_end_to_end",
-    "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
-    # a numerics property of one family in one memory layout (at landing: every family's submodels and costs)
-    "test_models.py::test_resnet_shortcuts_train_the_same_in_channels_last_every_time",
     "test_flexfl.py::test_end_to_end_digits",
     "test_fused.py::test_fused_is_deterministic",
     "test_models.py::test_submodels_nest_in_global_model[mobilenetv2",

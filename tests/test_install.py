@@ -325,6 +325,8 @@ def test_every_slow_entry_names_a_test():
     # under --dist loadgroup xdist appends the group: the Ray test ran in the fast subset while this was missed
     assert _is_slow("tests/test_executors.py::test_ray_executor_gives_the_inline_bits@ray")
     assert _is_slow("tests/test_models.py::test_costs_grow_with_rate[mobilenetv2@x]")
+    for entries in (SLOW_TESTS, FULL_TIER):
+        assert len(set(entries)) == len(entries), [e for e in entries if entries.count(e) > 1]
     for entry in SLOW_TESTS + FULL_TIER:
         file, _, test = entry.partition("::")
         path = ROOT / "tests" / file
