@@ -354,3 +354,40 @@ def test_a_full_tier_test_named_on_the_command_line_runs_without_full(monkeypatc
     assert not named(str(path))  # the file alone: the tier decides
     assert not named("tests/test_resume.py::test_every_method_resumes_to_the_same_numbers[fedavg]")
     assert not named("tests/test_thread_executor.py::test_every_method_resumes_to_the_same_numbers")
+
+
+def test_the_landing_run_leaves_the_full_tier_out_and_full_keeps_it(monkeypatch):
+    """FULL_TIER's entries and the ``full`` mark are deselected (and reported so) without --full, kept with it;
+    every test left is marked slow or not as before."""
+    from types import SimpleNamespace
+
+    import conftest
+
+    monkeypatch.chdir(ROOT)
+
+    class Item:
+        def __init__(self, nodeid: str, marks: tuple[str, ...] = ()):
+            self.nodeid, self.path, self.marks = nodeid, ROOT / nodeid.partition("::")[0], set(marks)
+
+        def get_closest_marker(self, name):
+            return name if name in self.marks else None
+
+        def add_marker(self, mark):
+            self.marks.add(mark.name)
+
+    def collect(full: bool) -> tuple[list[str], list[str]]:
+        items = [Item("tests/test_docs_all_examples.py::test_scenario_header_variant_works[x]"),
+                 Item("tests/test_resume.py::test_every_method_resumes_to_the_same_numbers[feddf]", ("full",)),
+                 Item("tests/test_resume.py::test_every_method_resumes_to_the_same_numbers[fedavg]"),
+                 Item("tests/test_quantize.py::test_x")]
+        dropped: list[str] = []
+        config = SimpleNamespace(args=["tests"], getoption=lambda name: full,
+                                 hook=SimpleNamespace(pytest_deselected=lambda items: dropped.extend(i.nodeid for i in items)))
+        conftest.pytest_collection_modifyitems(config, items)
+        return [i.nodeid.rsplit("::", 1)[1] for i in items], [d.rsplit("::", 1)[1] for d in dropped]
+
+    kept, dropped = collect(full=False)
+    assert dropped == ["test_scenario_header_variant_works[x]", "test_every_method_resumes_to_the_same_numbers[feddf]"]
+    assert sorted(kept) == ["test_every_method_resumes_to_the_same_numbers[fedavg]", "test_x"]
+    kept, dropped = collect(full=True)
+    assert dropped == [] and len(kept) == 4
