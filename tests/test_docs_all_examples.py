@@ -456,6 +456,13 @@ def test_merge_helper_merges_mappings_and_replaces_lists():
     assert merged["executor"] == {"kind": "inline"} and merged["fleet"]["groups"] and merged["name"] == "quickstart"
 
 
+# The README's commands and its Python block share module-scoped work (the sweep's study, the checkpointed run
+# stopped by Ctrl-C, the quickstart runs the plots draw): one xdist group runs them in one worker, which makes
+# each once, instead of each worker making its own (``--dist loadgroup`` spreads the rest of the file).
+README_GROUP = pytest.mark.xdist_group("readme_project")
+
+
+@README_GROUP
 def test_readme_python_api_example_runs(project, study_dir, monkeypatch, capsys):
     """The README's Python API block, as written, in the project folder (its sweep finds the study done)."""
     (code,) = fenced(README.read_text(), "python")
@@ -483,6 +490,7 @@ def tour_file(tmp_path: Path) -> Path:
 HEAVY_SUBCOMMANDS = ("run", "sweep", "compare", "plot", "report")
 
 
+@README_GROUP
 @pytest.mark.parametrize(
     "cmd",
     [pytest.param(c, marks=pytest.mark.slow) if c.argv[0] in HEAVY_SUBCOMMANDS else c for c in readme_commands()],
