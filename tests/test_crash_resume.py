@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_fork
 import pytest
 import yaml
 from cli_fork import Started, run_cli, start_cli
@@ -23,6 +24,10 @@ from test_resume import assert_same_run, only_run, rounds
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash")]
 
 ROUNDS = 4  # the last kill points (eval:4, round_train:4, eval:7: round 4's first slice) fall in round 4
+# the asynchronous and hierarchical modes' runs (``uninterrupted``): their kill point (round_train:3) and their
+# signals (after the first row) fall before the third round's end; a fourth round would add only work (a
+# hierarchical round is two gateway rounds of every device)
+MODE_ROUNDS = 3
 
 
 def scenario(
@@ -60,12 +65,13 @@ def iotfl(*args: str, fault: str | None = None, timeout: float = 300) -> subproc
     return run_cli([*args, "--quiet"], env, timeout=timeout)
 
 
-def fresh_run(tmp: Path, mode: dict | None = None) -> Path:
-    """The run of ``scenario(tmp, mode=mode)`` never stopped, by a fresh interpreter (``python -m iotfl_sim.cli``,
-    not a fork: the forked runs compared with it must give a fresh process's bits)."""
+def fresh_run(tmp: Path, mode: dict | None = None, rounds_: int = ROUNDS) -> Path:
+    """The run of ``scenario(tmp, rounds_=rounds_, mode=mode)`` never stopped, by a fresh interpreter (``python -m
+    iotfl_sim.cli``, not a fork: the forked runs compared with it must give a fresh process's bits)."""
+    cli_fork._start()  # the fork helper imports (seconds) while this run runs, not after it
     env = {k: v for k, v in os.environ.items() if k != "IOTFL_FAULT"}
-    cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(scenario(tmp, mode=mode)), "--out", str(tmp / "runs"),
-           "--quiet"]  # fmt: skip
+    cmd = [sys.executable, "-m", "iotfl_sim.cli", "run", str(scenario(tmp, rounds_=rounds_, mode=mode)), "--out",
+           str(tmp / "runs"), "--quiet"]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return only_run(tmp / "runs")
@@ -85,17 +91,18 @@ def uninterrupted(tmp_path_factory) -> dict[str, Path]:
 
     def get(name: str) -> Path:
         if name not in made:
-            made[name] = fresh_run(tmp_path_factory.mktemp(f"whole-{name}"), SIGNAL_MODES[name])
+            made[name] = fresh_run(tmp_path_factory.mktemp(f"whole-{name}"), SIGNAL_MODES[name], MODE_ROUNDS)
         return made[name]
 
     return get
 
 
 def killed_then_resumed(
-    tmp: Path, faults: list[str], executor: dict | None = None, mode: dict | None = None, checkpoint_every: int = 1
+    tmp: Path, faults: list[str], executor: dict | None = None, mode: dict | None = None, checkpoint_every: int = 1,
+    rounds_: int = ROUNDS,
 ) -> Path:
     """Run, killed by the first fault; resume, killed by the next; ...; then resume to the end."""
-    sc = scenario(tmp, executor, mode=mode, checkpoint_every=checkpoint_every)
+    sc = scenario(tmp, executor, rounds_=rounds_, mode=mode, checkpoint_every=checkpoint_every)
     first = iotfl("run", str(sc), "--out", str(tmp / "runs"), fault=faults[0])
     assert first.returncode == -signal.SIGKILL, (first.returncode, first.stderr)
     run = only_run(tmp / "runs")
@@ -178,7 +185,8 @@ ASYNC_MODES = {
 @pytest.mark.parametrize("name", sorted(ASYNC_MODES))
 def test_sigkill_then_resume_in_the_asynchronous_modes_gives_the_uninterrupted_results(tmp_path, uninterrupted, name):
     mode = ASYNC_MODES[name]
-    run = killed_then_resumed(tmp_path, ["round_train:3"], mode=mode)  # during the third training: an update's, or a round's
+    # during the third training (an update's, or a round's): before the last of the MODE_ROUNDS
+    run = killed_then_resumed(tmp_path, ["round_train:3"], mode=mode, rounds_=MODE_ROUNDS)
     assert_same_run(uninterrupted({"fedbuff": "async", "semi_async": "semi_async"}[name]), run)
 
 
@@ -205,7 +213,7 @@ SIGNAL_MODES = {
     "semi_async": ASYNC_MODES["semi_async"],
     "hierarchy": {"algorithm": {"name": "fedavg"}, "hierarchy": {"gateway_rounds": 2}},
 }
-SIGNAL_ROUNDS = ROUNDS  # enough that the signal comes before the end; ``uninterrupted`` runs ROUNDS
+SIGNAL_ROUNDS = MODE_ROUNDS  # enough that the signal comes before the end; ``uninterrupted`` runs as many
 STOP_WITHIN_S = 10.0
 
 
