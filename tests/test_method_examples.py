@@ -98,6 +98,10 @@ def _run(folder: Path, algorithm: dict, tag: str, capsys) -> Path:
     return run
 
 
+# the tests comparing with ``builtin``'s runs share them in one xdist worker (each worker would make its own)
+BUILTIN_GROUP = pytest.mark.xdist_group("method_examples_builtin")
+
+
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory):
     """The built-in methods' runs, each made once for this file: ``builtin(algorithm) -> rows``."""
@@ -115,10 +119,12 @@ def builtin(tmp_path_factory):
     return rows
 
 
+@BUILTIN_GROUP
 def test_fedprox_with_mu_0_is_fedavg(builtin):
     assert builtin({"name": "fedprox", "mu": 0.0}) == builtin({"name": "fedavg"})
 
 
+@BUILTIN_GROUP
 @pytest.mark.parametrize(("module", "options"), [("fedprox", {"mu": 0.1}), ("fedopt", {"server_optimizer": "yogi", "server_lr": 0.05})])
 def test_the_example_in_a_folder_outside_the_repository_gives_the_builtins_numbers(tmp_path, capsys, builtin, module, options):
     """examples/<module>.py copied beside a scenario in a folder of its own, named by import path: the same
@@ -162,6 +168,7 @@ def test_a_bad_import_path_is_one_line_naming_algorithm_name(tmp_path, capsys):
         assert "algorithm.name" in err and expected in err, (name, err)
 
 
+@BUILTIN_GROUP
 def test_an_installed_entry_point_names_a_method(tmp_path, monkeypatch, capsys, builtin):
     """A package that declares ``[project.entry-points."iotfl_sim.methods"] shipped_prox = ...``: a scenario
     names its method by the entry point's name, and the schema lists its options."""
@@ -285,6 +292,7 @@ def _check_the_clouds_momentum(folder: Path) -> None:
     sys.modules.pop("fedavgm_tiers", None)
 
 
+@BUILTIN_GROUP
 def test_a_method_named_by_import_path_resumes_in_a_new_process(tmp_path, monkeypatch, builtin):
     """The run stops after round 1 (as a first Ctrl-C would); ``run --resume`` in a fresh interpreter started
     elsewhere finds the method's module again in the scenario's own folder (the run folder's origin.json)."""
