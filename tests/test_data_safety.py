@@ -196,7 +196,8 @@ def test_a_second_sweep_of_a_running_study_is_refused_and_touches_nothing(tmp_pa
     is refused with one line and changes no file. A lock file a dead sweep left does not block the first
     sweep, and a folder in the way of a run (not a run: no scenario.resolved.yaml) is left alone: that point
     fails with a message, the others finish."""
-    base = base_scenario(rounds=3)
+    # 2 rounds: frozen at seed 1's first checkpoint, the sweep still has a round of it and all of seed 2 to run
+    base = base_scenario(rounds=2)
     base["output"] = {"progress": False, "checkpoint": {"every_rounds": 1}}
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     study = tmp_path / "study.yaml"
