@@ -75,6 +75,9 @@ def test_one_gateway_with_k1_k2_one_is_the_flat_sync_run_bit_for_bit(method, bes
     # beside the model needs rounds to move (AdaptiveFL's RL tables, DAdaQuant's level schedule) get three
     rounds = 3 if method in ("adaptivefl", "dadaquant_fedx_setting") else 2
     flat_data = base_scenario(rounds=rounds, clients_per_round=3, **copy.deepcopy(METHODS[method]))
+    # BN statistics recomputed before each evaluation on 64 training samples (the default 2,000 is every one of
+    # digits'): the same seeded draw in both runs
+    flat_data.setdefault("server", {})["bn_calibration_samples"] = 64
     flat_data["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0}]
     for g in flat_data["fleet"]["groups"]:
         g["network"] = {"gateway": "gw"}  # the same shared links as the hierarchical run's devices
