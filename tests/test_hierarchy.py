@@ -280,6 +280,7 @@ def test_dadaquant_steps_its_level_schedule_at_the_cloud_on_the_loss_pooled_over
     monkeypatch.setattr(dadaquant.DAdaQuant, "_loss_terms", lambda self, u: (log.append(("terms", *terms(self, u))), log[-1][1:])[1])
     monkeypatch.setattr(dadaquant.LevelSchedule, "observe", lambda self, loss: (log.append(("observe", loss)), observe(self, loss))[1])
     data = gatewayed(base_scenario(rounds=2, clients_per_round=2, algorithm={"name": "dadaquant"}), per_gateway=4, gateway_rounds=2)
+    data["server"] = {"bn_calibration_samples": 64}  # the schedule reads training losses; evaluations only cost here
     simulate(data)
     steps = [i for i, e in enumerate(log) if e[0] == "observe"]
     assert len(steps) == 2
