@@ -233,13 +233,16 @@ def test_the_write_a_method_page_runs_as_written(tmp_path, capsys):
     for _, name, body in blocks:
         (tmp_path / name).write_text(body)
     # the asynchronous example: named by its import path beside the scenario, run with server.mode async
-    sc = base_scenario(rounds=3, clients_per_round=2, algorithm={"name": "async_mean:AsyncMean"}, server={"mode": "async"})
+    # (BN statistics recomputed on 64 samples before each evaluation, not 2,000: no figure checked here depends on it)
+    calibration = {"bn_calibration_samples": 64}
+    sc = base_scenario(rounds=3, clients_per_round=2, algorithm={"name": "async_mean:AsyncMean"},
+                       server={"mode": "async", **calibration})  # fmt: skip
     (tmp_path / "async.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
     assert main(["run", str(tmp_path / "async.yaml"), "--out", str(tmp_path / "async_runs"), "--quiet"]) == 0, capsys.readouterr().err
     (run,) = (tmp_path / "async_runs").iterdir()
     assert [r["updates_applied"] for r in _rounds(run)] == ["1", "2", "3"]
     # the hierarchical example: two gateways of four devices; the cloud's momentum steps once per cloud round
-    sc = base_scenario(rounds=2, clients_per_round=2, algorithm={"name": "fedavgm_tiers:TieredFedAvgM"})
+    sc = base_scenario(rounds=2, clients_per_round=2, algorithm={"name": "fedavgm_tiers:TieredFedAvgM"}, server=calibration)
     sc["fleet"]["gateways"] = [{"name": "gw", "down_mbps": 50.0, "up_mbps": 20.0, "devices_per_gateway": 4}]
     for g in sc["fleet"]["groups"]:
         g.setdefault("network", {})["gateway"] = "gw"
