@@ -27,13 +27,27 @@ from study_fixtures import (
 from analysis.compare import build_tables, crossing, methods_markdown, write_tables
 from analysis.rundir import load_run
 from analysis.study import load_study, select
-from analysis.study_plots import STUDY_FIGURES, align, study_figures, write_study_plots
+from analysis.study_plots import STUDY_FIGURES, align, study_figures
 from iotfl_sim.cli import main
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_study(tmp_path_factory.mktemp("study") / "demo")
+
+
+@pytest.fixture(scope="module")
+def cli_plots(study: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """``iotfl-sim plot <study>`` once for the module: its folder and what ``write_study_plots`` returned to it
+    (drawing every study figure as PNG and SVG is most of these tests' time)."""
+    import analysis.study_plots as study_plots
+
+    out, returned = tmp_path_factory.mktemp("cli_plots") / "p", []
+    write = study_plots.write_study_plots
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(study_plots, "write_study_plots", lambda *a, **kw: returned.extend(write(*a, **kw)) or returned)
+        assert main(["plot", str(study), "--out", str(out)]) == 0
+    return out, returned
 
 
 def _tables(study: Path, **kw):
@@ -240,7 +254,7 @@ def _units(label: str) -> bool:
     return ("(" in label and ")" in label) or label in ("device class", "method")
 
 
-def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_path: Path) -> None:
+def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, cli_plots: tuple[Path, list[Path]]) -> None:
     sel = select([study])
     figs = study_figures(sel)
     assert set(figs) == set(STUDY_FIGURES)
@@ -270,10 +284,11 @@ def test_every_study_figure_has_units_bands_and_stable_colours(study: Path, tmp_
     # N/A and k/n annotations on the bars
     t2a = [t.get_text() for t in figs["time_to_accuracy"].axes[0].texts]
     assert "2/3 seeds" in t2a
-    written = write_study_plots(sel, tmp_path / "plots")
+    out, written = cli_plots  # write_study_plots, called by iotfl-sim plot
     assert {p.name for p in written} == {f"{n}.{e}" for n in STUDY_FIGURES for e in ("png", "svg")}
+    assert sorted(out.iterdir()) == sorted(written)  # what it returns is what it wrote, and nothing else
     assert all(p.stat().st_size > 1000 for p in written)
-    assert (tmp_path / "plots" / "accuracy_vs_time.svg").read_text().lstrip().startswith("<?xml")
+    assert (out / "accuracy_vs_time.svg").read_text().lstrip().startswith("<?xml")
 
 
 def test_legends_sit_outside_the_axes_below_or_beside() -> None:
@@ -297,13 +312,10 @@ def test_legends_sit_outside_the_axes_below_or_beside() -> None:
         assert fig.get_size_inches()[0] == (FIGSIZE[0] if below else pytest.approx(FIGSIZE[0] + 2.6))
 
 
-def test_plot_cli_dispatches_to_study_plots(
-    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    assert main(["plot", str(study), "--out", str(tmp_path / "p")]) == 0
-    assert (tmp_path / "p" / "time_to_accuracy.svg").is_file() and (
-        tmp_path / "p" / "accuracy_vs_bytes.png"
-    ).is_file()
+def test_plot_cli_dispatches_to_study_plots(cli_plots: tuple[Path, list[Path]]) -> None:
+    out, written = cli_plots  # the fixture asserts the command's exit status 0
+    assert written  # the command reached write_study_plots
+    assert (out / "time_to_accuracy.svg").is_file() and (out / "accuracy_vs_bytes.png").is_file()
 
 
 def test_mixed_duration_timeline_gives_every_task_a_visible_bar(tmp_path: Path) -> None:
@@ -351,7 +363,9 @@ def test_a_real_tiny_study_compares_and_plots(tmp_path: Path, write_scenario) ->
     """Two real runs (digits, 2 rounds) wrapped in a study.json: the tables and figures read real run folders."""
     from conftest import base_scenario
 
-    sc = write_scenario(base_scenario())
+    base = base_scenario()
+    base["data"]["train_samples"] = 256  # the tables and figures read any real run folder; it need not learn much
+    sc = write_scenario(base)
     records = []
     for seed in (3, 4):
         out = tmp_path / f"out{seed}"
@@ -362,7 +376,7 @@ def test_a_real_tiny_study_compares_and_plots(tmp_path: Path, write_scenario) ->
         run_dir.rename(dest)
         records.append({"id": f"s{seed}", "overrides": {"seed": seed}, "status": "done", "run_dir": f"runs/s{seed}",
                         "error": None, "host_s": 2.0})  # fmt: skip
-    (tmp_path / "st" / "study.json").write_text(json.dumps({"name": "real", "base": base_scenario(), "grid": {"seed": [3, 4]},
+    (tmp_path / "st" / "study.json").write_text(json.dumps({"name": "real", "base": base, "grid": {"seed": [3, 4]},
                                                             "zip": {}, "runs": records}))  # fmt: skip
     sel = select([tmp_path / "st"])
     assert len(sel.methods) == 1 and len(sel.methods[0].runs) == 2 and sel.methods[0].label == "all runs"

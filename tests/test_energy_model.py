@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import BIG, base_scenario
-from test_system_model import MSG_BYTES, events, one_group, simulate
+from test_system_model import events, msg_bytes, one_group, simulate
 
 from iotfl_sim.fl.cost.energy import training_energy_j, training_power_w
 from iotfl_sim.fl.cost.opcost import StepParts, StepTrace
@@ -184,7 +184,7 @@ def test_engine_charges_each_technology_its_power_times_airtime(radio):
     data["server"] = {"deadline_s": 1e6}
     sim = simulate(data)
     p = RADIO_PRESETS[radio]
-    expect = transfer_energy_j(p, False, MSG_BYTES, 0.2e6) + transfer_energy_j(p, True, MSG_BYTES, 0.1e6)
+    expect = transfer_energy_j(p, False, msg_bytes(), 0.2e6) + transfer_energy_j(p, True, msg_bytes(), 0.1e6)
     assert sim.fleet.energy["radio"][0] == pytest.approx(expect, rel=1e-9)
 
 
@@ -199,7 +199,7 @@ def test_lte_tail_is_charged_with_the_profiles_radio_power_too():
     data = base_scenario(numerics="none", rounds=1, clients_per_round=1, fleet=one_group(prof))
     data["server"] = {"deadline_s": 1e6}
     sim = simulate(data)
-    expect = 1.0 * MSG_BYTES * 8 / 10e6 + 1.0 * MSG_BYTES * 8 / 5e6 + 2 * 11.576 * 1.06
+    expect = 1.0 * msg_bytes() * 8 / 10e6 + 1.0 * msg_bytes() * 8 / 5e6 + 2 * 11.576 * 1.06
     assert sim.fleet.energy["radio"][0] == pytest.approx(expect, rel=1e-9)
 
 
@@ -223,6 +223,6 @@ def test_a_transfer_inside_the_last_tail_cuts_it_so_one_connected_period_has_one
     ev = {e["event"]: e["t"] for e in events(tmp_path) if e.get("device") == 0}
     gap = ev["train_end"] - ev["arrive"]  # download end to upload start
     assert 0 < gap < 11.576
-    air_down, air_up = MSG_BYTES * 8 / 10e6, MSG_BYTES * 8 / 5e6
+    air_down, air_up = msg_bytes() * 8 / 10e6, msg_bytes() * 8 / 5e6
     expect = (0.05197 * 10 + 1.28804) * air_down + 1.06 * gap + (0.43839 * 5 + 1.28804) * air_up + 11.576 * 1.06
     assert sim.fleet.energy["radio"][0] == pytest.approx(expect, abs=1e-5)  # the log rounds event times

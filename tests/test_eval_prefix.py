@@ -64,14 +64,14 @@ def test_models_with_different_first_weights_or_no_prefix_are_evaluated_apart():
 
 def test_shared_prefix_statistics_equal_separate_calibration():
     # VGG16 is the costliest model here: grey images (its 256-wide head, not the 4096-wide one), calibration
-    # on 40 samples (2 batches of 20, so statistics still accumulate across batches) and 20 test samples
+    # on 20 samples (2 batches of 10, so statistics still accumulate across batches) and 10 test samples
     recipe, pool = _pool("vgg16", (4,), channels=1)
-    data = _data(channels=1, train=40, calib=40, test=20)
-    jobs = [EvalJob(recipe, spec, state, 20) for spec, state in pool]
+    data = _data(channels=1, train=20, calib=20, test=10)
+    jobs = [EvalJob(recipe, spec, state, 10) for spec, state in pool]
     assert sharing_groups(jobs) == [[0, 1, 2]]
     w = Worker(data, threads=1)
-    together = [running_statistics([f]) for f in w.calibrate(jobs, 0, 40)]
+    together = [running_statistics([f]) for f in w.calibrate(jobs, 0, 20)]
     for job, stats in zip(jobs, together, strict=True):
-        alone = running_statistics(w.calibrate([job], 0, 40))
+        alone = running_statistics(w.calibrate([job], 0, 20))
         assert stats.keys() == alone.keys() and all(torch.equal(stats[k], alone[k]) for k in stats)
     assert w.evaluate(jobs) == [w.evaluate([j])[0] for j in jobs]

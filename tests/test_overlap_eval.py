@@ -78,6 +78,7 @@ def test_an_evaluation_started_later_draws_nothing_from_the_global_rng():
 
 def _run(tmp_path, write_scenario, name: str, **executor) -> Path:
     data = base_scenario(rounds=3)
+    data["data"]["train_samples"] = 256  # 32 a device: what is compared is the files, not how well it learns
     data["server"] = {"eval_every": 1, "bn_calibration_samples": 64}
     data["fleet"]["cost_model"] = "flops"
     data["model"] = {"family": "conv"}  # BatchNorm: calibration and scoring, two passes over the workers

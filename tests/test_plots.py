@@ -171,6 +171,13 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return a, b
 
 
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of 6 rounds of 4 of 8 devices, one of which dies (so every figure is drawn): for the checks of where
+    files go, which do not depend on a run's size (drawing its figures costs about two thirds of two_runs' one)."""
+    return make_run_dir(tmp_path_factory.mktemp("small") / "tiny-20240101-000200", rounds=6, devices=8, per_round=4, seed=1)
+
+
 def _assert_png(path: Path) -> None:
     assert path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
     img = imread(path)
@@ -198,8 +205,8 @@ def test_labels_are_disambiguated(two_runs: tuple[Path, Path], tmp_path: Path) -
     assert labels[0] == f"tiny (fedavg) [{two_runs[0].name}]" and labels[2] == "tiny (fedavg) [other]"
 
 
-def test_plot_one_run_default_folder(two_runs: tuple[Path, Path]) -> None:
-    a = two_runs[0]
+def test_plot_one_run_default_folder(small_run: Path) -> None:
+    a = small_run
     written = plot_runs([a])
     assert {p.name for p in written} == EXPECTED
     assert all(p.parent == a / "plots" for p in written)
@@ -228,15 +235,15 @@ def test_plot_two_runs_overlay(two_runs: tuple[Path, Path], tmp_path: Path) -> N
     assert all(ax.get_legend() is None for fig in figs.values() for ax in fig.axes)
 
 
-def test_existing_user_file_is_not_overwritten(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+def test_existing_user_file_is_not_overwritten(small_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "mine"
     out.mkdir()
     mine = out / "accuracy_vs_time.png"
     mine.write_bytes(b"my own figure")
-    written = plot_runs([two_runs[0]], out=out)
+    written = plot_runs([small_run], out=out)
     assert mine.read_bytes() == b"my own figure"
     assert out / "accuracy_vs_time-1.png" in written
-    assert out / "accuracy_vs_time-1.png" in plot_runs([two_runs[0]], out=out)  # ours: overwritten
+    assert out / "accuracy_vs_time-1.png" in plot_runs([small_run], out=out)  # ours: overwritten
     assert not (out / "accuracy_vs_time-2.png").exists()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 
@@ -27,8 +28,16 @@ from iotfl_sim.sim.engine import Simulation
 from iotfl_sim.sim.setup import build_simulation
 
 ROOT = Path(__file__).resolve().parents[1]
-COST = ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0))
-MSG_BYTES = COST.params * 4 + 1024
+
+
+@functools.cache
+def model_cost():
+    """The model's measured cost, measured on first use (not at import: both xdist workers collect this module)."""
+    return ModelRecipe("cnn_small", 10, 1, (8, 8)).cost(SubmodelSpec(1.0))
+
+
+def msg_bytes() -> int:
+    return model_cost().params * 4 + 1024
 
 
 def simulate(data: dict, tmp_path: Path | None = None, base_dir: Path | None = None) -> Simulation:
@@ -72,7 +81,7 @@ def test_ou_memory_can_fall_during_training_and_fail_the_task_then(tmp_path):
     prof["compute"]["flops"] = 1e6  # training takes a long time: memory has time to move
     prof["battery"]["capacity_j"] = None
     data = base_scenario(numerics="none", rounds=3, clients_per_round=4, fleet=one_group(prof, 4))
-    need_mb = COST.memory_bytes(16) / 2**20
+    need_mb = model_cost().memory_bytes(16) / 2**20
     data["fleet"]["groups"][0]["memory"] = {"process": "ou", "free": need_mb + 0.4, "sigma": 0.3, "tau_s": 30.0}
     simulate(data, tmp_path)
     ev = events(tmp_path)
@@ -117,7 +126,7 @@ def test_lte_tail_energy_is_charged_after_each_transfer():
     data["fleet"]["groups"][0]["network"] = {"power_model": "preset"}
     data["server"] = {"deadline_s": 1e6}
     sim = simulate(data)
-    air_down, air_up = MSG_BYTES * 8 / 10e6, MSG_BYTES * 8 / 5e6
+    air_down, air_up = msg_bytes() * 8 / 10e6, msg_bytes() * 8 / 5e6
     expect = (0.05197 * 10 + 1.28804) * air_down + (0.43839 * 5 + 1.28804) * air_up + 2 * 11.576 * 1.06
     assert sim.fleet.energy["radio"][0] == pytest.approx(expect, rel=1e-9)
 
@@ -169,9 +178,9 @@ def test_gateway_in_a_scenario_halves_two_devices_uploads():
     data["fleet"]["groups"][0]["network"] = {"gateway": "ap"}
     sim = simulate(data)
     samples = int(sim.numerics.samples_per_device.min())  # 719 and 718: one starts its upload a hair earlier
-    t_down = MSG_BYTES * 8 / 100e6  # the gateway's downlink is not the bottleneck
-    t_comp = 3 * COST.flops_forward_per_sample * samples / 1e12
-    t_up = 2 * MSG_BYTES * 8 / 1e6  # both messages through the shared 1 Mbit/s, half each while both send
+    t_down = msg_bytes() * 8 / 100e6  # the gateway's downlink is not the bottleneck
+    t_comp = 3 * model_cost().flops_forward_per_sample * samples / 1e12
+    t_up = 2 * msg_bytes() * 8 / 1e6  # both messages through the shared 1 Mbit/s, half each while both send
     agg = sim.rows[0]["server_aggregate_s"]  # the round closes after the server's aggregation (priced on its own in test_server_cost)
     assert sim.rows[0]["sim_time_s"] == pytest.approx(t_down + t_comp + t_up + agg, rel=1e-9)
 
@@ -192,9 +201,9 @@ def test_gateway_per_block_of_devices(per, shared):
     # included); alone, the round waits for the device with more to train
     per_device = sim.numerics.samples_per_device
     samples = int(per_device.min() if shared else per_device.max())
-    t_down = MSG_BYTES * 8 / 100e6
-    t_comp = 3 * COST.flops_forward_per_sample * samples / 1e12
-    t_up = (2 if shared else 1) * MSG_BYTES * 8 / 1e6
+    t_down = msg_bytes() * 8 / 100e6
+    t_comp = 3 * model_cost().flops_forward_per_sample * samples / 1e12
+    t_up = (2 if shared else 1) * msg_bytes() * 8 / 1e6
     agg = sim.rows[0]["server_aggregate_s"]  # the round closes after the server's aggregation (priced on its own in test_server_cost)
     assert sim.rows[0]["sim_time_s"] == pytest.approx(t_down + t_comp + t_up + agg, rel=1e-9)
     assert len({k[1] for k in sim.system.media}) == (1 if shared else 2)
@@ -207,8 +216,8 @@ def test_lorawan_duty_cycle_holds(tmp_path):
     data = base_scenario(numerics="none", rounds=3, clients_per_round=1, fleet=one_group(prof))
     simulate(data, tmp_path)
     ev = events(tmp_path)
-    frames = -(-MSG_BYTES // LORAWAN_FRAME_BYTES)
-    air = MSG_BYTES * 8 / 5470.0
+    frames = -(-msg_bytes() // LORAWAN_FRAME_BYTES)
+    air = msg_bytes() * 8 / 5470.0
     ends = [e["t"] for e in ev if e["event"] == "upload"]
     starts = [e["t"] for e in ev if e["event"] == "train_end"]
     assert len(ends) == 3
@@ -254,10 +263,10 @@ def test_over_selection_keeps_the_first_k_to_arrive():
     samples = int(sim.numerics.samples_per_device[4])
     link = BIG["link"]
     fast = (
-        MSG_BYTES * 8 / (link["down_mbps"] * 1e6)
-        + MSG_BYTES * 8 / (link["up_mbps"] * 1e6)
+        msg_bytes() * 8 / (link["down_mbps"] * 1e6)
+        + msg_bytes() * 8 / (link["up_mbps"] * 1e6)
         + 2 * link["rtt_ms"] / 1000
-        + 3 * COST.flops_forward_per_sample * samples / BIG["compute"]["flops"]
+        + 3 * model_cost().flops_forward_per_sample * samples / BIG["compute"]["flops"]
     )
     assert row["sim_time_s"] == pytest.approx(fast + row["server_aggregate_s"], rel=1e-9)  # the round closes after the server's aggregation (priced on its own in test_server_cost)
 
