@@ -85,6 +85,9 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
 )  # fmt: skip
 
 _METHODS: dict[str, Method] = {name: Method(name, _OPTIONS + o, _STRATEGY + s) for name, o, s in BUILTINS}
+# Not a method but a whole Flower app in the method's place (``iotfl_sim.flower``): found by name like a method,
+# never listed among them (it selects and aggregates in its own ServerApp, and needs the flower extra).
+FLOWER = Method("flower", _OPTIONS + "flower:FlowerConfig", _STRATEGY + "flower_app:FlowerApp")
 
 
 def register_method(strategy: type, name: str | None = None) -> Method:
@@ -125,6 +128,8 @@ def method(name: str, search: Iterable[Path] = ()) -> Method:
     found = _METHODS.get(name)
     if found is not None:
         return found
+    if name == FLOWER.name:
+        return FLOWER
     if ":" in name:
         return register_method(_import_path(name, search), name=name)
     for ep in _entry_points():
@@ -139,8 +144,8 @@ def method(name: str, search: Iterable[Path] = ()) -> Method:
     close = difflib.get_close_matches(name, method_names(), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise UnknownMethod(
-        f"unknown method {name!r}{hint}; one of {', '.join(method_names())}, or a Python import path "
-        "package.module:Class naming a Strategy subclass"
+        f"unknown method {name!r}{hint}; one of {', '.join(method_names())}, a Python import path "
+        "package.module:Class naming a Strategy subclass, or flower (a Flower app: docs/flower.md)"
     )
 
 
@@ -157,8 +162,9 @@ def registered() -> tuple[Method, ...]:
 
 
 def registered_method(name: str) -> Method | None:
-    """The method registered under ``name``, or None (nothing is imported or looked up)."""
-    return _METHODS.get(name)
+    """The method registered under ``name`` (or the Flower app slot, ``FLOWER``), or None (nothing is imported or
+    looked up)."""
+    return _METHODS.get(name) or (FLOWER if name == FLOWER.name else None)
 
 
 def _entry_points() -> list[Any]:
@@ -176,32 +182,38 @@ def _attribute(module: Any, qualname: str) -> Any:
 
 
 def _import_path(name: str, search: Iterable[Path]) -> type:
-    module_name, _, qualname = name.partition(":")
+    cls = import_attribute(name, search, f"method {name!r}", "method module", "Class")
+    _check_strategy(cls, f"method {name!r}")
+    return cls
+
+
+def import_attribute(ref: str, search: Iterable[Path], label: str, what: str, attr: str = "attribute") -> Any:
+    """The object ``package.module:attr`` names, its module imported with the ``search`` folders first on the path
+    (a scenario's folder); every failure is a MethodError of one line starting with ``label``."""
+    module_name, _, qualname = ref.partition(":")
     if not module_name or not qualname:
-        raise MethodError(f"method {name!r}: an import path is package.module:Class (both parts)")
+        raise MethodError(f"{label}: an import path is package.module:{attr} (both parts)")
     extra = [str(Path(p)) for p in search if str(Path(p)) not in sys.path]
     sys.path[:0] = extra
     try:
-        announce_import(module_name, "method module")
+        announce_import(module_name, what)
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         where = f" or in {', '.join(extra)}" if extra else ""
         raise MethodError(
-            f"method {name!r}: no module {e.name!r} on the Python path{where}; install the package, put "
+            f"{label}: no module {e.name!r} on the Python path{where}; install the package, put "
             f"{module_name.replace('.', '/')}.py beside the scenario, or set PYTHONPATH"
         ) from None
     except Exception as e:  # noqa: BLE001 - the user's module failed while importing: one line naming it
-        raise MethodError(f"method {name!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
+        raise MethodError(f"{label}: importing {module_name} failed: {type(e).__name__}: {e}") from None
     finally:
         for p in extra:
             if p in sys.path:
                 sys.path.remove(p)
     try:
-        cls = _attribute(module, qualname)
+        return _attribute(module, qualname)
     except AttributeError:
-        raise MethodError(f"method {name!r}: module {module_name} has no {qualname!r}") from None
-    _check_strategy(cls, f"method {name!r}")
-    return cls
+        raise MethodError(f"{label}: module {module_name} has no {qualname!r}") from None
 
 
 def announce_import(module_name: str, what: str) -> None:

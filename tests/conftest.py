@@ -31,6 +31,14 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 # kill or resume real processes, run set-up or a browser carry @pytest.mark.slow where they are defined.
 # "file" marks a whole file, "file::test" every case of a test, "file::test[id" the cases whose id starts so.
 SLOW_TESTS = (
+    # a Flower app's runs (real training in its ClientApp; skipped where the flower extra is not installed)
+    "test_flower.py::test_the_example_app_runs_its_rounds_on_a_mixed_fleet",
+    "test_flower.py::test_bytes_are_the_messages_real_sizes",
+    "test_flower.py::test_the_same_seed_gives_the_same_rows_and_another_seed_does_not",
+    "test_flower.py::test_time_and_energy_follow_the_profile_by_hand",
+    "test_flower.py::test_a_device_out_of_memory_reaches_the_strategy_as_a_failure",
+    "test_flower.py::test_other_strategies_of_flowers_library_run",
+    "test_flower.py::test_a_client_app_that_raises_is_one_line",
     "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
     "test_profiles_check_fit.py::test_check_plot_writes_an_image",
     "test_fedx_eq2_hour.py::test_eq2_on_the_hour_setting_gives_devices_of_different_capacity_different_subnetworks",

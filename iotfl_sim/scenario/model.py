@@ -604,6 +604,33 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _flower_app_runs_itself(self) -> Scenario:
+        """A Flower app (``algorithm.name: flower``) does all the training in its own ClientApp (iotfl-sim's own
+        numerics stay off: ``numerics: none``, what its resolved scenario says), waits for replies as its own
+        ServerApp decides (its timeouts, not ``server.deadline_s``) and keeps state in its own code, which no
+        checkpoint can hold."""
+        if self.algorithm.name != "flower":
+            return self
+        if "numerics" in self.model_fields_set and self.numerics == "torch":
+            raise ValueError(
+                "numerics: torch: a Flower app trains in its own ClientApp and iotfl-sim's own training stays off; "
+                "remove numerics (a flower run has numerics: none)"
+            )
+        if self.server.deadline_s is not None:
+            raise ValueError(
+                "server.deadline_s: a Flower app's ServerApp waits for replies as it decides (the timeout of its "
+                "send_and_receive, in simulated seconds); remove server.deadline_s"
+            )
+        if self.output.checkpoint != Checkpoint():  # the defaults, as a resolved scenario writes them, say nothing
+            raise ValueError(
+                "output.checkpoint: a Flower app's state (its ServerApp's main, its ClientApps' context.state) lives "
+                "in the app's own code, which no checkpoint can hold, so a flower run is never resumed; remove "
+                "output.checkpoint"
+            )
+        object.__setattr__(self, "numerics", "none")
+        return self
+
+    @model_validator(mode="after")
     def _algorithm_fits_the_scenario(self) -> Scenario:
         problem = self.algorithm.problem(numerics=self.numerics) or self._mode_problem()
         if problem is not None:

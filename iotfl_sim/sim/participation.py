@@ -96,8 +96,10 @@ def reach(sim: Simulation) -> list[GroupReach]:
 def participation(sim: Simulation) -> tuple[list[str], list[str]]:
     """(notes, warnings): one note counting, by group, the devices that can ever take part; a warning per
     group none of whose devices ever can, naming why and what to change."""
-    groups = reach(sim)
     name = sim.sc.algorithm.name
+    if not sim.strategy.candidate_specs():  # a Flower app: its memory is measured only as its ClientApp runs
+        return [f"participation: {name}'s memory need is measured as each message runs; no device is ruled out before"], []
+    groups = reach(sim)
     total, n = sum(g.can for g in groups), sum(g.devices for g in groups)
     by_group = ", ".join(f"{g.name} {g.can} of {g.devices}" for g in groups)
     notes = [f"participation: {name} can ever give a task to {total} of {n} devices ({by_group})"]

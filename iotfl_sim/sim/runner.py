@@ -225,6 +225,11 @@ def resume_run(path: Path, progress: bool | None = None, quiet: bool = False) ->
         base_dir = read_origin(path)  # the scenario's own folder: where a method named by import path may live
         source = str(path / "scenario.resolved.yaml")
         sc = load_scenario(source, search=[base_dir] if base_dir is not None else [])
+        if sc.algorithm.name == "flower":
+            raise ScenarioError(
+                f"--resume {path}: a Flower app's run cannot be resumed (its ServerApp's main and its ClientApps' "
+                "context.state live in the app's own code, which no checkpoint holds); run the scenario again"
+            )
         resolved = ResolvedScenario(sc, resolve_groups(sc, path, source), base_dir, source)
         store = CheckpointStore(path, sc.output.checkpoint.keep)
         loaded = store.load_latest()  # refuses a checkpoints path that is not a folder

@@ -269,6 +269,10 @@ def build_simulation(
         view=view, recorder=recorder, progress=progress,
     )  # fmt: skip
     system.tasks = device_tasks(sim, availability)
+    if sc.algorithm.name == "flower":  # the app's own ServerApp drives the fleet (iotfl_sim.flower)
+        from iotfl_sim.sim.flower_loop import flower_loop
+
+        sim.loop = flower_loop(sim, availability, base_dir)
     host.times = {"train": 0.0, "eval": 0.0, "aggregate": 0.0, "setup": host.elapsed()}
     return sim
 
@@ -327,7 +331,7 @@ def set_up_strategy(
         # the one-time model analysis belongs to set-up (as memory_need's does), not to the first round
         for recipe, spec in specs:
             opcost.affine_trace(recipe, spec, system.step_options)
-    if not system.memory_ignored:
+    if not system.memory_ignored and specs:  # no specs: a Flower app, whose model is measured as it runs
         system.memory_need.check_feasible(fleet, specs, sc.algorithm.name)
 
 

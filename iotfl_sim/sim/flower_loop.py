@@ -1,0 +1,341 @@
+"""The server mode of a Flower app run (``algorithm.name: flower``): the app's ServerApp, on its own thread
+(``bridge``), drives the simulated fleet through ``grid.SimulatedGrid``; this loop answers its requests on the
+simulated clock and turns its rounds into ``rounds.csv`` rows.
+
+A round is a message group: the group id of a message, else the ``server-round`` of its config (Flower's Message
+API strategies put it in every train and evaluate message; its legacy ones set the group id). When the app pushes
+messages of a new round, the previous round's row is written (at that instant); the last one's when the app returns. Each row has the system's columns of any run (time, tasks by outcome, energy, bytes)
+and the app's metrics: the MetricRecords of the replies of each message type averaged with ``num-examples`` as
+weight (how Flower's FedAvg aggregates them), one column per metric ``algorithm.metrics`` names;
+``algorithm.accuracy_metric`` is also ``acc_full``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+import torch
+from flwr.app import Context, Message, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+from iotfl_sim.algorithms.base import Assignment
+from iotfl_sim.core.errors import ScenarioError
+from iotfl_sim.fl.submodel import SubmodelSpec
+from iotfl_sim.flower.apps import FlowerApp, app_folder
+from iotfl_sim.flower.bridge import AppStopped, AppThread, Finished
+from iotfl_sim.flower.grid import NodeIds, Pull, Push, SendReceive, SimulatedGrid
+from iotfl_sim.seeding import int_seed, stream
+from iotfl_sim.sim.flower_tasks import FlowerTasks, Sent
+from iotfl_sim.sim.round import Round, RoundStart, start_task
+from iotfl_sim.sim.server_loop import ServerLoop
+
+if TYPE_CHECKING:
+    from iotfl_sim.sim.engine import Simulation
+
+APP_SPEC = SubmodelSpec(1.0, name="app")  # a task's "submodel": whatever the app's message carries
+WEIGHT_KEY = "num-examples"  # the metric Flower's strategies weigh replies by
+
+
+@dataclass
+class Group:
+    """One message group (a round of the app): its Round, its tasks' messages, the replies' metrics."""
+
+    rd: Round
+    metrics: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # metric -> (weight, value) per reply
+
+
+@contextmanager
+def seeded_globals(seed: int) -> Iterator[None]:
+    """Python's, NumPy's and PyTorch's global random generators seeded from the run's seed for the app, and given
+    back as they were: Flower's strategies sample nodes with ``random.sample``, an app may shuffle with the
+    others' global state."""
+    saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    random.seed(int_seed(seed, "flower_python"))
+    np.random.seed(int_seed(seed, "flower_numpy") % 2**32)
+    torch.manual_seed(int_seed(seed, "flower_torch"))
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.random.set_rng_state(saved[2])
+
+
+def round_key(msg: Message) -> str:
+    """The round a message belongs to: its group id, else the ``server-round`` its config records carry (what
+    Flower's Message API strategies send), else "" (the current round goes on)."""
+    if msg.metadata.group_id:
+        return str(msg.metadata.group_id)
+    if msg.has_content():
+        for record in msg.content.config_records.values():
+            if "server-round" in record:
+                return str(record["server-round"])
+    return ""
+
+
+def node_ids(seed: int, n: int) -> list[int]:
+    """``n`` distinct node ids, random 62-bit numbers as a SuperLink gives (never 0 or its own id, 1), the same
+    for the same seed."""
+    rng = stream(seed, "flower_nodes")
+    ids: list[int] = []
+    seen: set[int] = set()
+    while len(ids) < n:
+        x = int(rng.integers(2, 2**62))
+        if x not in seen:
+            seen.add(x)
+            ids.append(x)
+    return ids
+
+
+class FlowerLoop(ServerLoop):
+    stop_note = "at the app's next message"
+
+    def __init__(self, sim: Simulation, app: FlowerApp, tasks: FlowerTasks, folder: Path) -> None:
+        self.sim = sim
+        self.folder = folder
+        self.app = app
+        self.tasks = tasks
+        self.metrics = list(sim.sc.algorithm.metrics)
+        self.columns = tuple(m for m in self.metrics if m != "train_loss")
+        self.unrecorded: set[str] = set()
+        n = sim.fleet.n
+        self.node_ids = node_ids(sim.sc.seed, n)
+        self.device_of = {nid: d for d, nid in enumerate(self.node_ids)}
+        self.run_id = int(stream(sim.sc.seed, "flower_run").integers(1, 2**62))
+        self.contexts = [
+            Context(self.run_id, nid, {"partition-id": d, "num-partitions": n}, RecordDict(), dict(app.run_config))
+            for d, nid in enumerate(self.node_ids)
+        ]
+        self.sent: dict[str, Sent] = {}
+        self.sent_of_task: dict[int, Sent] = {}
+        self.counter = 0
+        self.group: Group | None = None
+        self.group_id: str | None = None
+        self.rounds = 0
+        tasks.configure(app.client_app, lambda t: self.sent_of_task[id(t)], lambda d: self.contexts[d],
+                        sim.sc.server.header_bytes)  # fmt: skip
+
+    # ------------------------------------------------------------ the process
+
+    def run(self) -> Generator[Any, Any, None]:
+        context = Context(self.run_id, 0, {}, RecordDict(), dict(self.app.run_config))
+        grids: list[SimulatedGrid] = []
+        thread = AppThread(lambda: self.app.server_app(grid=grids[0], context=context))
+        grids.append(SimulatedGrid(thread, Run.create_empty(self.run_id)))
+        identity = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = self.run_id, SUPERLINK_NODE_ID, 1
+        flwr_log = logging.getLogger("flwr")
+        level = flwr_log.level
+        flwr_log.setLevel(logging.WARNING)
+        try:
+            with app_folder(self.folder), seeded_globals(self.sim.sc.seed):
+                request = yield from self.serve(thread)
+        finally:
+            TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = identity
+            flwr_log.setLevel(level)
+        self.close_group()
+        error = request.error
+        if error is not None and not isinstance(error, AppStopped):
+            if isinstance(error, ScenarioError):
+                raise error
+            raise ScenarioError(
+                f"algorithm.server_app raised {type(error).__name__}: {error}; fix the app (under `flwr run` it "
+                "gives the traceback)"
+            )
+
+    def serve(self, thread: AppThread) -> Generator[Any, Any, Finished]:
+        """Answer the app's requests until it returns (or a stop request ends it)."""
+        sim = self.sim
+        request = thread.start()
+        while not isinstance(request, Finished):
+            if sim.status.stop_requested:
+                sim.status.interrupted = True
+                return thread.stop()
+            try:
+                answer = yield from self.handle(request)
+            except BaseException:
+                thread.stop()  # the app's thread unwinds before the error (a ClientApp's, the simulator's) is reported
+                raise
+            request = thread.answer(answer)
+        return request
+
+    def handle(self, request: Any) -> Generator[Any, Any, Any]:
+        if isinstance(request, NodeIds):
+            return (yield from self.node_ids_now())
+        if isinstance(request, Push):
+            return [s.message.metadata.message_id for s in self.push(request.messages)]
+        if isinstance(request, Pull):
+            return (yield from self.pull(request.message_ids))
+        if isinstance(request, SendReceive):
+            pushed = self.push(request.messages)
+            events = [self.report_of(s) for s in pushed]
+            waiting: list[simpy.Event] = [simpy.AllOf(self.sim.env, events)]
+            if request.timeout is not None:
+                waiting.append(self.sim.env.timeout(max(0.0, float(request.timeout))))
+            if events:
+                yield simpy.AnyOf(self.sim.env, waiting)
+            return self.collect([s.message.metadata.message_id for s in pushed])
+        raise TypeError(f"unknown request {request!r}")
+
+    # ------------------------------------------------------------ the grid's answers
+
+    def node_ids_now(self) -> Generator[Any, Any, list[int]]:
+        """The nodes selectable now, once at least ``server.min_participants`` are (waiting ``retry_s`` at a
+        time): online, alive, not busy with another message, not known to be depleted."""
+        sim = self.sim
+        yield from self.kit_wait()
+        return [self.node_ids[int(d)] for d in sim.view.selectable()]
+
+    def kit_wait(self) -> Generator[Any, Any, None]:
+        from iotfl_sim.sim.toolkit import Toolkit
+
+        if not (yield from Toolkit(self.sim).wait_for_participants(self.rounds)):
+            raise ScenarioError(
+                f"server.min_participants: fewer than {self.sim.sc.server.min_participants} devices ever became "
+                "selectable for the app's next request; lower it or give the fleet more devices"
+            )
+
+    def push(self, messages: list[Any]) -> list[Sent]:
+        sim = self.sim
+        pushed = []
+        for msg in messages:
+            if not isinstance(msg, Message):
+                raise ScenarioError(f"algorithm.server_app pushed a {type(msg).__name__}, not a flwr Message")
+            d = self.device_of.get(int(msg.metadata.dst_node_id))
+            if d is None:
+                raise ScenarioError(
+                    f"algorithm.server_app sent a message to node {msg.metadata.dst_node_id}, which is not one of the "
+                    "grid's nodes (get_node_ids lists them)"
+                )
+            self.open_group(round_key(msg))
+            self.counter += 1
+            msg.metadata.__dict__["_message_id"] = hashlib.sha256(f"{sim.sc.seed}:{self.counter}".encode()).hexdigest()
+            msg.metadata.__dict__["_delivered_at"] = ""
+            sent = Sent(msg, d, sim.env.now)
+            assert self.group is not None
+            rd = self.group.rd
+            task = start_task(sim.env, Assignment(d, APP_SPEC, level=msg.metadata.message_type), rd, sim.fleet,
+                              self.tasks.run)  # fmt: skip
+            rd.tasks.append(task)
+            self.sent_of_task[id(task)] = sent
+            sent.task = task  # type: ignore[attr-defined]
+            self.sent[msg.metadata.message_id] = sent
+            pushed.append(sent)
+        return pushed
+
+    def report_of(self, sent: Sent) -> simpy.Event:
+        return sent.task.report  # type: ignore[attr-defined]
+
+    def pull(self, ids: list[str]) -> Generator[Any, Any, list[Message]]:
+        waiting = [self.sent[i] for i in ids if i in self.sent and self.sent[i].reply is None]
+        ready = [i for i in ids if i in self.sent and self.sent[i].reply is not None]
+        if not ready and waiting:
+            yield simpy.AnyOf(self.sim.env, [self.report_of(s) for s in waiting])
+        return self.collect(ids)
+
+    def collect(self, ids: list[str]) -> list[Message]:
+        """The replies in for ``ids``, each handed over once (as a SuperLink deletes what it delivered)."""
+        out = []
+        for i in ids:
+            sent = self.sent.get(i)
+            if sent is None or sent.reply is None:
+                continue
+            del self.sent[i]
+            self.note_metrics(sent.reply)
+            out.append(sent.reply)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """What summary.json says of the app: which, under which Flower, what it reported that no column holds."""
+        from importlib import metadata
+
+        cfg = self.sim.sc.algorithm
+        return {"flower": {
+            "version": metadata.version("flwr"),
+            "server_app": cfg.server_app,
+            "client_app": cfg.client_app,
+            "rounds": self.rounds,
+            "metrics_not_recorded": sorted(self.unrecorded),
+            # a ClientApp that is not PyTorch code runs no operation the cost model prices: its work took no time
+            "messages_without_pytorch_work": self.tasks.unpriced,
+            "checkpoints": "none: the app's state lives in its own code",
+        }}  # fmt: skip
+
+    # ------------------------------------------------------------ rounds and rows
+
+    def open_group(self, group_id: str) -> None:
+        if self.group is not None and group_id in ("", self.group_id):
+            return
+        self.close_group()
+        sim = self.sim
+        now = sim.env.now
+        energy = float(sum(v.sum() for v in sim.fleet.class_energy(now).values()))
+        start = RoundStart(now, energy, sim.system.traffic.down, sim.system.traffic.up)
+        rd = Round(sim.env, self.rounds, 0, start)
+        rd.enough = sim.env.event()
+        self.group, self.group_id = Group(rd), group_id
+
+    def note_metrics(self, reply: Message) -> None:
+        if self.group is None or reply.has_error() or not reply.has_content():
+            return
+        for record in reply.content.metric_records.values():
+            values = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and k in self.metrics}
+            self.unrecorded.update(k for k in record if k not in self.metrics and k != WEIGHT_KEY)
+            weight = float(record.get(WEIGHT_KEY, 1.0))
+            for k, v in values.items():
+                self.group.metrics.setdefault(k, []).append((weight, v))
+
+    def close_group(self) -> None:
+        group, sim = self.group, self.sim
+        if group is None:
+            return
+        self.group = None
+        rd = group.rd
+        rd.wanted = len(rd.tasks)  # the app takes every reply in (a task still running missed its timeout)
+        outcomes = rd.close(sim.fleet, sim.log)
+        for o in outcomes:
+            if o.status == "depleted":
+                sim.view.known_gone[o.assignment.device] = True
+        row = rd.row(sim.env.now, outcomes, [], sim.fleet, sim.system.traffic)
+        row.update(self.metric_columns(group))
+        row.update(server_time_s=0.0, server_energy_j=0.0)
+        sim.record(self.rounds, row)
+        self.rounds += 1
+
+    def metric_columns(self, group: Group) -> dict[str, Any]:
+        out: dict[str, Any] = dict.fromkeys(self.metrics)
+        for k, pairs in group.metrics.items():
+            total = sum(w for w, _ in pairs)
+            out[k] = sum(w * v for w, v in pairs) / total if total > 0 else None
+        out["acc_full"] = out.get(self.sim.sc.algorithm.accuracy_metric)
+        return out
+
+
+def flower_loop(sim: Simulation, availability: Any, folder: Any) -> FlowerLoop:
+    """The loop of a Flower app run: the app loaded from ``folder`` (the scenario's) and its device tasks."""
+    from iotfl_sim.flower import require_flower
+    from iotfl_sim.flower.apps import load_app
+
+    require_flower()
+    cfg = sim.sc.algorithm
+    if sim.system.memory_need.relative:
+        raise ScenarioError(
+            "fleet.memory_units: a Flower app's memory is measured in bytes; give the fleet's memory in MB "
+            "(memory_units: mb)"
+        )
+    base = Path(folder) if folder is not None else Path.cwd()
+    app = load_app(cfg.server_app, cfg.client_app, cfg.run_config, base)
+    tasks = FlowerTasks(sim.env, sim.fleet, availability, sim, sim.system.traffic, sim.system.training_time)
+    sim.system.tasks = tasks
+    return FlowerLoop(sim, app, tasks, base)

@@ -1,0 +1,290 @@
+"""A Flower app on the simulated fleet (``algorithm.name: flower``, ``iotfl_sim.flower``): the example app of
+examples/flower_app runs unchanged, its rounds become rows, failures reach its strategy, time, energy and bytes
+follow the cost model. Skipped where Flower (the flower extra) is not installed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+flwr = pytest.importorskip("flwr")
+
+from iotfl_sim.cli import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "flower_app"
+EXTRA = Path(__file__).resolve().parent / "flower_apps" / "servers_extra.py"
+
+TINY_PROFILE = """
+name: tiny
+device_class: sbc
+compute: {flops: 1.0e+9, jitter: {sigma: 0}}
+memory: {total_mb: 4096, free_mb: 2048, sigma_mb: 0}
+power: {idle_w: 0.5, train_w: 2.0, tx_w: 1.0, rx_w: 0.75}
+battery: {capacity_j: 1.0e+9}
+link: {down_mbps: 1.0, up_mbps: 2.0, rtt_ms: 10}
+"""
+
+
+def app_folder(tmp_path: Path, scenario: str, profiles: dict[str, str] | None = None) -> Path:
+    """A copy of the example app with ``scenario`` beside it (and the test ServerApps, and device profiles)."""
+    folder = tmp_path / "app"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__", "fleet.yaml"))
+    shutil.copy(EXTRA, folder / "servers_extra.py")
+    for name, text in (profiles or {}).items():
+        (folder / "device_profiles").mkdir(exist_ok=True)
+        (folder / "device_profiles" / f"{name}.yaml").write_text(text)
+    (folder / "scenario.yaml").write_text(scenario)
+    return folder / "scenario.yaml"
+
+
+def scenario(server: str = "flowerapp.server_app:app", groups: str = "- {profile: raspberry_pi_4b, count: 4}",
+             rounds: int = 2, run_config: str = "{num-server-rounds: 2, local-epochs: 1, fraction-train: 1.0, "
+             "fraction-evaluate: 1.0}") -> str:  # fmt: skip
+    return (
+        f"name: fl\nseed: 0\nrounds: {rounds}\nalgorithm:\n  name: flower\n  server_app: {server}\n"
+        f"  client_app: flowerapp.client_app:app\n  run_config: {run_config}\nfleet:\n  groups:\n    {groups}\n"
+    )
+
+
+def run(path: Path, out: Path, *extra: str) -> Path:
+    assert main(["run", str(path), "--out", str(out), "--quiet", *extra]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return folder
+
+
+def rows(folder: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(open(folder / "rounds.csv")))
+
+
+def events(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in open(folder / "events.jsonl")]
+
+
+def test_the_example_app_runs_its_rounds_on_a_mixed_fleet(tmp_path):
+    groups = "- {profile: raspberry_pi_4b, count: 2}\n    - {profile: phone_low, count: 2}"
+    folder = run(app_folder(tmp_path, scenario(groups=groups)), tmp_path / "runs")
+    got = rows(folder)
+    assert [int(r["round"]) for r in got] == [1, 2]
+    for r in got:
+        # every node trains and evaluates each round: 4 train + 4 evaluate messages
+        assert int(r["selected"]) == 8 and int(r["completed"]) == 8
+        for col in ("train_loss", "eval_loss", "eval_acc", "acc_full", "energy_j", "bytes_down_round", "bytes_up_round"):
+            assert r[col] not in ("", None), col
+        assert r["acc_full"] == r["eval_acc"]
+        assert 0.0 <= float(r["acc_full"]) <= 1.0
+    times = [float(r["sim_time_s"]) for r in got]
+    assert 0 < times[0] < times[1]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    app = summary["flower"]
+    assert app["server_app"] == "flowerapp.server_app:app" and app["rounds"] == 2
+    assert app["messages_without_pytorch_work"] == 0 and app["metrics_not_recorded"] == []
+    dispatched = [e["message"] for e in events(folder) if e["event"] == "dispatch"]
+    assert sorted(dispatched) == ["evaluate"] * 8 + ["train"] * 8
+
+
+def test_bytes_are_the_messages_real_sizes(tmp_path):
+    """Every message FedAvg sends (train and evaluate) carries the global model: the app's 13,706 float32
+    parameters, 4 bytes each, plus Flower's framing (metadata, record, array and chunk headers: under 8 KB). Train
+    replies carry the trained model back; evaluate replies only metrics."""
+    folder = run(app_folder(tmp_path, scenario(rounds=1, run_config="{num-server-rounds: 1, local-epochs: 1, "
+                                               "fraction-train: 1.0, fraction-evaluate: 1.0}")),
+                 tmp_path / "runs", "--set", "server.header_bytes=0")  # fmt: skip
+    params = 16 * 9 + 16 + 32 * 16 * 9 + 32 + 128 * 64 + 64 + 64 * 10 + 10
+    assert params == 13_706
+    (row,) = rows(folder)
+    down, up = float(row["bytes_down_round"]), float(row["bytes_up_round"])
+    assert 8 * 4 * params < down < 8 * (4 * params + 8192)
+    assert 4 * 4 * params < up < 4 * (4 * params + 8192) + 4 * 8192
+    uploads = [e["bytes"] for e in events(folder) if e["event"] == "upload"]
+    assert sum(uploads) == pytest.approx(up)
+
+
+def test_the_same_seed_gives_the_same_rows_and_another_seed_does_not(tmp_path):
+    path = app_folder(tmp_path, scenario())
+    a, b = rows(run(path, tmp_path / "a")), rows(run(path, tmp_path / "b"))
+    host = {k for k in a[0] if k.startswith("host_")}
+    assert [{k: v for k, v in r.items() if k not in host} for r in a] == [
+        {k: v for k, v in r.items() if k not in host} for r in b
+    ]
+    c = rows(run(path, tmp_path / "c", "--set", "algorithm.run_config.seed=1"))
+    assert [r["train_loss"] for r in c] != [r["train_loss"] for r in a]
+
+
+def test_time_and_energy_follow_the_profile_by_hand(tmp_path):
+    """Two identical devices with no jitter and the FLOP model: each message's download takes bytes x 8 / 1 Mb/s
+    + 10 ms, its work FLOPs / 1e9 s at 2 W, its reply's upload bytes x 8 / 2 Mb/s + 10 ms."""
+    path = app_folder(tmp_path, scenario(groups="- {profile: tiny, count: 2}", rounds=1,
+                                         run_config="{num-server-rounds: 1, local-epochs: 1, fraction-train: 1.0, "
+                                         "fraction-evaluate: 1.0}"),  # fmt: skip
+                      {"tiny": TINY_PROFILE})
+    folder = run(path, tmp_path / "runs", "--set", "server.header_bytes=0")
+    ev = events(folder)
+    by_device: dict[int, list[dict]] = {}
+    for e in ev:
+        by_device.setdefault(e["device"], []).append(e)
+    compute_s = radio_j = 0.0
+    for d, es in by_device.items():
+        if d < 0:
+            continue
+        starts = [e for e in es if e["event"] == "train_start"]
+        ends = [e for e in es if e["event"] == "train_end"]
+        for s, t in zip(starts, ends, strict=True):
+            # the event log keeps instants to the microsecond
+            assert t["t"] - s["t"] == pytest.approx(s["flops"] / 1e9, abs=2e-6)
+            compute_s += s["flops"] / 1e9
+        for u in (e for e in es if e["event"] == "upload"):
+            radio_j += 1.0 * u["bytes"] * 8 / 2e6
+    row = rows(folder)[0]
+    down = float(row["bytes_down_round"])
+    radio_j += 0.75 * down * 8 / 1e6
+    assert float(row["energy_compute_j"]) == pytest.approx(2.0 * compute_s, rel=1e-6)
+    assert float(row["energy_radio_j"]) == pytest.approx(radio_j, rel=1e-6)
+
+
+def test_a_device_out_of_memory_reaches_the_strategy_as_a_failure(tmp_path):
+    """One group declares 0.05 MB free: its ClientApp runs, needs more, and its reply is Flower's error reply
+    (CLIENT_APP_CRASHED) among the replies the strategy's aggregate_train gets."""
+    tight = TINY_PROFILE.replace("free_mb: 2048", "free_mb: 0.05").replace("name: tiny", "name: tight")
+    groups = "- {profile: tiny, count: 2}\n    - {profile: tight, count: 1}"
+    path = app_folder(tmp_path, scenario("servers_extra:recording", groups, rounds=2), {"tiny": TINY_PROFILE, "tight": tight})
+    sys.modules.pop("servers_extra", None)
+    folder = run(path, tmp_path / "runs")
+    seen = sys.modules["servers_extra"].SEEN
+    code = int(flwr.common.constant.ErrorCode.CLIENT_APP_CRASHED)
+    assert [(s["replies"], s["errors"], s["codes"]) for s in seen] == [(3, 1, [code]), (3, 1, [code])]
+    got = rows(folder)
+    assert [int(r["failed_oom"]) for r in got] == [1, 1]
+    assert [int(r["completed"]) for r in got] == [2, 2]
+
+
+@pytest.mark.parametrize("server", ["servers_extra:fedadam", "servers_extra:fedprox"])
+def test_other_strategies_of_flowers_library_run(tmp_path, server):
+    folder = run(app_folder(tmp_path, scenario(server)), tmp_path / "runs")
+    assert len(rows(folder)) == 2 and rows(folder)[-1]["acc_full"] != ""
+
+
+def test_a_client_app_that_raises_is_one_line(tmp_path, capsys):
+    path = app_folder(tmp_path, scenario())
+    client = path.parent / "flowerapp" / "client_app.py"
+    client.write_text(client.read_text().replace("    net, (trainloader, _) = _setup(msg, context)",
+                                                 "    raise ValueError('broken on purpose')"))  # fmt: skip
+    for name in [m for m in sys.modules if m.startswith("flowerapp")]:
+        del sys.modules[name]
+    try:
+        code = main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+    finally:
+        for name in [m for m in sys.modules if m.startswith("flowerapp")]:
+            del sys.modules[name]
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert last.startswith("error: ") and "algorithm.client_app raised ValueError: broken on purpose" in last
+
+
+@pytest.mark.parametrize(
+    "field, ref, words",
+    [
+        ("server_app", "no_such_module:app", ["algorithm.server_app", "no module 'no_such_module'"]),
+        ("server_app", "servers_extra:not_an_app", ["algorithm.server_app", "is a int, not a Flower ServerApp"]),
+        ("client_app", "servers_extra:fedadam", ["algorithm.client_app", "is a ServerApp, not a Flower ClientApp"]),
+        ("client_app", "flowerapp.client_app:nothing", ["algorithm.client_app", "has no 'nothing'"]),
+        ("server_app", "servers_extra:legacy", ["algorithm.server_app", "legacy strategies", "@app.main()"]),
+    ],
+)
+def test_a_wrong_app_is_refused_in_one_line(tmp_path, capsys, field, ref, words):
+    text = scenario()
+    text = text.replace("server_app: flowerapp.server_app:app", f"server_app: {ref}") if field == "server_app" else \
+        text.replace("client_app: flowerapp.client_app:app", f"client_app: {ref}")  # fmt: skip
+    path = app_folder(tmp_path, text)
+    code = main(["validate", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "Traceback" not in err
+    for w in words:
+        assert w in last, (w, last)
+
+
+def test_without_flower_installed_the_error_names_the_extra(tmp_path, capsys, monkeypatch):
+    from importlib import metadata
+
+    real = metadata.version
+
+    def version(name: str) -> str:
+        if name == "flwr":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    code = main(["validate", str(app_folder(tmp_path, scenario()))])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "pip install 'iotfl-sim[flower]'" in err.strip().splitlines()[-1]
+
+
+def test_numerics_torch_and_an_override_of_an_undeclared_key_are_refused(tmp_path, capsys):
+    path = app_folder(tmp_path, scenario() + "numerics: torch\n")
+    assert main(["validate", str(path)]) == 2
+    assert "numerics: torch: a Flower app trains in its own ClientApp" in capsys.readouterr().err
+    path = app_folder(tmp_path / "b", scenario(run_config="{num-server-round: 2}"))
+    assert main(["validate", str(path)]) == 2
+    assert "algorithm.run_config.num-server-round" in capsys.readouterr().err
+
+
+def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_path):
+    """Everyone available, memory to spare, no deadline, every node every round: after each round the global
+    parameters equal those of Flower's own simulation runtime (Ray, the app's pyproject.toml config) of the same app
+    with the same seeds, within float tolerance (the replies are summed in another order)."""
+    from flwr.app import Context, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supercore.telemetry import EventType
+
+    overrides = {"num-server-rounds": 2, "local-epochs": 1}
+    path = app_folder(tmp_path, scenario("servers_extra:recorded", "- {profile: tiny, count: 4}", rounds=2,
+                                         run_config="{num-server-rounds: 2, local-epochs: 1}"), {"tiny": TINY_PROFILE})  # fmt: skip
+    sys.modules.pop("servers_extra", None)
+    run(path, tmp_path / "runs")
+    ours = list(sys.modules["servers_extra"].GLOBALS)
+    assert len(ours) == 3  # the initial model, then after rounds 1 and 2
+    extra = sys.modules["servers_extra"]
+    extra.GLOBALS.clear()
+
+    from iotfl_sim.flower.apps import run_config
+
+    app = path.parent
+    config = run_config(app, overrides)
+    sys.path.insert(0, str(app))
+    try:
+        flower_run = Run.create_empty(1)
+        flower_run.override_config = dict(overrides)
+        flower_run.primary_task_id = 1
+        flower_run.federation_id = NOOP_FEDERATION_ID  # as run_simulation makes its Run
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+        _run_simulation(
+            num_supernodes=4, exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+            client_app_attr="flowerapp.client_app:app", server_app=extra.recorded,
+            backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}},
+            server_app_context=Context(1, 0, {}, RecordDict(), config), app_dir=str(app), run=flower_run, is_app=True,
+        )  # fmt: skip
+    finally:
+        sys.path.remove(str(app))
+    theirs = list(extra.GLOBALS)
+    assert len(theirs) == 3
+    for r, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), (r, k, (a[k] - b[k]).abs().max())
+    assert not torch.equal(ours[0]["fc2.weight"], ours[2]["fc2.weight"])  # the rounds did train
