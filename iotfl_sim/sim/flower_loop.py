@@ -229,13 +229,14 @@ class FlowerLoop(ServerLoop):
                               self.tasks.run)  # fmt: skip
             rd.tasks.append(task)
             self.sent_of_task[id(task)] = sent
-            sent.task = task  # type: ignore[attr-defined]
+            sent.task = task
             self.sent[msg.metadata.message_id] = sent
             pushed.append(sent)
         return pushed
 
     def report_of(self, sent: Sent) -> simpy.Event:
-        return sent.task.report  # type: ignore[attr-defined]
+        assert sent.task is not None
+        return sent.task.report
 
     def pull(self, ids: list[str]) -> Generator[Any, Any, list[Message]]:
         waiting = [self.sent[i] for i in ids if i in self.sent and self.sent[i].reply is None]
@@ -251,7 +252,8 @@ class FlowerLoop(ServerLoop):
             sent = self.sent.get(i)
             if sent is None or sent.reply is None:
                 continue
-            del self.sent[i]
+            del self.sent[i]  # the message and its reply go with it: a long run keeps no past model in memory
+            self.sent_of_task.pop(id(sent.task), None)
             self.note_metrics(sent.reply)
             out.append(sent.reply)
         return out

@@ -36,13 +36,13 @@ def wire_bytes(message: Message) -> int:
 
 @dataclass
 class Sent:
-    """One pushed message: its node (device ``d``), when it was pushed and what answers it."""
+    """One pushed message: its node (device ``d``), when it was pushed, its task and what answers it."""
 
     message: Message
     device: int
     pushed_at: float
+    task: Task | None = None
     reply: Message | None = None
-    work: NodeWork | None = None
 
 
 class FlowerTasks(DeviceTasks):
@@ -110,7 +110,7 @@ class FlowerTasks(DeviceTasks):
             if ttl is not None and self.env.now - sent.pushed_at > ttl:
                 reply = Message(Error(ErrorCode.REPLY_MESSAGE_UNAVAILABLE, "the reply arrived after the message's "
                                       f"TTL of {ttl:g} simulated seconds"), reply_to=msg)  # fmt: skip
-            sent.reply, sent.work = reply, work
+            sent.reply = reply
             if not task.report.triggered:
                 task.report.succeed()
         finally:
