@@ -288,3 +288,23 @@ def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_pa
         for k in a:
             assert torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), (r, k, (a[k] - b[k]).abs().max())
     assert not torch.equal(ours[0]["fc2.weight"], ours[2]["fc2.weight"])  # the rounds did train
+
+
+def test_the_servers_aggregation_is_priced_and_delays_the_next_messages(tmp_path):
+    """The train replies' arrays are the server's aggregation work, priced by the server profile: the row's
+    server_time_s is the server_work events' seconds, and the evaluate messages leave that long after the last
+    train reply arrived (the strategy aggregates in between)."""
+    path = app_folder(tmp_path, scenario(groups="- {profile: tiny, count: 2}", rounds=1,
+                                         run_config="{num-server-rounds: 1, local-epochs: 1, fraction-train: 1.0, "
+                                         "fraction-evaluate: 1.0}"),  # fmt: skip
+                      {"tiny": TINY_PROFILE})
+    folder = run(path, tmp_path / "runs")
+    ev = events(folder)
+    work = [e for e in ev if e["event"] == "server_work"]
+    assert [w["what"] for w in work] == ["aggregate"]  # the train replies carry arrays, the evaluate ones do not
+    (row,) = rows(folder)
+    assert float(row["server_time_s"]) == pytest.approx(work[0]["duration"], abs=1e-6) and work[0]["duration"] > 0
+    last_train_reply = max(e["t"] for e in ev if e["event"] == "upload" and e["t"] <= work[0]["t"])
+    first_evaluate = min(e["t"] for e in ev if e["event"] == "dispatch" and e["message"] == "evaluate")
+    assert work[0]["t"] == pytest.approx(last_train_reply, abs=1e-6)
+    assert first_evaluate == pytest.approx(last_train_reply + work[0]["duration"], abs=2e-6)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from iotfl_sim.algorithms.base import Assignment
+from iotfl_sim.algorithms.base import AggregateWork, Assignment
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.flower.apps import FlowerApp, app_folder
@@ -39,6 +40,7 @@ from iotfl_sim.seeding import int_seed, stream
 from iotfl_sim.sim.flower_tasks import FlowerTasks, Sent
 from iotfl_sim.sim.round import Round, RoundStart, start_task
 from iotfl_sim.sim.server_loop import ServerLoop
+from iotfl_sim.sim.toolkit import Toolkit
 
 if TYPE_CHECKING:
     from iotfl_sim.sim.engine import Simulation
@@ -185,7 +187,9 @@ class FlowerLoop(ServerLoop):
                 waiting.append(self.sim.env.timeout(max(0.0, float(request.timeout))))
             if events:
                 yield simpy.AnyOf(self.sim.env, waiting)
-            return self.collect([s.message.metadata.message_id for s in pushed])
+            replies = self.collect([s.message.metadata.message_id for s in pushed])
+            yield from self.aggregate(replies)
+            return replies
         raise TypeError(f"unknown request {request!r}")
 
     # ------------------------------------------------------------ the grid's answers
@@ -198,8 +202,6 @@ class FlowerLoop(ServerLoop):
         return [self.node_ids[int(d)] for d in sim.view.selectable()]
 
     def kit_wait(self) -> Generator[Any, Any, None]:
-        from iotfl_sim.sim.toolkit import Toolkit
-
         if not (yield from Toolkit(self.sim).wait_for_participants(self.rounds)):
             raise ScenarioError(
                 f"server.min_participants: fewer than {self.sim.sc.server.min_participants} devices ever became "
@@ -243,7 +245,26 @@ class FlowerLoop(ServerLoop):
         ready = [i for i in ids if i in self.sent and self.sent[i].reply is not None]
         if not ready and waiting:
             yield simpy.AnyOf(self.sim.env, [self.report_of(s) for s in waiting])
-        return self.collect(ids)
+        replies = self.collect(ids)
+        yield from self.aggregate(replies)
+        return replies
+
+    def aggregate(self, replies: list[Message]) -> Generator[Any, Any, None]:
+        """The server's work on the arrays ``replies`` bring (what a strategy's aggregate_train averages), priced by
+        the server profile as every method's aggregation is (``AggregateWork``) and spent on the simulated clock
+        before the app gets them."""
+        sizes, tensors = [], 0
+        for reply in replies:
+            if reply.has_error() or not reply.has_content():
+                continue
+            arrays = [a for record in reply.content.array_records.values() for a in record.values()]
+            if arrays:
+                sizes.append(sum(math.prod(a.shape) for a in arrays))
+                tensors += len(arrays)
+        if not sizes or self.group is None:
+            return
+        self.sim.system.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), tensors))
+        yield from Toolkit(self.sim).serve(self.group.rd)
 
     def collect(self, ids: list[str]) -> list[Message]:
         """The replies in for ``ids``, each handed over once (as a SuperLink deletes what it delivered)."""
@@ -311,7 +332,9 @@ class FlowerLoop(ServerLoop):
                 sim.view.known_gone[o.assignment.device] = True
         row = rd.row(sim.env.now, outcomes, [], sim.fleet, sim.system.traffic)
         row.update(self.metric_columns(group))
-        row.update(server_time_s=0.0, server_energy_j=0.0)
+        row["server_time_s"] = rd.server_s
+        row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})
+        row["server_energy_j"] = sim.system.server_time * sim.system.server_cost.power_w
         sim.record(self.rounds, row)
         self.rounds += 1
 
