@@ -40,6 +40,7 @@ SLOW_TESTS = (
     "test_flower.py::test_other_strategies_of_flowers_library_run",
     "test_flower.py::test_a_client_app_that_raises_is_one_line",
     "test_flower.py::test_the_servers_aggregation_is_priced_and_delays_the_next_messages",
+    "test_flower.py::test_a_signal_stops_a_flower_run_at_the_apps_next_message",
     "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
     "test_profiles_check_fit.py::test_check_plot_writes_an_image",
     "test_fedx_eq2_hour.py::test_eq2_on_the_hour_setting_gives_devices_of_different_capacity_different_subnetworks",

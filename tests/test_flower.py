@@ -308,3 +308,38 @@ def test_the_servers_aggregation_is_priced_and_delays_the_next_messages(tmp_path
     first_evaluate = min(e["t"] for e in ev if e["event"] == "dispatch" and e["message"] == "evaluate")
     assert work[0]["t"] == pytest.approx(last_train_reply, abs=1e-6)
     assert first_evaluate == pytest.approx(last_train_reply + work[0]["duration"], abs=2e-6)
+
+
+def test_a_signal_stops_a_flower_run_at_the_apps_next_message(tmp_path):
+    """SIGINT once the first row is written: the app is unwound at its next Grid call (after the ClientApps of the
+    request in flight have run: their real training), the run ends with status interrupted and exit 128 + SIGINT,
+    its rows so far kept."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    path = app_folder(tmp_path, scenario(rounds=20, run_config="{num-server-rounds: 20, local-epochs: 1, "
+                                         "fraction-train: 1.0, fraction-evaluate: 1.0}"))  # fmt: skip
+    out = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "iotfl_sim.cli", "run", str(path), "--out", str(out), "--quiet"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            folders = [p for p in out.iterdir() if p.is_dir()] if out.is_dir() else []
+            csv_file = folders[0] / "rounds.csv" if folders else None
+            if csv_file is not None and csv_file.is_file() and len(csv_file.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)  # one request's ClientApps (4 here, a second or two each) run before the stop
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr.read()
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert 1 <= len(rows(folder)) < 20
