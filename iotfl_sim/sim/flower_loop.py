@@ -5,8 +5,8 @@ simulated clock and turns its rounds into ``rounds.csv`` rows.
 A round is a message group: the group id of a message, else the ``server-round`` of its config (Flower's Message
 API strategies put it in every train and evaluate message; its legacy ones set the group id). When the app pushes
 messages of a new round, the previous round's row is written (at that instant); the last one's when the app returns. Each row has the system's columns of any run (time, tasks by outcome, energy, bytes)
-and the app's metrics: the MetricRecords of the replies of each message type averaged with ``num-examples`` as
-weight (how Flower's FedAvg aggregates them), one column per metric ``algorithm.metrics`` names;
+and the app's metrics: each metric ``algorithm.metrics`` names, averaged over the round's replies (train and
+evaluate alike) with ``num-examples`` as weight (how Flower's FedAvg aggregates them), one column each;
 ``algorithm.accuracy_metric`` is also ``acc_full``.
 """
 
@@ -51,7 +51,7 @@ WEIGHT_KEY = "num-examples"  # the metric Flower's strategies weigh replies by
 
 @dataclass
 class Group:
-    """One message group (a round of the app): its Round, its tasks' messages, the replies' metrics."""
+    """One message group (a round of the app): its Round and the metrics of the replies handed over so far."""
 
     rd: Round
     metrics: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # metric -> (weight, value) per reply
@@ -120,12 +120,12 @@ class FlowerLoop(ServerLoop):
             for d, nid in enumerate(self.node_ids)
         ]
         self.sent: dict[str, Sent] = {}
-        self.sent_of_task: dict[int, Sent] = {}
         self.counter = 0
         self.group: Group | None = None
         self.group_id: str | None = None
         self.rounds = 0
-        tasks.configure(app.client_app, lambda t: self.sent_of_task[id(t)], lambda d: self.contexts[d],
+        self.kit = Toolkit(sim)
+        tasks.configure(app.client_app, lambda t: t.assignment.extras["sent"], lambda d: self.contexts[d],
                         sim.sc.server.header_bytes)  # fmt: skip
 
     # ------------------------------------------------------------ the process
@@ -202,7 +202,7 @@ class FlowerLoop(ServerLoop):
         return [self.node_ids[int(d)] for d in sim.view.selectable()]
 
     def kit_wait(self) -> Generator[Any, Any, None]:
-        if not (yield from Toolkit(self.sim).wait_for_participants(self.rounds)):
+        if not (yield from self.kit.wait_for_participants(self.rounds)):
             raise ScenarioError(
                 f"server.min_participants: fewer than {self.sim.sc.server.min_participants} devices ever became "
                 "selectable for the app's next request; lower it or give the fleet more devices"
@@ -227,11 +227,10 @@ class FlowerLoop(ServerLoop):
             sent = Sent(msg, d, sim.env.now)
             assert self.group is not None
             rd = self.group.rd
-            task = start_task(sim.env, Assignment(d, APP_SPEC, level=msg.metadata.message_type), rd, sim.fleet,
-                              self.tasks.run)  # fmt: skip
-            rd.tasks.append(task)
-            self.sent_of_task[id(task)] = sent
-            sent.task = task
+            # the task finds its message in its assignment (FlowerTasks.sent_of)
+            a = Assignment(d, APP_SPEC, level=msg.metadata.message_type, extras={"sent": sent})
+            sent.task = start_task(sim.env, a, rd, sim.fleet, self.tasks.run)
+            rd.tasks.append(sent.task)
             self.sent[msg.metadata.message_id] = sent
             pushed.append(sent)
         return pushed
@@ -264,7 +263,7 @@ class FlowerLoop(ServerLoop):
         if not sizes or self.group is None:
             return
         self.sim.system.server_work.charge("aggregate", AggregateWork(float(sum(sizes)), float(max(sizes)), tensors))
-        yield from Toolkit(self.sim).serve(self.group.rd)
+        yield from self.kit.serve(self.group.rd)
 
     def collect(self, ids: list[str]) -> list[Message]:
         """The replies in for ``ids``, each handed over once (as a SuperLink deletes what it delivered)."""
@@ -274,7 +273,6 @@ class FlowerLoop(ServerLoop):
             if sent is None or sent.reply is None:
                 continue
             del self.sent[i]  # the message and its reply go with it: a long run keeps no past model in memory
-            self.sent_of_task.pop(id(sent.task), None)
             self.note_metrics(sent.reply)
             out.append(sent.reply)
         return out
