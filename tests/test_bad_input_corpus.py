@@ -2,7 +2,9 @@
 
 Each scenario in the corpus starts with a comment ``# expect: a | b | c``: substrings the error must
 contain (the YAML path or the file and line, what is wrong, and the fix). A second comment
-``# needs: data`` marks cases that load the offline datasets (skipped where there are none).
+``# needs: ...`` lists what a case needs: ``data`` the offline datasets (skipped where there are none),
+``flower`` Flower installed (the flower extra) and ``no-flower`` Flower absent (the missing extra's error, which CI
+gets), ``run`` a run rather than ``validate`` (the app's own code fails, which only running it shows).
 Malformed device profiles live in ``bad_inputs/device_profiles/`` (beside the scenarios, where the
 loader looks) and are reached through the ``profile_*.yaml`` scenarios; broken availability traces in
 ``bad_inputs/traces/``. Files with no readable first line carry their expectations in ``SIDECAR``.
@@ -109,18 +111,30 @@ def test_the_corpus_covers_what_the_issue_lists():
         assert f"profile_{p.stem}.yaml" in names, p.name
 
 
+def flower_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("flwr") is not None
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
-def test_validate_refuses_with_one_clear_line(path, capsys, request):
+def test_validate_refuses_with_one_clear_line(path, capsys, request, tmp_path):
     expect, needs = expectations(path)
     if "data" in needs and request.getfixturevalue("data_root") is None:
         pytest.skip("needs the offline datasets (IOTFL_DATA or shared/datasets)")
-    code = main(["validate", str(path)])
+    if "flower" in needs and not flower_installed():
+        pytest.skip("needs Flower (pip install 'iotfl-sim[flower]')")
+    if "no-flower" in needs and flower_installed():
+        pytest.skip("the missing flower extra's error: Flower is installed here (test_flower.py fakes its absence)")
+    run = "run" in needs
+    code = main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"] if run else ["validate", str(path)])
     out, err = capsys.readouterr()
-    line = one_error_line(code, out, err)
+    line = one_error_line(code, out if not run else "", err)
     for needle in expect:
         assert needle in line, (needle, line)
-    # the line names the file the problem is in: the scenario, or the profile it uses
-    assert path.name in line or "device_profiles/" in line, line
+    # the line names the file the problem is in: the scenario, or the profile it uses (a run's error names the
+    # field and where in the run)
+    assert run or path.name in line or "device_profiles/" in line, line
 
 
 @pytest.mark.parametrize("name", RUN_ONLY_BEFORE)

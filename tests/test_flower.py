@@ -19,7 +19,7 @@ from iotfl_sim.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower_app"
-EXTRA = Path(__file__).resolve().parent / "flower_apps" / "servers_extra.py"
+EXTRAS = Path(__file__).resolve().parent / "flower_apps"  # ServerApps and ClientApps of these tests
 
 TINY_PROFILE = """
 name: tiny
@@ -36,7 +36,8 @@ def app_folder(tmp_path: Path, scenario: str, profiles: dict[str, str] | None = 
     """A copy of the example app with ``scenario`` beside it (and the test ServerApps, and device profiles)."""
     folder = tmp_path / "app"
     shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__", "fleet.yaml"))
-    shutil.copy(EXTRA, folder / "servers_extra.py")
+    for extra in EXTRAS.glob("*.py"):
+        shutil.copy(extra, folder / extra.name)
     for name, text in (profiles or {}).items():
         (folder / "device_profiles").mkdir(exist_ok=True)
         (folder / "device_profiles" / f"{name}.yaml").write_text(text)
@@ -44,12 +45,15 @@ def app_folder(tmp_path: Path, scenario: str, profiles: dict[str, str] | None = 
     return folder / "scenario.yaml"
 
 
+LEGACY_CLIENT = "flowerapp.legacy_client_app:app\n  metrics: [train_loss, eval_loss, accuracy]\n  accuracy_metric: accuracy"
+
+
 def scenario(server: str = "flowerapp.server_app:app", groups: str = "- {profile: raspberry_pi_4b, count: 4}",
              rounds: int = 2, run_config: str = "{num-server-rounds: 2, local-epochs: 1, fraction-train: 1.0, "
-             "fraction-evaluate: 1.0}") -> str:  # fmt: skip
+             "fraction-evaluate: 1.0}", client: str = "flowerapp.client_app:app") -> str:  # fmt: skip
     return (
         f"name: fl\nseed: 0\nrounds: {rounds}\nalgorithm:\n  name: flower\n  server_app: {server}\n"
-        f"  client_app: flowerapp.client_app:app\n  run_config: {run_config}\nfleet:\n  groups:\n    {groups}\n"
+        f"  client_app: {client}\n  run_config: {run_config}\nfleet:\n  groups:\n    {groups}\n"
     )
 
 
@@ -85,7 +89,8 @@ def test_the_example_app_runs_its_rounds_on_a_mixed_fleet(tmp_path):
     assert summary["status"] == "complete"
     app = summary["flower"]
     assert app["server_app"] == "flowerapp.server_app:app" and app["rounds"] == 2
-    assert app["messages_without_pytorch_work"] == 0 and app["metrics_not_recorded"] == []
+    assert app["messages_timed_by_the_host"] == 0 and app["metrics_not_recorded"] == []
+    assert app["messages_not_run_at_the_stop"] == 0 and app["host_flops_per_s"] is None
     dispatched = [e["message"] for e in events(folder) if e["event"] == "dispatch"]
     assert sorted(dispatched) == ["evaluate"] * 8 + ["train"] * 8
 
@@ -165,9 +170,132 @@ def test_a_device_out_of_memory_reaches_the_strategy_as_a_failure(tmp_path):
     assert [int(r["completed"]) for r in got] == [2, 2]
 
 
-@pytest.mark.parametrize("server", ["servers_extra:fedadam", "servers_extra:fedprox"])
+def test_the_earlier_layout_runs_its_rounds_with_its_metrics(tmp_path):
+    """ServerApp(server_fn=...) with the legacy FedAvg and a NumPyClient: each round's fit and evaluate messages
+    become one row; the NumPyClient's metrics (train_loss, accuracy) and its evaluation's loss (eval_loss) fill
+    their columns, averaged by num_examples; the same seed gives the same rows."""
+    groups = "- {profile: raspberry_pi_4b, count: 2}\n    - {profile: phone_low, count: 2}"
+    path = app_folder(tmp_path, scenario("flowerapp.legacy_server_app:app", groups, client=LEGACY_CLIENT))
+    folder = run(path, tmp_path / "runs")
+    got = rows(folder)
+    assert [int(r["round"]) for r in got] == [1, 2]
+    for r in got:
+        assert int(r["selected"]) == 8 and int(r["completed"]) == 8  # fraction 1.0: 4 fit + 4 evaluate messages
+        for col in ("train_loss", "eval_loss", "accuracy", "energy_j", "bytes_up_round"):
+            assert r[col] not in ("", None), col
+        assert r["acc_full"] == r["accuracy"] and 0.0 <= float(r["accuracy"]) <= 1.0
+    dispatched = sorted(e["message"] for e in events(folder) if e["event"] == "dispatch")
+    assert dispatched == ["evaluate"] * 8 + ["train"] * 8
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["flower"]["rounds"] == 2 and summary["flower"]["metrics_not_recorded"] == []
+    again = rows(run(path, tmp_path / "again"))
+    assert [r["train_loss"] for r in again] == [r["train_loss"] for r in got]
+    assert [r["sim_time_s"] for r in again] == [r["sim_time_s"] for r in got]
+
+
+def test_in_the_earlier_layout_a_device_out_of_memory_is_a_failure_of_its_strategy(tmp_path):
+    """The legacy strategy's aggregate_fit gets the out-of-memory node among its failures, as the exception
+    Flower's GridClientProxy raises for an error reply; the other two among its results."""
+    tight = TINY_PROFILE.replace("free_mb: 2048", "free_mb: 0.05").replace("name: tiny", "name: tight")
+    groups = "- {profile: tiny, count: 2}\n    - {profile: tight, count: 1}"
+    path = app_folder(tmp_path, scenario("servers_extra:legacy_recording", groups, client=LEGACY_CLIENT),
+                      {"tiny": TINY_PROFILE, "tight": tight})  # fmt: skip
+    sys.modules.pop("servers_extra", None)
+    folder = run(path, tmp_path / "runs")
+    seen = sys.modules["servers_extra"].LEGACY_SEEN
+    assert [(s["round"], s["results"], len(s["failures"])) for s in seen] == [(1, 2, 1), (2, 2, 1)]
+    for s in seen:
+        assert "Message contains an Error (reason: the ClientApp ran out of memory" in s["failures"][0]
+    assert [int(r["failed_oom"]) for r in rows(folder)] == [1, 1]
+
+
+def test_a_strategy_asking_for_more_nodes_than_the_fleet_has_is_one_line(tmp_path, capsys):
+    """The legacy FedAvg waits for min_available_clients nodes; with 4 asked of a fleet of 2 the run ends in one
+    line naming the minimums (Flower's own client manager would wait a day of real time)."""
+    path = app_folder(tmp_path, scenario("flowerapp.legacy_server_app:app", "- {profile: tiny, count: 2}",
+                                         run_config="{num-server-rounds: 1, min-available-nodes: 4}",
+                                         client=LEGACY_CLIENT), {"tiny": TINY_PROFILE})  # fmt: skip
+    code = main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert "algorithm.server_app" in last and "waits for 4 available nodes" in last and "min_available_clients" in last
+
+
+def test_a_grid_call_from_a_thread_of_the_apps_own_is_one_line(tmp_path, capsys):
+    """Answers must come in one order every run: a Grid call from another thread than the app's ends the run in
+    one line, even though the app swallows the error its thread got."""
+    path = app_folder(tmp_path, scenario("servers_extra:threaded"))
+    code = main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert "called its Grid from a thread of its own ('apps-own-thread')" in last
+
+
+def test_two_messages_to_one_node_are_handled_one_after_the_other(tmp_path):
+    """A node handles one message at a time: the second train message pushed to a busy node starts (its dispatch
+    event) only once the first one's reply is uploaded; both replies come back."""
+    path = app_folder(tmp_path, scenario("servers_extra:twice", "- {profile: tiny, count: 2}", rounds=1),
+                      {"tiny": TINY_PROFILE})  # fmt: skip
+    folder = run(path, tmp_path / "runs")
+    steps = ("dispatch", "arrive", "train_start", "train_end", "upload")
+    ev = [e for e in events(folder) if e["device"] >= 0 and e["event"] in steps]
+    (device,) = {e["device"] for e in ev}
+    kinds = [e["event"] for e in ev]
+    assert kinds == list(steps) * 2, kinds
+    assert ev[5]["t"] >= ev[4]["t"]
+    (row,) = rows(folder)
+    assert int(row["completed"]) == 2
+
+
+def test_a_client_app_without_pytorch_is_timed_by_host_seconds_and_says_so(tmp_path, capsys):
+    """A NumPy ClientApp records no operation: its time is its host seconds times this machine's speed over the
+    device's, counted in summary.json and said in the run's last lines."""
+    path = app_folder(tmp_path, scenario("servers_extra:numpy_query", "- {profile: tiny, count: 2}", rounds=1,
+                                         client="numpy_client:app\n  metrics: [residual]\n  accuracy_metric: residual",
+                                         run_config="{}"), {"tiny": TINY_PROFILE})  # fmt: skip
+    assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr()
+    (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    app = json.loads((folder / "summary.json").read_text())["flower"]
+    assert app["messages_timed_by_the_host"] == 2 and app["host_flops_per_s"] > 0
+    assert "2 messages ran no PyTorch operation" in out.out + out.err
+    ev = events(folder)
+    spans = [t["t"] - s["t"] for s, t in zip([e for e in ev if e["event"] == "train_start"],
+                                             [e for e in ev if e["event"] == "train_end"], strict=True)]  # fmt: skip
+    assert len(spans) == 2 and all(s > 0 for s in spans)
+    assert rows(folder)[0]["residual"] not in ("", None)
+
+
+def test_host_timed_work_is_host_seconds_times_the_speed_ratio():
+    """By hand: 0.5 host seconds on a machine of 4e10 FLOP/s, priced on a 1e9 FLOP/s device, take 20 s."""
+    import numpy as np
+
+    from iotfl_sim.fl.cost.opcost import StepTrace
+    from iotfl_sim.flower.node import NodeWork
+    from iotfl_sim.sim import flower_tasks
+
+    class Fleet:
+        flops = np.array([1e9])
+        train_w = np.array([2.0])
+
+    tasks = flower_tasks.FlowerTasks.__new__(flower_tasks.FlowerTasks)
+    tasks.fleet, tasks.host_timed = Fleet(), 0
+    empty = StepTrace(0, (), np.zeros(0), np.zeros(0))
+    original = flower_tasks.host_flops_per_s
+    flower_tasks.host_flops_per_s = lambda: 4e10
+    try:
+        seconds, watts = tasks.price(NodeWork(None, empty, 0, 0.5), 0, 1)
+    finally:
+        flower_tasks.host_flops_per_s = original
+    assert seconds == pytest.approx(20.0) and watts == 2.0 and tasks.host_timed == 1
+
+
+@pytest.mark.parametrize("server", ["servers_extra:fedadam", "servers_extra:fedprox", "servers_extra:legacy_fedadam"])
 def test_other_strategies_of_flowers_library_run(tmp_path, server):
-    folder = run(app_folder(tmp_path, scenario(server)), tmp_path / "runs")
+    client = LEGACY_CLIENT if "legacy" in server else "flowerapp.client_app:app"
+    folder = run(app_folder(tmp_path, scenario(server, client=client)), tmp_path / "runs")
     assert len(rows(folder)) == 2 and rows(folder)[-1]["acc_full"] != ""
 
 
@@ -197,7 +325,6 @@ def test_a_client_app_that_raises_is_one_line(tmp_path, capsys):
         ("server_app", "servers_extra:not_an_app", ["algorithm.server_app", "is a int, not a Flower ServerApp"]),
         ("client_app", "servers_extra:fedadam", ["algorithm.client_app", "is a ServerApp, not a Flower ClientApp"]),
         ("client_app", "flowerapp.client_app:nothing", ["algorithm.client_app", "has no 'nothing'"]),
-        ("server_app", "servers_extra:legacy", ["algorithm.server_app", "legacy strategies", "@app.main()"]),
     ],
 )
 def test_a_wrong_app_is_refused_in_one_line(tmp_path, capsys, field, ref, words):
@@ -240,10 +367,17 @@ def test_numerics_torch_and_an_override_of_an_undeclared_key_are_refused(tmp_pat
     assert "algorithm.run_config.num-server-round" in capsys.readouterr().err
 
 
-def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_path):
+LAYOUTS = {  # server app, its record of the global arrays, client app
+    "message_api": ("recorded", "GLOBALS", "flowerapp.client_app:app"),
+    "earlier": ("legacy_recorded", "LEGACY_GLOBALS", "flowerapp.legacy_client_app:app"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_path, layout):
     """Everyone available, memory to spare, no deadline, every node every round: after each round the global
     parameters equal those of Flower's own simulation runtime (Ray, the app's pyproject.toml config) of the same app
-    with the same seeds, within float tolerance (the replies are summed in another order)."""
+    with the same seeds, within float tolerance (the replies are summed in another order), in both app layouts."""
     from flwr.app import Context, RecordDict
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.simulation.run_simulation import _run_simulation
@@ -253,14 +387,16 @@ def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_pa
     from flwr.supercore.telemetry import EventType
 
     overrides = {"num-server-rounds": 2, "local-epochs": 1}
-    path = app_folder(tmp_path, scenario("servers_extra:recorded", "- {profile: tiny, count: 4}", rounds=2,
-                                         run_config="{num-server-rounds: 2, local-epochs: 1}"), {"tiny": TINY_PROFILE})  # fmt: skip
+    server, record, client = LAYOUTS[layout]
+    path = app_folder(tmp_path, scenario(f"servers_extra:{server}", "- {profile: tiny, count: 4}", rounds=2,
+                                         run_config="{num-server-rounds: 2, local-epochs: 1}", client=client),
+                      {"tiny": TINY_PROFILE})  # fmt: skip
     sys.modules.pop("servers_extra", None)
     run(path, tmp_path / "runs")
-    ours = list(sys.modules["servers_extra"].GLOBALS)
-    assert len(ours) == 3  # the initial model, then after rounds 1 and 2
     extra = sys.modules["servers_extra"]
-    extra.GLOBALS.clear()
+    ours = list(getattr(extra, record))
+    assert len(ours) == 3  # the initial model, then after rounds 1 and 2
+    getattr(extra, record).clear()
 
     from iotfl_sim.flower.apps import run_config
 
@@ -275,13 +411,13 @@ def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_pa
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
         _run_simulation(
             num_supernodes=4, exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
-            client_app_attr="flowerapp.client_app:app", server_app=extra.recorded,
+            client_app_attr=client, server_app=getattr(extra, server),
             backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}},
             server_app_context=Context(1, 0, {}, RecordDict(), config), app_dir=str(app), run=flower_run, is_app=True,
         )  # fmt: skip
     finally:
         sys.path.remove(str(app))
-    theirs = list(extra.GLOBALS)
+    theirs = list(getattr(extra, record))
     assert len(theirs) == 3
     for r, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert a.keys() == b.keys()

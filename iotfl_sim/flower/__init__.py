@@ -27,4 +27,8 @@ def require_flower(field: str = "algorithm.name") -> str:
             f"{field}: Flower {version} is installed; the adapter supports Flower {lo[0]}.{lo[1]} up to but not "
             f"including {hi[0]}.{hi[1]}; {INSTALL}"
         )
+    try:
+        import flwr.app  # noqa: F401 - installed is not importable: a broken install, a missing dependency
+    except ImportError as e:
+        raise ScenarioError(f"{field}: Flower {version} is installed but cannot be imported ({e}); {INSTALL}") from None
     return version

@@ -52,12 +52,6 @@ def load_app(server_app: str, client_app: str, overrides: Mapping[str, ConfigVal
     from flwr.serverapp import ServerApp
 
     server = _load(server_app, folder, "algorithm.server_app", ServerApp)
-    if getattr(server, "_main", None) is None:  # ServerApp(server_fn=...): Flower's legacy strategies
-        raise ScenarioError(
-            f"algorithm.server_app: {server_app!r} is a ServerApp(server_fn=...) with Flower's legacy strategies, "
-            "which the adapter does not run yet; write its main with @app.main() and a flwr.serverapp.strategy "
-            "strategy (docs/flower.md: what is not supported)"
-        )
     client = _load(client_app, folder, "algorithm.client_app", ClientApp)
     return FlowerApp(server, client, run_config(folder, overrides))
 

@@ -36,6 +36,7 @@ class AppThread:
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, args=(target,), name="flower-serverapp", daemon=True)
+        self.misuse: str | None = None  # a Grid call from another thread than the app's: the run's error
 
     def _main(self, target: Callable[[], None]) -> None:
         try:
@@ -48,7 +49,15 @@ class AppThread:
     # ------------------------------------------------------------ the ServerApp's side
 
     def call(self, request: Any) -> Any:
-        """Hand ``request`` to the simulator and wait for its answer (called on the app's thread)."""
+        """Hand ``request`` to the simulator and wait for its answer (called on the app's thread; from any other,
+        the call raises there and the run ends with ``misuse``: answers must come in one order every run)."""
+        if threading.current_thread() is not self._thread:
+            self.misuse = (
+                f"algorithm.server_app: the app called its Grid from a thread of its own "
+                f"({threading.current_thread().name!r}); iotfl-sim runs a ServerApp on one thread, so that every run "
+                "of a scenario gives the same numbers: make the Grid calls from the thread that runs the app"
+            )
+            raise RuntimeError(self.misuse)
         self._requests.put(request)
         answer = self._answers.get()
         if isinstance(answer, _Raise):

@@ -1,7 +1,8 @@
 """The ``Grid`` a ServerApp is given: Flower's interface, answered by the simulated fleet.
 
 Each call is handed to the simulator (``bridge.AppThread``) and answered at a simulated instant:
-``get_node_ids`` lists the nodes selectable now (online, alive, idle); ``push_messages`` sends each message
+``get_node_ids`` lists the nodes selectable now (online, alive, idle), ``wait_for_nodes`` the same once at least
+that many are (the earlier ServerApps' client manager: ``flower.legacy``); ``push_messages`` sends each message
 now; ``pull_messages`` returns the replies in by the next reply's arrival (waiting for it, in simulated time);
 ``send_and_receive`` waits for every reply or ``timeout`` simulated seconds. Message ids are derived from the run's
 seed and a counter, so they are the same in every run of the same scenario.
@@ -22,7 +23,7 @@ from iotfl_sim.flower.bridge import AppThread
 
 @dataclass
 class NodeIds:
-    pass
+    at_least: int | None = None  # None: server.min_participants
 
 
 @dataclass
@@ -60,6 +61,10 @@ class SimulatedGrid(Grid):
 
     def get_node_ids(self) -> Iterable[int]:
         return self._thread.call(NodeIds())
+
+    def wait_for_nodes(self, at_least: int) -> Iterable[int]:
+        """The selectable nodes, once at least ``at_least`` are (in simulated time)."""
+        return self._thread.call(NodeIds(max(1, int(at_least))))
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self._thread.call(Push(list(messages)))

@@ -80,6 +80,12 @@ def end_summary(path: Path | None, summary: dict[str, Any]) -> str:
     parts = [f"run: {path}"]
     if summary.get("data_notes"):
         parts.append(f"note: {summary['data_notes']}")
+    host_timed = (summary.get("flower") or {}).get("messages_timed_by_the_host")
+    if host_timed:
+        parts.append(
+            f"note: {host_timed} messages ran no PyTorch operation: their simulated time is their host seconds times "
+            "this machine's speed over the device's, which changes from run to run"
+        )
     acc = summary.get("final_accuracy") or {}
     if acc:
         parts.append("accuracy " + ", ".join(f"{k[4:]}={v:.4f}" for k, v in acc.items()))

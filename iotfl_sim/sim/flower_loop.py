@@ -13,22 +13,15 @@ evaluate alike) with ``num-examples`` as weight (how Flower's FedAvg aggregates 
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
-import random
-from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import simpy
-import torch
 from flwr.app import Context, Message, RecordDict
-from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 
 from iotfl_sim.algorithms.base import AggregateWork, Assignment
 from iotfl_sim.core.errors import ScenarioError
@@ -36,8 +29,10 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.flower.apps import FlowerApp, app_folder
 from iotfl_sim.flower.bridge import AppStopped, AppThread, Finished
 from iotfl_sim.flower.grid import NodeIds, Pull, Push, SendReceive, SimulatedGrid
-from iotfl_sim.seeding import int_seed, stream
-from iotfl_sim.sim.flower_tasks import FlowerTasks, Sent
+from iotfl_sim.flower.legacy import is_legacy, run_legacy
+from iotfl_sim.flower.runtime import serverapp_process
+from iotfl_sim.seeding import stream
+from iotfl_sim.sim.flower_tasks import FlowerTasks, Sent, host_flops_per_s
 from iotfl_sim.sim.round import Round, RoundStart, start_task
 from iotfl_sim.sim.server_loop import ServerLoop
 from iotfl_sim.sim.toolkit import Toolkit
@@ -47,6 +42,7 @@ if TYPE_CHECKING:
 
 APP_SPEC = SubmodelSpec(1.0, name="app")  # a task's "submodel": whatever the app's message carries
 WEIGHT_KEY = "num-examples"  # the metric Flower's strategies weigh replies by
+LEGACY_REPLIES = ("fitres", "evaluateres")  # the record prefixes of an earlier NumPyClient's replies
 
 
 @dataclass
@@ -55,23 +51,6 @@ class Group:
 
     rd: Round
     metrics: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # metric -> (weight, value) per reply
-
-
-@contextmanager
-def seeded_globals(seed: int) -> Iterator[None]:
-    """Python's, NumPy's and PyTorch's global random generators seeded from the run's seed for the app, and given
-    back as they were: Flower's strategies sample nodes with ``random.sample``, an app may shuffle with the
-    others' global state."""
-    saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-    random.seed(int_seed(seed, "flower_python"))
-    np.random.seed(int_seed(seed, "flower_numpy") % 2**32)
-    torch.manual_seed(int_seed(seed, "flower_torch"))
-    try:
-        yield
-    finally:
-        random.setstate(saved[0])
-        np.random.set_state(saved[1])
-        torch.random.set_rng_state(saved[2])
 
 
 def round_key(msg: Message) -> str:
@@ -84,6 +63,25 @@ def round_key(msg: Message) -> str:
             if "server-round" in record:
                 return str(record["server-round"])
     return ""
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def reply_metrics(content: RecordDict) -> list[tuple[float, dict[str, Any]]]:
+    """(weight, metrics) of a reply's content. The Message API's: each MetricRecord, weighted by its
+    ``num-examples``. An earlier NumPyClient's (``fitres.*`` / ``evaluateres.*`` records, Flower's compat layout):
+    its metrics dict weighted by its ``num_examples``, an evaluation's loss as ``eval_loss``."""
+    metric_records, config_records = content.metric_records, content.config_records
+    for res in LEGACY_REPLIES:
+        if f"{res}.num_examples" in metric_records:
+            weight = float(metric_records[f"{res}.num_examples"]["num_examples"])
+            values = dict(config_records.get(f"{res}.metrics", {}))
+            if f"{res}.loss" in metric_records:
+                values.setdefault("eval_loss", metric_records[f"{res}.loss"]["loss"])
+            return [(weight, values)]
+    return [(float(r.get(WEIGHT_KEY, 1.0)), dict(r)) for r in metric_records.values()]
 
 
 def node_ids(seed: int, n: int) -> list[int]:
@@ -126,26 +124,23 @@ class FlowerLoop(ServerLoop):
         self.rounds = 0
         self.kit = Toolkit(sim)
         tasks.configure(app.client_app, lambda t: t.assignment.extras["sent"], lambda d: self.contexts[d],
-                        sim.sc.server.header_bytes)  # fmt: skip
+                        sim.sc.server.header_bytes, lambda: sim.status.stop_requested, sim.host)  # fmt: skip
 
     # ------------------------------------------------------------ the process
 
     def run(self) -> Generator[Any, Any, None]:
         context = Context(self.run_id, 0, {}, RecordDict(), dict(self.app.run_config))
         grids: list[SimulatedGrid] = []
-        thread = AppThread(lambda: self.app.server_app(grid=grids[0], context=context))
+        server_app = self.app.server_app
+        if is_legacy(server_app):  # ServerApp(server_fn=...): its Server and legacy strategy (flower.legacy)
+            thread = AppThread(lambda: run_legacy(server_app, grids[0], context))
+        else:
+            thread = AppThread(lambda: server_app(grid=grids[0], context=context))
         grids.append(SimulatedGrid(thread, Run.create_empty(self.run_id)))
-        identity = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = self.run_id, SUPERLINK_NODE_ID, 1
-        flwr_log = logging.getLogger("flwr")
-        level = flwr_log.level
-        flwr_log.setLevel(logging.WARNING)
-        try:
-            with app_folder(self.folder), seeded_globals(self.sim.sc.seed):
-                request = yield from self.serve(thread)
-        finally:
-            TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = identity
-            flwr_log.setLevel(level)
+        with serverapp_process(self.run_id, self.sim.sc.seed), app_folder(self.folder):
+            request = yield from self.serve(thread)
+        if self.tasks.not_run:  # stopped in the middle of a round: its row would count only the messages that ran
+            self.group = None
         self.close_group()
         error = request.error
         if error is not None and not isinstance(error, AppStopped):
@@ -170,11 +165,15 @@ class FlowerLoop(ServerLoop):
                 thread.stop()  # the app's thread unwinds before the error (a ClientApp's, the simulator's) is reported
                 raise
             request = thread.answer(answer)
+            if thread.misuse is not None:
+                if not isinstance(request, Finished):
+                    thread.stop()
+                raise ScenarioError(thread.misuse)
         return request
 
     def handle(self, request: Any) -> Generator[Any, Any, Any]:
         if isinstance(request, NodeIds):
-            return (yield from self.node_ids_now())
+            return (yield from self.node_ids_now(request.at_least))
         if isinstance(request, Push):
             return [s.message.metadata.message_id for s in self.push(request.messages)]
         if isinstance(request, Pull):
@@ -188,25 +187,31 @@ class FlowerLoop(ServerLoop):
             if events:
                 yield simpy.AnyOf(self.sim.env, waiting)
             replies = self.collect([s.message.metadata.message_id for s in pushed])
+            for s in pushed:  # a reply still out is not waited for any more: dropped when it comes, as Flower does
+                self.sent.pop(s.message.metadata.message_id, None)
             yield from self.aggregate(replies)
             return replies
         raise TypeError(f"unknown request {request!r}")
 
     # ------------------------------------------------------------ the grid's answers
 
-    def node_ids_now(self) -> Generator[Any, Any, list[int]]:
-        """The nodes selectable now, once at least ``server.min_participants`` are (waiting ``retry_s`` at a
-        time): online, alive, not busy with another message, not known to be depleted."""
+    def node_ids_now(self, at_least: int | None = None) -> Generator[Any, Any, list[int]]:
+        """The nodes selectable now (online, alive, not busy with another message, not known to be depleted), once
+        at least ``at_least`` are, default ``server.min_participants`` (waiting ``retry_s`` at a time)."""
         sim = self.sim
-        yield from self.kit_wait()
-        return [self.node_ids[int(d)] for d in sim.view.selectable()]
-
-    def kit_wait(self) -> Generator[Any, Any, None]:
-        if not (yield from self.kit.wait_for_participants(self.rounds)):
+        possible = at_least is None or at_least <= sim.fleet.n
+        if not possible or not (yield from self.kit.wait_for_participants(self.rounds, need=at_least)):
+            if at_least is None:
+                raise ScenarioError(
+                    f"server.min_participants: fewer than {sim.sc.server.min_participants} devices ever became "
+                    "selectable for the app's next request; lower it or give the fleet more devices"
+                )
             raise ScenarioError(
-                f"server.min_participants: fewer than {self.sim.sc.server.min_participants} devices ever became "
-                "selectable for the app's next request; lower it or give the fleet more devices"
+                f"algorithm.server_app: the app's strategy waits for {at_least} available nodes (its "
+                f"min_available_clients, min_fit_clients or min_evaluate_clients), and fewer ever became selectable "
+                f"(the fleet has {sim.fleet.n} devices); lower those minimums or give the fleet more devices"
             )
+        return [self.node_ids[int(d)] for d in sim.view.selectable()]
 
     def push(self, messages: list[Any]) -> list[Sent]:
         sim = self.sim
@@ -288,8 +293,13 @@ class FlowerLoop(ServerLoop):
             "client_app": cfg.client_app,
             "rounds": self.rounds,
             "metrics_not_recorded": sorted(self.unrecorded),
-            # a ClientApp that is not PyTorch code runs no operation the cost model prices: its work took no time
-            "messages_without_pytorch_work": self.tasks.unpriced,
+            # a ClientApp that ran no PyTorch operation: its time is host time x this machine's speed over the
+            # device's (FlowerTasks.price), which changes from run to run
+            "messages_timed_by_the_host": self.tasks.host_timed,
+            "host_flops_per_s": host_flops_per_s() if self.tasks.host_timed else None,
+            # a stop in the middle of a round: the messages whose ClientApp it kept from starting (that round's row
+            # is left out)
+            "messages_not_run_at_the_stop": self.tasks.not_run,
             "checkpoints": "none: the app's state lives in its own code",
         }}  # fmt: skip
 
@@ -310,10 +320,9 @@ class FlowerLoop(ServerLoop):
     def note_metrics(self, reply: Message) -> None:
         if self.group is None or reply.has_error() or not reply.has_content():
             return
-        for record in reply.content.metric_records.values():
-            values = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and k in self.metrics}
+        for weight, record in reply_metrics(reply.content):
+            values = {k: float(v) for k, v in record.items() if is_number(v) and k in self.metrics}
             self.unrecorded.update(k for k in record if k not in self.metrics and k != WEIGHT_KEY)
-            weight = float(record.get(WEIGHT_KEY, 1.0))
             for k, v in values.items():
                 self.group.metrics.setdefault(k, []).append((weight, v))
 
@@ -347,10 +356,8 @@ class FlowerLoop(ServerLoop):
 
 def flower_loop(sim: Simulation, availability: Any, folder: Any) -> FlowerLoop:
     """The loop of a Flower app run: the app loaded from ``folder`` (the scenario's) and its device tasks."""
-    from iotfl_sim.flower import require_flower
     from iotfl_sim.flower.apps import load_app
 
-    require_flower()
     cfg = sim.sc.algorithm
     if sim.system.memory_need.relative:
         raise ScenarioError(

@@ -270,6 +270,9 @@ def build_simulation(
     )  # fmt: skip
     system.tasks = device_tasks(sim, availability)
     if sc.algorithm.name == "flower":  # the app's own ServerApp drives the fleet (iotfl_sim.flower)
+        from iotfl_sim.flower import require_flower
+
+        require_flower()  # before anything imports flwr: a missing extra is one line
         from iotfl_sim.sim.flower_loop import flower_loop
 
         sim.loop = flower_loop(sim, availability, base_dir)

@@ -61,11 +61,13 @@ class Toolkit:
         sim = self.sim
         sim.view.now, sim.view.rnd = sim.env.now, rnd
 
-    def wait_for_participants(self, rnd: int, view: FleetView | None = None) -> Generator[Any, Any, bool]:
-        """Wait (retry_s at a time) until min_participants devices are selectable (in ``view``, default the
-        server's); False if never."""
+    def wait_for_participants(
+        self, rnd: int, view: FleetView | None = None, need: int | None = None
+    ) -> Generator[Any, Any, bool]:
+        """Wait (retry_s at a time) until ``need`` (default min_participants) devices are selectable (in ``view``,
+        default the server's); False if never."""
         sim = self.sim
-        need = sim.sc.server.min_participants
+        need = sim.sc.server.min_participants if need is None else need
         view = sim.view if view is None else view
         for _ in range(MAX_WAITS):
             self.stamp(rnd)

@@ -80,3 +80,14 @@ def test(net: nn.Module, loader: DataLoader) -> tuple[float, float]:
             correct += int((out.argmax(1) == y).sum())
             count += len(y)
     return loss / max(count, 1), correct / max(count, 1)
+
+
+def get_weights(net: nn.Module) -> list[np.ndarray]:
+    """The model's parameters and buffers as NumPy arrays (the earlier layout's NumPyClient currency)."""
+    return [v.cpu().numpy() for v in net.state_dict().values()]
+
+
+def set_weights(net: nn.Module, weights: list[np.ndarray]) -> None:
+    """Load arrays made by ``get_weights`` into ``net``."""
+    keys = net.state_dict().keys()
+    net.load_state_dict({k: torch.tensor(w) for k, w in zip(keys, weights, strict=True)}, strict=True)
