@@ -447,9 +447,9 @@ def test_the_servers_aggregation_is_priced_and_delays_the_next_messages(tmp_path
 
 
 def test_a_signal_stops_a_flower_run_at_the_apps_next_message(tmp_path):
-    """SIGINT once the first row is written: the app is unwound at its next Grid call (after the ClientApps of the
-    request in flight have run: their real training), the run ends with status interrupted and exit 128 + SIGINT,
-    its rows so far kept."""
+    """SIGINT once the first row is written: no ClientApp starts any more (the one running finishes), the app is
+    unwound at its next Grid call, and the run ends within 10 s with status interrupted and exit 128 + SIGINT, its
+    rows so far kept."""
     import os
     import signal
     import subprocess
@@ -470,11 +470,14 @@ def test_a_signal_stops_a_flower_run_at_the_apps_next_message(tmp_path):
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)  # one request's ClientApps (4 here, a second or two each) run before the stop
+        signalled = time.monotonic()
+        proc.wait(timeout=60)
+        stopped_within = time.monotonic() - signalled
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGINT, proc.stderr.read()
+    assert stopped_within < 10, stopped_within
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "interrupted"
