@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from iotfl_sim.fl import disk_cache
+from iotfl_sim.fl.cost.meta_memo import meta_call
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 
@@ -156,7 +157,7 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = meta_call(func, args, kwargs)
         if func.is_view or func in _FREE:
             return out
         self.names.append(kind_of(func, args))
