@@ -37,6 +37,7 @@ THIRD_PARTY_PRIVATE = {
     "_local_scalar_dense",  # torch.ops.aten: the op name the dispatcher reports
     "_BatchNorm",  # torch.nn.modules.batchnorm: the base class of every BatchNorm
     "_buffers",  # torch.nn.Module: buffers registered as None are only listed there
+    "_schema",  # torch's OpOverload: the op's schema (which arguments it writes, which outputs alias)
 }
 
 

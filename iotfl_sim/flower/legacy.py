@@ -31,29 +31,35 @@ from flwr.compat.common import recorddict_compat as compat
 from flwr.server import server as flower_server
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.server import init_defaults, run_fl
+from flwr.serverapp import server_app as flower_server_app
 
 from iotfl_sim.flower.grid import SimulatedGrid
 
 REFRESHED = ("num_available", "all")  # ``sample`` is refreshed too, with a wait for the nodes it needs
 
 
-def is_legacy(server_app: Any) -> bool:
-    """Whether ``server_app`` is the earlier kind (no ``@app.main()``: run through a Server and a legacy strategy)."""
-    return getattr(server_app, "_main", None) is None
+@contextmanager
+def legacy_runtime() -> Iterator[None]:
+    """While the run lasts, Flower's ``start_grid`` (what a ServerApp without ``main`` calls, after its lifespan and
+    ``server_fn``) is ``start_on_the_grid``: a Message API app never calls it, so every app runs through its own
+    ``ServerApp.__call__``."""
+    saved = flower_server_app.start_grid
+    flower_server_app.start_grid = start_on_the_grid
+    try:
+        yield
+    finally:
+        flower_server_app.start_grid = saved
 
 
-def run_legacy(server_app: Any, grid: SimulatedGrid, context: Any) -> None:
-    """What ``ServerApp.__call__`` does for an app without ``main``, with ``start_grid`` run as described above."""
-    with server_app._lifespan(context):
-        if server_app._server_fn:
-            parts = server_app._server_fn(context)
-            given = parts.server, parts.config, parts.strategy, parts.client_manager
-        else:
-            given = server_app._server, server_app._config, server_app._strategy, server_app._client_manager
-        server, config = init_defaults(*given)
-        follow_the_grid(grid, server.client_manager())
-        with messages_in_batches(grid):
-            run_fl(server=server, config=config)
+def start_on_the_grid(
+    *, grid: SimulatedGrid, server: Any = None, config: Any = None, strategy: Any = None, client_manager: Any = None
+) -> Any:
+    """``flwr.server.compat.start_grid`` run as described above: the app's Server (or the default one with its
+    strategy and client manager) following the grid, its rounds' messages in batches."""
+    server, config = init_defaults(server=server, config=config, strategy=strategy, client_manager=client_manager)
+    follow_the_grid(grid, server.client_manager())
+    with messages_in_batches(grid):
+        return run_fl(server=server, config=config)
 
 
 def follow_the_grid(grid: SimulatedGrid, client_manager: Any) -> None:

@@ -29,7 +29,7 @@ from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.flower.apps import FlowerApp, app_folder
 from iotfl_sim.flower.bridge import AppStopped, AppThread, Finished
 from iotfl_sim.flower.grid import NodeIds, Pull, Push, SendReceive, SimulatedGrid
-from iotfl_sim.flower.legacy import is_legacy, run_legacy
+from iotfl_sim.flower.legacy import legacy_runtime
 from iotfl_sim.flower.runtime import serverapp_process
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim.flower_tasks import FlowerTasks, Sent, host_flops_per_s
@@ -132,12 +132,10 @@ class FlowerLoop(ServerLoop):
         context = Context(self.run_id, 0, {}, RecordDict(), dict(self.app.run_config))
         grids: list[SimulatedGrid] = []
         server_app = self.app.server_app
-        if is_legacy(server_app):  # ServerApp(server_fn=...): its Server and legacy strategy (flower.legacy)
-            thread = AppThread(lambda: run_legacy(server_app, grids[0], context))
-        else:
-            thread = AppThread(lambda: server_app(grid=grids[0], context=context))
+        thread = AppThread(lambda: server_app(grid=grids[0], context=context))
         grids.append(SimulatedGrid(thread, Run.create_empty(self.run_id)))
-        with serverapp_process(self.run_id, self.sim.sc.seed), app_folder(self.folder):
+        # an app in Flower's earlier layout runs its Server and legacy strategy through flower.legacy
+        with serverapp_process(self.run_id, self.sim.sc.seed), app_folder(self.folder), legacy_runtime():
             request = yield from self.serve(thread)
         if self.tasks.not_run:  # stopped in the middle of a round: its row would count only the messages that ran
             self.group = None
