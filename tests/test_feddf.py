@@ -54,7 +54,7 @@ def test_ensemble_is_the_mean_of_the_teachers_logits() -> None:
 
 
 def test_distillation_moves_each_student_toward_the_ensemble_and_is_charged() -> None:
-    steps = 10
+    steps = 3
     s = _feddf(distill_steps=steps, distill_batch_size=20, distill_lr=1e-2)
     ups = [_update(s, "S", 1), _update(s, "M", 2), _update(s, "L", 3)]
     x = s.c.data.x_train[torch.as_tensor(s.c.proxy_indices)]
