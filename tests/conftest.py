@@ -45,6 +45,9 @@ SLOW_TESTS = (
     "test_flower.py::test_in_the_earlier_layout_a_device_out_of_memory_is_a_failure_of_its_strategy",
     "test_flower.py::test_a_strategy_asking_for_more_nodes_than_the_fleet_has_is_one_line",
     "test_flower.py::test_a_grid_call_from_a_thread_of_the_apps_own_is_one_line",
+    "test_flower.py::test_two_messages_to_one_node_are_handled_one_after_the_other",
+    "test_flower.py::test_a_client_app_without_pytorch_is_timed_by_host_seconds_and_says_so",
+    "test_flower.py::test_a_study_of_a_flower_app_sweeps_compares_plots_and_reports",
     "test_profiles_check_fit.py::test_depth_prices_fedx_sub_network_as_fedx_builds_it",
     "test_profiles_check_fit.py::test_check_plot_writes_an_image",
     "test_fedx_eq2_hour.py::test_eq2_on_the_hour_setting_gives_devices_of_different_capacity_different_subnetworks",
@@ -212,6 +215,7 @@ FULL_TIER = (
     # a Flower app against Flower's own simulation runtime, on Ray (at landing: the app's runs on the fleet,
     # its failures, bytes, time and energy by hand, where the flower extra is installed)
     "test_flower.py::test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation",
+    "test_flower.py::test_the_example_folder_runs_unchanged_under_flowers_own_simulation",
 )
 
 

@@ -426,6 +426,81 @@ def test_on_an_ideal_fleet_the_global_model_equals_flowers_own_simulation(tmp_pa
     assert not torch.equal(ours[0]["fc2.weight"], ours[2]["fc2.weight"])  # the rounds did train
 
 
+def test_the_example_folder_runs_unchanged_under_flowers_own_simulation(tmp_path):
+    """The example's own ServerApp and ClientApp, from its own folder with its pyproject.toml's config (one round
+    here), under Flower's simulation runtime on Ray, as `flwr run` on a local simulation federation starts it."""
+    from flwr.app import Context, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.serverapp import ServerApp
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supercore.telemetry import EventType
+
+    from iotfl_sim.flower.apps import run_config
+
+    app = tmp_path / "app"
+    shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("__pycache__"))
+    overrides = {"num-server-rounds": 1, "local-epochs": 1}
+    sys.path.insert(0, str(app))
+    for name in [m for m in sys.modules if m.startswith("flowerapp")]:
+        del sys.modules[name]
+    seen: list[int] = []
+    try:
+        from flowerapp.server_app import app as server_app
+        from flwr.serverapp.strategy import FedAvg
+
+        original = FedAvg.aggregate_train
+
+        def counted(self, server_round, replies):
+            replies = list(replies)
+            seen.append(len(replies))
+            return original(self, server_round, replies)
+
+        FedAvg.aggregate_train = counted
+        assert isinstance(server_app, ServerApp)
+        flower_run = Run.create_empty(1)
+        flower_run.override_config = dict(overrides)
+        flower_run.primary_task_id = 1
+        flower_run.federation_id = NOOP_FEDERATION_ID
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+        _run_simulation(
+            num_supernodes=4, exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+            client_app_attr="flowerapp.client_app:app", server_app=server_app,
+            backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}},
+            server_app_context=Context(1, 0, {}, RecordDict(), run_config(app, overrides)), app_dir=str(app),
+            run=flower_run, is_app=True,
+        )  # fmt: skip
+    finally:
+        FedAvg.aggregate_train = original
+        sys.path.remove(str(app))
+        for name in [m for m in sys.modules if m.startswith("flowerapp")]:
+            del sys.modules[name]
+    assert seen == [2]  # fraction-train 0.5 of 4 nodes, one round, every reply in
+
+
+def test_a_study_of_a_flower_app_sweeps_compares_plots_and_reports(tmp_path, capsys):
+    """A sweep over two seeds of the app's run config, then compare, plot and report on the study, as for any
+    method's study."""
+    import yaml
+
+    path = app_folder(tmp_path, scenario(rounds=1, run_config="{num-server-rounds: 1, local-epochs: 1}"))
+    study = {"name": "fl_study", "base": "scenario.yaml", "workers": 1,
+             "grid": {"algorithm.run_config.seed": [0, 1]}}  # fmt: skip
+    (path.parent / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
+    out = tmp_path / "studies"
+    assert main(["sweep", str(path.parent / "study.yaml"), "--out", str(out), "--quiet"]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    index = list(csv.DictReader(open(folder / "index.csv")))
+    assert [r["status"] for r in index] == ["done", "done"]
+    assert main(["compare", str(folder), "--out", str(tmp_path / "cmp")]) == 0
+    assert main(["plot", str(folder), "--out", str(tmp_path / "fig")]) == 0
+    assert main(["report", str(folder), "--out", str(tmp_path / "report.html")]) == 0
+    assert any((tmp_path / "fig").glob("*.png")) and (tmp_path / "report.html").stat().st_size > 0
+    assert any((tmp_path / "cmp").iterdir())
+
+
 def test_the_servers_aggregation_is_priced_and_delays_the_next_messages(tmp_path):
     """The train replies' arrays are the server's aggregation work, priced by the server profile: the row's
     server_time_s is the server_work events' seconds, and the evaluate messages leave that long after the last
