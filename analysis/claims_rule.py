@@ -37,7 +37,12 @@ observed mean and sd (at the Bonferroni level ALPHA / family size, which Holm ne
 
 **Not testable** (decided before any test, no member of the Holm families): the claim's ``untestable`` text is
 set (the paper's setting cannot be expressed here); or, for an accuracy-type metric (``acc_*``, ``utility``),
-the better of the compared sides has a mean below ``CHANCE_FACTOR`` x chance (chance = 1 / classes).
+the better of the compared sides has a mean below ``CHANCE_FACTOR`` x chance (chance = 1 / classes); or two
+different variants compared by *beats* or *about* gave the same figures, every one of them, on each of at least
+``MIN_SEEDS`` paired seeds (``same_runs_reason``): what tells them apart never acted in these runs (an ablated
+component that was never triggered), so the comparison tests nothing about it. This last condition was added
+after the FlexFL group's runs, whose group text had said beforehand that its adaptive-model ablation could
+come out so and would then be reported, not decided.
 
 The smallest effect of interest per metric is the table ``METRICS`` (``default_margin``); a claim's own margin
 overrides it. Pure functions over plain data: a side is ``{seed: value}``.
@@ -139,6 +144,29 @@ def not_testable_reason(untestable: str, metric: str, side_means: Sequence[float
         if max(finite) < floor:
             return f"the better side's mean {100 * max(finite):.2f} % is below {CHANCE_FACTOR:g} x chance ({100 * floor:.2f} %)"
     return ""
+
+
+def same_runs_reason(
+    a: str, b: str, runs_a: Mapping[int, Mapping[str, float]], runs_b: Mapping[int, Mapping[str, float]],
+    ignore: Sequence[str] = (),
+) -> str:
+    """Why variants ``a`` and ``b`` cannot be told apart here ("" when they can): on each of at least
+    ``MIN_SEEDS`` paired seeds they hold the same figures, every one (except ``ignore``: measurements of the host,
+    not of the run), with the same names. A NaN figure never counts as the same."""
+    seeds = sorted(set(runs_a) & set(runs_b))
+    if a == b or len(seeds) < MIN_SEEDS:
+        return ""
+    names: set[str] = set()
+    for s in seeds:
+        fa = {k: v for k, v in runs_a[s].items() if k not in ignore}
+        fb = {k: v for k, v in runs_b[s].items() if k not in ignore}
+        if not fa or fa.keys() != fb.keys() or any(not fa[k] == fb[k] for k in fa):
+            return ""
+        names |= fa.keys()
+    return (
+        f"{a} and {b} gave the same figures ({', '.join(sorted(names))}) on each of the {len(seeds)} paired "
+        "seeds: what tells them apart changed no run here, so the comparison tests nothing"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- statistics

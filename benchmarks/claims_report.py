@@ -117,6 +117,9 @@ def claim_tests(
         t = rule.claim_peak({n: s[n] for n in claim.sweep}, claim.a, m, margin, lower)
         shown = tuple((n, s[n]) for n in claim.sweep)
     why = rule.not_testable_reason(claim.untestable, m, [_mean(v) for v in s.values()], classes)
+    if not why and claim.kind in ("gt", "approx"):
+        va, vb = (side(r[0], m, set(data))[0] for r in (claim.a, claim.b))
+        why = rule.same_runs_reason(va, vb, data.get(va, {}), data.get(vb, {}), ignore=(HOST,))
     return (rule.mark_not_testable(t, why) if why else t), shown
 
 

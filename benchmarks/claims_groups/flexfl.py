@@ -64,7 +64,8 @@ Decoupled's a / b / c, ScaleFL's l1-l4), at the last evaluated round. With Table
 3.2 points) a device dispatched M2 (declared 60) or M3 (110) falls below the next pool model only when its draw
 exceeds 10 points, over 3σ, so AdaPrune may never choose an adaptive model M2' or M3' and `flexfl_no_adaptive`
 may equal `flexfl` run for run (it did in the earlier 3-seed run); the ablation then tests nothing, which the
-report states rather than decides (Table V's Conf3, σ² up to 30, is where it would matter).
+report states rather than decides: the rule's same-runs condition marks such a claim not testable (Table V's
+Conf3, σ² up to 30, is where it would matter).
 
 Not in this group: Table III / Fig. 4 (proxy size), Figs. 5-7 (device counts, ratios, proportions), Table IV
 (Γ), Fig. 8 (λ), Tables V-VI (Conf1-3: `scenarios/flexfl_conf1.yaml` / `conf3.yaml` as bases), Table VII
