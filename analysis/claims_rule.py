@@ -147,7 +147,10 @@ def not_testable_reason(untestable: str, metric: str, side_means: Sequence[float
 
 
 def same_runs_reason(
-    a: str, b: str, runs_a: Mapping[int, Mapping[str, float]], runs_b: Mapping[int, Mapping[str, float]],
+    a: str,
+    b: str,
+    runs_a: Mapping[int, Mapping[str, float]],
+    runs_b: Mapping[int, Mapping[str, float]],
     ignore: Sequence[str] = (),
 ) -> str:
     """Why variants ``a`` and ``b`` cannot be told apart here ("" when they can): on each of at least

@@ -240,12 +240,15 @@ def test_same_runs_are_not_testable():
     runs = {s: {"acc_full": 0.8 + s / 100, "acc_avg": 0.7, "host_time_s": 10.0 + s} for s in range(5)}
     twin = {s: {**f, "host_time_s": 99.0} for s, f in runs.items()}  # only the host's timing differs
     why = rule.same_runs_reason("flexfl", "flexfl_no_adaptive", runs, twin, ignore=("host_time_s",))
-    assert why.startswith("flexfl and flexfl_no_adaptive gave the same figures (acc_avg, acc_full) on each of the 5")
+    assert why.startswith(
+        "flexfl and flexfl_no_adaptive gave the same figures (acc_avg, acc_full) on each of the 5"
+    )
     assert rule.same_runs_reason("x", "y", runs, twin) == ""  # the timing counts unless ignored
     one_apart = {**twin, 3: {**twin[3], "acc_avg": 0.7000001}}
     assert rule.same_runs_reason("x", "y", runs, one_apart, ignore=("host_time_s",)) == ""
     four = {s: runs[s] for s in range(4)}
-    assert rule.same_runs_reason("x", "y", four, four) == ""  # fewer than MIN_SEEDS paired seeds decide nothing
+    # fewer than MIN_SEEDS paired seeds decide nothing
+    assert rule.same_runs_reason("x", "y", four, four) == ""
     assert rule.same_runs_reason("x", "x", runs, runs) == ""  # one variant's two columns are not two variants
     nan = {s: {"acc_full": math.nan} for s in range(5)}
     assert rule.same_runs_reason("x", "y", nan, nan) == ""
