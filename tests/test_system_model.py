@@ -305,19 +305,21 @@ def test_flexfl_configurations(conf, sigma2):
 
 
 def test_harvest_path_is_piecewise_linear_and_capped():
-    from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
+    from iotfl_sim.fleet.harvest import Cell, Harvest, depletion_time, walk
 
-    h = Harvest(power_w=3.0, start_s=6.0, length_s=12.0, period_s=24.0)  # a 24-second "day"
+    h = Harvest.window(power_w=3.0, start_s=6.0, length_s=12.0, period_s=24.0)  # a 24-second "day"
+    ideal = Cell()
     # draw 1 W from a full 100 J battery over 0..24: -6, +24 (capped at 100 right away), -6
-    level, dead = battery_path(100.0, 100.0, 0.0, 24.0, 1.0, h)
-    assert dead is None and level == pytest.approx(94.0)
+    step = walk(100.0, 100.0, 0.0, 24.0, 1.0, h, ideal)
+    assert step.dead_at is None and step.level == pytest.approx(94.0) and step.drawn_j == pytest.approx(12.0)
     # from 10 J: 0-6 s -> 4 J, 6-18 s +24 -> 28 J, 18-24 s -> 22 J
-    assert battery_path(10.0, 100.0, 0.0, 24.0, 1.0, h)[0] == pytest.approx(22.0)
-    # drawing 2 W: each day nets 36 - 48 = -12 J; from 100 J at the day's window start
-    t = depletion_time(100.0, 100.0, 6.0, 2.0, h)
-    level, dead = battery_path(100.0, 100.0, 6.0, t + 1.0, 2.0, h)
-    assert dead == pytest.approx(t) and level == 0.0
-    assert depletion_time(50.0, 100.0, 0.0, 1.0, h) == float("inf")  # the day brings more than it costs
+    assert walk(10.0, 100.0, 0.0, 24.0, 1.0, h, ideal).level == pytest.approx(22.0)
+    # drawing 2 W from full at t = 6: the first window is capped (100), each night costs 24 J and each later window
+    # brings 12: nights start at 100, 88, 76, ..., 16 (the 8th, at t = 18 + 7 x 24 = 186), which ends 8 s in
+    assert depletion_time(100.0, 100.0, 6.0, 2.0, h, ideal) == pytest.approx(194.0)
+    step = walk(100.0, 100.0, 6.0, 195.0, 2.0, h, ideal)
+    assert step.dead_at == pytest.approx(194.0) and step.level == 0.0
+    assert depletion_time(50.0, 100.0, 0.0, 1.0, h, ideal) == float("inf")  # the day brings more than it costs
 
 
 def test_solar_harvesting_keeps_a_device_alive_that_would_otherwise_die():

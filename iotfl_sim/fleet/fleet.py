@@ -11,14 +11,16 @@ import contextlib
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from iotfl_sim.core.catalog import FAILURE_REASONS
-from iotfl_sim.fleet.harvest import Harvest, battery_path, depletion_time
+from iotfl_sim.fleet.harvest import Cell, Harvest, depletion_time, walk
+from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.scenario.loader import ResolvedGroup
-from iotfl_sim.scenario.profile import KernelRates, MeasuredSteps, Rates
+from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
 
 MB = 1024.0 * 1024.0
@@ -52,7 +54,11 @@ class Fleet:
     activity_power: list[Rates | None] = field(default_factory=list)
     class_names: list[str] = field(default_factory=list)
     harvests: list[Harvest | None] = field(default_factory=list)  # per group
-    level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # battery level at settled_at (harvesting devices)
+    cells: list[Cell] = field(default_factory=list)  # per group: the battery's chemistry
+    tracked: list[bool] = field(default_factory=list)  # per group: the battery is a level (harvest, or a real cell)
+    level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy at settled_at (tracked groups)
+    nominal_j: np.ndarray = field(default_factory=lambda: np.zeros(0))  # capacity before any ageing
+    drawn_j: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy drawn so far (ageing)
     radio: list[RadioPreset] = field(default_factory=list)  # per group
     preset_power: list[bool] = field(default_factory=list)  # per group: radio power from the preset
     link_jitter: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -73,12 +79,15 @@ class Fleet:
     failures: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, groups: list[ResolvedGroup], seed: int, memory_units: str = "mb") -> Fleet:
+    def build(
+        cls, groups: list[ResolvedGroup], seed: int, memory_units: str = "mb", base_dir: Path | None = None
+    ) -> Fleet:
+        """The fleet of ``groups``; ``base_dir``: the scenario's folder, where relative trace paths start."""
         with small_pages():
-            return cls._build(groups, seed, memory_units)
+            return cls._build(groups, seed, memory_units, base_dir)
 
     @classmethod
-    def _build(cls, groups: list[ResolvedGroup], seed: int, memory_units: str) -> Fleet:
+    def _build(cls, groups: list[ResolvedGroup], seed: int, memory_units: str, base_dir: Path | None) -> Fleet:
         counts = [g.count for g in groups]
         n = int(sum(counts))
         group_of = np.repeat(np.arange(len(groups), dtype=np.int32), counts)
@@ -126,13 +135,20 @@ class Fleet:
         fleet.energy = {k: np.zeros(n) for k in ENERGY_KINDS}
         fleet.settled_at = np.zeros(n)
         fleet.depleted_at = np.where(fleet.idle_w > 0, fleet.capacity_j / np.maximum(fleet.idle_w, 1e-300), np.inf)
-        fleet.harvests = [_harvest(g) for g in groups]
+        fleet.harvests = [_harvest(g, base_dir) for g in groups]
+        fleet.cells = [_cell(g.profile.battery) for g in groups]
+        fleet.tracked = [
+            bool(np.isfinite(g.profile.battery.joules)) and (h is not None or c != Cell(rated_w=c.rated_w))
+            for g, h, c in zip(groups, fleet.harvests, fleet.cells, strict=True)
+        ]
         fleet.level = fleet.capacity_j.copy()
-        for i, h in enumerate(fleet.harvests):
-            if h is not None:
+        fleet.nominal_j = fleet.capacity_j.copy()
+        fleet.drawn_j = np.zeros(n)
+        for i, tracked in enumerate(fleet.tracked):
+            if tracked:
                 members = group_of == i
-                cap = float(fleet.capacity_j[members][0])
-                fleet.depleted_at[members] = depletion_time(cap, cap, 0.0, float(fleet.idle_w[members][0]), h)
+                cap, idle = float(fleet.capacity_j[members][0]), float(fleet.idle_w[members][0])
+                fleet.depleted_at[members] = depletion_time(cap, cap, 0.0, idle, fleet.harvests[i], fleet.cells[i])
         fleet.busy = np.zeros(n, dtype=bool)
         fleet.tasks = np.zeros(n, dtype=np.int64)
         fleet.completed = np.zeros(n, dtype=np.int64)
@@ -272,9 +288,11 @@ class Fleet:
         last = self.settled_at[d]
         if self.dead[d] or t <= last:
             return
-        h = self.harvests[self.group_of[d]]
-        if h is not None:
-            self.level[d], _ = battery_path(self.level[d], self.capacity_j[d], last, t, self.idle_w[d], h)
+        g = self.group_of[d]
+        if self.tracked[g]:
+            step = walk(self.level[d], self.capacity_j[d], last, t, self.idle_w[d], self.harvests[g], self.cells[g])
+            self.level[d] = step.level
+            self._age(d, step.drawn_j)
         self._add(d, "idle", self.idle_w[d] * (t - last))
         self._move_settled(d, t)
 
@@ -294,9 +312,8 @@ class Fleet:
             return float(max(t0, self.depleted_at[d]))
         base = self.idle_w[d] if kind == "radio" else 0.0
         total_w = power_w + base
-        h = self.harvests[self.group_of[d]]
-        if h is not None:
-            return self._spend_harvesting(d, t0, duration, power_w, base, kind, h)
+        if self.tracked[self.group_of[d]]:
+            return self._spend_tracked(d, t0, duration, power_w, base, kind)
         remaining = self.capacity_j[d] - self.used(d)
         need = total_w * duration
         if need <= remaining or not np.isfinite(remaining):
@@ -316,16 +333,19 @@ class Fleet:
         self._kill_if_due(d, dead)
         return float(dead)
 
-    def _spend_harvesting(self, d: int, t0: float, duration: float, power_w: float, base: float, kind: str, h: Harvest):
-        cap, idle = self.capacity_j[d], self.idle_w[d]
-        level, dead = battery_path(self.level[d], cap, t0, t0 + duration, power_w + base, h)
+    def _spend_tracked(self, d: int, t0: float, duration: float, power_w: float, base: float, kind: str):
+        g = self.group_of[d]
+        h, cell = self.harvests[g], self.cells[g]
+        step = walk(self.level[d], self.capacity_j[d], t0, t0 + duration, power_w + base, h, cell)
+        dead = step.dead_at
         end = t0 + duration if dead is None else dead
         self._add(d, kind, power_w * (end - t0))
         self._add(d, "idle", base * (end - t0))
         self._move_settled(d, end)
-        self.level[d] = level
+        self.level[d] = step.level
+        self._age(d, step.drawn_j)
         if dead is None:
-            self._set_depleted(d, depletion_time(level, cap, end, idle, h))
+            self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], end, self.idle_w[d], h, cell))
             return None
         self._set_depleted(d, dead)
         self._kill_if_due(d, dead)
@@ -336,14 +356,18 @@ class Fleet:
         self.settle(d, t)
         if self.dead[d]:
             return float(max(t, self.depleted_at[d]))
-        h = self.harvests[self.group_of[d]]
-        if h is not None:
-            self.level[d] = min(self.level[d] - joules, self.capacity_j[d])  # a refund (< 0) never overfills
+        g = self.group_of[d]
+        if self.tracked[g]:
+            h, cell = self.harvests[g], self.cells[g]
+            stored = joules / cell.discharge_efficiency  # a lump has no rate: no Peukert effect
+            self.level[d] = min(self.level[d] - stored, self.capacity_j[d])  # a refund (< 0) never overfills
             if self.level[d] > 0:
                 self._add(d, kind, joules)
-                self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], h))
+                self._age(d, stored)
+                self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], h, cell))
                 return None
-            self._add(d, kind, joules + self.level[d])
+            self._add(d, kind, joules + self.level[d] * cell.discharge_efficiency)
+            self._age(d, stored + self.level[d])
             self.level[d] = 0.0
             self._set_depleted(d, t)
             self._kill_if_due(d, t)
@@ -410,10 +434,27 @@ class Fleet:
         used = self.energy["compute"][devices] + self.energy["radio"][devices] + self.energy["idle"][devices]
         idle_more = np.clip(np.minimum(self.depleted_at[devices], t) - self.settled_at[devices], 0.0, None)
         left = self.capacity_j[devices] - (used + idle_more * self.idle_w[devices])
-        harvesting = np.array([h is not None for h in self.harvests], dtype=bool)
-        if harvesting.any():
-            left = np.where(harvesting[self.group_of[devices]], self.level[devices], left)
+        tracked = np.asarray(self.tracked, dtype=bool)
+        if tracked.any():
+            left = np.where(tracked[self.group_of[devices]], self.level[devices], left)
         return np.where(self.depleted_at[devices] > t, np.maximum(left, 0.0), 0.0)
+
+    def battery_left(self, d: int) -> float:
+        """Device ``d``'s own reading of its battery at its last settled instant (J; inf: mains powered): its stored
+        energy, or capacity minus energy used for a battery that is no level."""
+        if self.tracked[self.group_of[d]]:
+            return float(self.level[d])
+        return float(self.capacity_j[d] - self.used(d))
+
+    def _age(self, d: int, drawn_j: float) -> None:
+        """Capacity fade: ``fade_per_cycle`` of the nominal capacity per equivalent full cycle drawn."""
+        fade = self.cells[self.group_of[d]].fade_per_cycle
+        if fade <= 0.0 or drawn_j <= 0.0:
+            return
+        self.drawn_j[d] += drawn_j
+        nominal = self.nominal_j[d]
+        self.capacity_j[d] = nominal * max(0.0, 1.0 - fade * self.drawn_j[d] / nominal)
+        self.level[d] = min(self.level[d], self.capacity_j[d])
 
     def task_energy(self, devices: np.ndarray) -> np.ndarray:
         """Energy (J) the index array ``devices`` have drawn for tasks so far: compute and radio, no idle."""
@@ -542,12 +583,23 @@ def _running_sum(start: float, terms: np.ndarray) -> float:
     return float(np.add.accumulate(acc)[-1])
 
 
-def _harvest(g: ResolvedGroup) -> Harvest | None:
+def _harvest(g: ResolvedGroup, base_dir: Path | None) -> Harvest | None:
     cfg = g.config.harvest
     if cfg is None or not np.isfinite(g.profile.battery.joules):
         return None
+    if cfg.kind == "solar":
+        path = Path(cfg.trace).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        trace = read_irradiance(path, cfg.format, cfg.column)
+        return solar_harvest(trace, cfg.area_m2, cfg.efficiency, cfg.start_hour * 3600.0)
     hour = cfg.day_s / 24.0
-    return Harvest(cfg.power_w, cfg.start_hour * hour, cfg.hours * hour, cfg.day_s)
+    return Harvest.window(cfg.power_w, cfg.start_hour * hour, cfg.hours * hour, cfg.day_s)
+
+
+def _cell(b: Battery) -> Cell:
+    rated = b.joules / (b.rated_hours * 3600.0) if np.isfinite(b.joules) else np.inf
+    return Cell(b.charge_efficiency, b.discharge_efficiency, b.peukert, rated, b.fade_per_cycle)
 
 
 def memory_arrays(groups: list[ResolvedGroup], seed: int, units: str) -> tuple[np.ndarray, np.ndarray]:

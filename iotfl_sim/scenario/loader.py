@@ -21,6 +21,7 @@ from iotfl_sim.scenario.availability import AVAILABILITY_KINDS
 from iotfl_sim.scenario.model import (
     DEFAULT_GATEWAY_PROFILE,
     DEFAULT_SERVER_PROFILE,
+    HARVEST_KINDS,
     Group,
     Hierarchy,
     MethodConfig,
@@ -194,7 +195,7 @@ def _tag_names(field: str) -> tuple[str, ...]:
     """The names a tagged union field takes (``algorithm``: every method's, as registered now)."""
     if field == "algorithm":
         return methods.method_names()
-    return AVAILABILITY_KINDS if field == "availability" else ()
+    return {"availability": AVAILABILITY_KINDS, "harvest": HARVEST_KINDS}.get(field, ())
 
 # errors that say the value has the wrong shape; in a union, the member whose shape matched says more
 _SHAPE_ERRORS = {

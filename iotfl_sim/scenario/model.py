@@ -80,10 +80,43 @@ class NetworkConfig(Strict):
 class HarvestConfig(Strict):
     """Energy coming in during a daily window: a solar day, or a charger plugged in at night."""
 
+    kind: Literal["window"] = Field("window", description="window (the default): constant power in a daily window")
     power_w: float = Field(gt=0, description="power harvested (or charging power) during the window, W")
     start_hour: float = Field(6.0, ge=0, lt=24, description="window start, hours after the start of a simulated day")
     hours: float = Field(12.0, gt=0, le=24, description="window length, hours")
     day_s: float = Field(86400.0, gt=0, description="length of a simulated day, s")
+
+
+class SolarHarvestConfig(Strict):
+    """A solar panel on an irradiance trace (fleet/irradiance.py: PVGIS, NSRDB, pvlib or time_s,w_m2 CSV)."""
+
+    kind: Literal["solar"]
+    area_m2: float = Field(gt=0, le=1000, description="panel area, m2")
+    efficiency: float = Field(gt=0, le=1, description="share of the irradiance on the panel delivered to the battery")
+    trace: str = Field(min_length=1, description="the irradiance CSV, relative to the scenario's folder")
+    format: Literal["auto", "pvgis", "nsrdb", "pvlib", "csv"] = Field("auto", description="the trace's format")
+    column: str | None = Field(None, description="the irradiance column (default: the format's global one)")
+    start_hour: float = Field(
+        0.0, ge=0, description="where in the trace the simulation's time 0 falls, hours after its first row"
+    )
+
+
+HARVEST_KINDS: tuple[str, ...] = ("window", "solar")
+
+
+def _harvest_kind(value: Any) -> Any:
+    kind = value.get("kind", "window") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in HARVEST_KINDS else None
+
+
+HarvestChoice = Annotated[
+    Annotated[HarvestConfig, Tag("window")] | Annotated[SolarHarvestConfig, Tag("solar")],
+    Discriminator(
+        _harvest_kind,
+        custom_error_type="harvest_kind",
+        custom_error_message="harvest.kind must be window (the default) or solar",
+    ),
+]
 
 
 class Gateway(Strict):
@@ -107,7 +140,9 @@ class Group(Strict):
     power_mode: str | None = Field(None, description="one of the profile's power_modes")
     memory: MemoryConfig = MemoryConfig()
     network: NetworkConfig = NetworkConfig()
-    harvest: HarvestConfig | None = Field(None, description="daily harvesting/charging window (battery devices)")
+    harvest: HarvestChoice | None = Field(
+        None, description="energy coming in (battery devices): a daily window, or a solar panel on an irradiance trace"
+    )
     availability: AvailabilityConfig = Field(
         default_factory=AlwaysAvailability, description="when devices are online (always, bernoulli, markov, diurnal, trace)"
     )

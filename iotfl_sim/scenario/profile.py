@@ -168,11 +168,28 @@ class Power(ActivityPower):
 class Battery(Strict):
     capacity_j: float | None = Field(None, gt=0, description="joules; null = mains powered")
     capacity_wh: float | None = Field(None, gt=0, description="watt-hours (alternative to capacity_j)")
+    charge_efficiency: float = Field(1.0, gt=0, le=1, description="share of the energy put in that is stored")
+    discharge_efficiency: float = Field(1.0, gt=0, le=1, description="share of the stored energy drawn that is delivered")
+    peukert: float = Field(
+        1.0, ge=1, le=2, description="Peukert exponent: above the rated power, drawing P costs (P / rated) ** (k - 1) more"
+    )
+    rated_hours: float = Field(5.0, gt=0, description="the capacity is rated at the power that empties it in this time")
+    fade_per_cycle: float = Field(
+        0.0, ge=0, lt=1, description="share of the nominal capacity lost per equivalent full cycle (ageing)"
+    )
 
     @model_validator(mode="after")
     def _one_unit(self) -> Battery:
         if self.capacity_j is not None and self.capacity_wh is not None:
             raise ValueError("give capacity_j or capacity_wh, not both")
+        chemistry = ("charge_efficiency", "discharge_efficiency", "peukert", "fade_per_cycle")
+        ideal = Battery.model_fields
+        changed = [k for k in chemistry if getattr(self, k) != ideal[k].default]
+        if self.capacity_j is None and self.capacity_wh is None and changed:
+            raise ValueError(
+                f"a mains-powered device (no capacity_j or capacity_wh) has no battery chemistry to set ({', '.join(changed)}); "
+                "give the battery a capacity_wh or capacity_j, or drop those fields"
+            )
         return self
 
     @property

@@ -193,7 +193,7 @@ class DeviceTasks:
             free = f.sample_free_memory(d, self.env.now, rnd)
             host.log(rnd, d, "arrive", free=round(free / host.memory_scale, 4))
             f.settle(d, self.env.now)
-            b = host.adapt(a, DeviceState(d, free, float(f.capacity_j[d] - f.used(d))))
+            b = host.adapt(a, DeviceState(d, free, f.battery_left(d)))
             if b is None:
                 self.fail(task, "refused")
                 return

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.data.datasets import NATURAL_GROUPS, DatasetError, check_files
@@ -125,11 +125,18 @@ def check_data(sc: Scenario, num_devices: int, source: str) -> None:
             raise _sourced(source, e) from None
 
 
-def _trace_group(sc: Scenario, base_dir: Path | None, message: str) -> int | None:
-    """The fleet group whose availability trace a TraceError's message is about."""
-    traced = [i for i, g in enumerate(sc.fleet.groups) if isinstance(g.availability, TraceAvailability)]
+def _trace_group(sc: Scenario, base_dir: Path | None, message: str, field: str) -> int | None:
+    """The fleet group whose trace (``field``: ``availability.path`` or ``harvest.trace``) a TraceError's message
+    is about."""
+
+    def named(g: Any) -> str | None:
+        if field == "harvest.trace":
+            return g.harvest.trace if g.harvest is not None and g.harvest.kind == "solar" else None
+        return g.availability.path if isinstance(g.availability, TraceAvailability) else None
+
+    traced = [i for i, g in enumerate(sc.fleet.groups) if named(g) is not None]
     for i in traced:
-        path = Path(sc.fleet.groups[i].availability.path).expanduser()  # type: ignore[union-attr]
+        path = Path(named(sc.fleet.groups[i])).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         if message.startswith(str(path)):
@@ -139,13 +146,15 @@ def _trace_group(sc: Scenario, base_dir: Path | None, message: str) -> int | Non
 
 def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> Simulation:
     """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
+    from iotfl_sim.fleet.irradiance import IrradianceError
     from iotfl_sim.fleet.traces import TraceError
 
     try:
         return build_simulation(ResolvedScenario(sc, groups, base_dir, source).system_only())
     except TraceError as e:
-        i = _trace_group(sc, base_dir, str(e))
-        where = f"fleet.groups[{i}].availability.path" if i is not None else "availability.path"
+        field = "harvest.trace" if isinstance(e, IrradianceError) else "availability.path"
+        i = _trace_group(sc, base_dir, str(e), field)
+        where = f"fleet.groups[{i}].{field}" if i is not None else field
         raise ScenarioError(f"{source}: {where}: {e}") from None
     except ScenarioError as e:
         raise _sourced(source, e) from None

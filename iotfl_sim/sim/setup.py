@@ -242,7 +242,7 @@ def build_simulation(
     ``factory(NumericData, scenario.executor)``; ``progress``: the round bar, told the slow stages."""
     t_created = time.perf_counter()
     sc, groups, base_dir = resolved.scenario, resolved.groups, resolved.base_dir
-    fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units)
+    fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units, base_dir)
     availability = build_availability([g.config.availability for g in groups], fleet.group_of, sc.seed, base_dir)
     # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
     # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned
