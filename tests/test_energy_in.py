@@ -96,7 +96,7 @@ def _segment_by_segment(level, cap, t0, t1, draw, h, cell):
         )
         end = min(t1, min(b for b in bounds if b > t + 1e-9))
         k = int(np.searchsorted(h.offsets_s, (end - 1e-7 - h.origin_s) % h.period_s, side="right")) - 1
-        net = h.power_w[k] - draw
+        net = h.values[k] - draw
         if net >= 0:
             rate = cell.charge_efficiency * net
         else:
@@ -146,11 +146,11 @@ def test_harvested_energy_over_a_hand_made_trace(tmp_path):
     trace = read_irradiance(_write(tmp_path / "t.csv", "time_s,w_m2\n0,0\n3600,500\n7200,1000\n10800,0\n"))
     assert trace.period_s == 14400.0
     h = solar_harvest(trace, area_m2=0.01, efficiency=0.2)
-    assert h.energy(0.0, 14400.0) == pytest.approx(3600.0 + 7200.0)
-    assert h.energy(5400.0, 9000.0) == pytest.approx(1800.0 * 1.0 + 1800.0 * 2.0)
-    assert h.energy(0.0, 3 * 14400.0 + 3600.0 + 900.0) == pytest.approx(3 * 10800.0 + 900.0)
+    assert h.integral(0.0, 14400.0) == pytest.approx(3600.0 + 7200.0)
+    assert h.integral(5400.0, 9000.0) == pytest.approx(1800.0 * 1.0 + 1800.0 * 2.0)
+    assert h.integral(0.0, 3 * 14400.0 + 3600.0 + 900.0) == pytest.approx(3 * 10800.0 + 900.0)
     # time 0 an hour into the trace: the first hour brings 1 W x 3600 s
-    assert solar_harvest(trace, 0.01, 0.2, start_s=3600.0).energy(0.0, 3600.0) == pytest.approx(3600.0)
+    assert solar_harvest(trace, 0.01, 0.2, start_s=3600.0).integral(0.0, 3600.0) == pytest.approx(3600.0)
     # a device drawing 0.5 W from 1000 J: the first 4 hours bring 10800 J and cost 7200; capped at 2000 J
     step = walk(1000.0, 2000.0, 0.0, 14400.0, 0.5, h, Cell())
     # 0-1 h: -1800 -> dead? no: 1000 - 1800 < 0, it empties at 2000 s
@@ -187,18 +187,18 @@ PVLIB = """,ghi,dni,dhi,poa_global
 
 def test_each_format_read_by_hand(tmp_path):
     pv = read_irradiance(_write(tmp_path / "pvgis.csv", PVGIS))  # POA = Gb + Gd + Gr; the legend ignored
-    assert pv.times_s.tolist() == [0.0, 3600.0, 7200.0] and pv.w_m2.tolist() == [0.0, 160.0, 0.0]
+    assert pv.times_s.tolist() == [0.0, 3600.0, 7200.0] and pv.values.tolist() == [0.0, 160.0, 0.0]
     assert pv.period_s == 3 * 3600.0
     ns = read_irradiance(_write(tmp_path / "nsrdb.csv", NSRDB))
-    assert ns.times_s.tolist() == [0.0, 1800.0, 3600.0] and ns.w_m2.tolist() == [800.0, 850.0, 900.0]
-    assert read_irradiance(tmp_path / "nsrdb.csv", "nsrdb", column="DNI").w_m2.tolist() == [
+    assert ns.times_s.tolist() == [0.0, 1800.0, 3600.0] and ns.values.tolist() == [800.0, 850.0, 900.0]
+    assert read_irradiance(tmp_path / "nsrdb.csv", "nsrdb", column="DNI").values.tolist() == [
         900.0,
         910.0,
         920.0,
     ]
     pl = read_irradiance(_write(tmp_path / "pvlib.csv", PVLIB))  # poa_global when present
-    assert pl.times_s.tolist() == [0.0, 900.0, 1800.0] and pl.w_m2.tolist() == [700.0, 720.0, 740.0]
-    assert read_irradiance(tmp_path / "pvlib.csv", "pvlib", column="ghi").w_m2[0] == 800.0
+    assert pl.times_s.tolist() == [0.0, 900.0, 1800.0] and pl.values.tolist() == [700.0, 720.0, 740.0]
+    assert read_irradiance(tmp_path / "pvlib.csv", "pvlib", column="ghi").values[0] == 800.0
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ def test_bad_traces_one_line_each(tmp_path, text, expected):
 
 def test_small_negative_readings_count_as_zero(tmp_path):
     trace = read_irradiance(_write(tmp_path / "t.csv", "time_s,w_m2\n0,-3\n60,400\n"))
-    assert trace.w_m2.tolist() == [0.0, 400.0]
+    assert trace.values.tolist() == [0.0, 400.0]
 
 
 # ---------------------------------------------------------------- the bundled sample on a fleet
@@ -238,7 +238,7 @@ def test_bundled_sample_keeps_a_solar_sensor_alive(tmp_path):
     assert sample.period_s == 7 * 86400.0  # a June week of hourly PVGIS TMY values
     # its mean daily irradiation by hand from the file: the G(h) column summed over the week, x 1 h, / 7
     rows = [r.split(",") for r in SAMPLE.read_text().splitlines()[1:]]
-    assert sample.w_m2.sum() == pytest.approx(sum(max(0.0, float(r[3])) for r in rows))
+    assert sample.values.sum() == pytest.approx(sum(max(0.0, float(r[3])) for r in rows))
     profile = copy.deepcopy(TINY)
     profile["battery"] = {"capacity_j": 20000.0, "charge_efficiency": 0.9, "discharge_efficiency": 0.95}
     profile["power"]["idle_w"] = 0.3  # 26 kJ a day: 20 kJ last 18.5 hours

@@ -397,7 +397,7 @@ def harvest_gain_bound(h, t0: float, t1: float) -> float:
         a, b = k * day + start, k * day + start + length
         total += max(0.0, min(b, t1) - max(a, t0))
         k += 1
-    return float(h.power_w[0]) * total
+    return float(h.values[0]) * total
 
 
 @props(80)
@@ -447,7 +447,7 @@ def test_battery_never_negative_never_above_capacity_never_grows_without_chargin
         # float rounding: the ledger sums in another order than it spends, and a window edge (a period's start
         # computed from the origin) may land a hair away from the exact instant
         edges = 0.0 if h is None else 2.0 * ((now - prev_t) / h.period_s + 2.0)
-        tol = 1e-12 * (cap + drawn + gain) + (0.0 if h is None else float(h.power_w[0]) * 1e-9 * edges)
+        tol = 1e-12 * (cap + drawn + gain) + (0.0 if h is None else float(h.values[0]) * 1e-9 * edges)
         assert -tol <= e <= cap + tol, f"energy left {e} outside [0, {cap}]"
         assert e <= max(0.0, prev - drawn + gain) + tol, "the battery lost less than was drawn, or gained without charging"
         assert e >= max(0.0, prev - drawn) - tol, "the battery lost more than was drawn"

@@ -24,9 +24,11 @@ it does so at each of the device's events (a task's phase, a read), and holds it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from iotfl_sim.fleet.periodic import Periodic
 
 
 @dataclass(frozen=True)
@@ -49,57 +51,7 @@ class Cell:
         return np.where(net >= 0.0, self.charge_efficiency * net, -drain)
 
 
-@dataclass(frozen=True)
-class Harvest:
-    """Incoming power, periodic: ``power_w[k]`` from ``offsets_s[k]`` to ``offsets_s[k + 1]`` (the last to
-    ``period_s``) of every period; periods start at ``origin_s + m x period_s``."""
-
-    offsets_s: np.ndarray
-    power_w: np.ndarray
-    period_s: float
-    origin_s: float = 0.0
-    lengths_s: np.ndarray = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        offsets = np.asarray(self.offsets_s, dtype=np.float64)
-        power = np.asarray(self.power_w, dtype=np.float64)
-        if offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0.0 or power.shape != offsets.shape:
-            raise ValueError("a harvest needs segment offsets starting at 0 and one power per segment")
-        if (
-            np.any(np.diff(offsets) <= 0)
-            or not offsets[-1] < self.period_s
-            or not math.isfinite(self.period_s)
-        ):
-            raise ValueError("harvest segments must be increasing and inside a finite period")
-        object.__setattr__(self, "offsets_s", offsets)
-        object.__setattr__(self, "power_w", power)
-        object.__setattr__(self, "lengths_s", np.diff(np.append(offsets, self.period_s)))
-
-    @classmethod
-    def window(cls, power_w: float, start_s: float, length_s: float, period_s: float = 86400.0) -> Harvest:
-        """``power_w`` during ``[start, start + length)`` of every period, nothing outside it."""
-        if length_s >= period_s:
-            return cls(np.zeros(1), np.array([power_w]), period_s, start_s % period_s)
-        return cls(np.array([0.0, length_s]), np.array([power_w, 0.0]), period_s, start_s % period_s)
-
-    def period_start(self, t: float) -> float:
-        """The start of the period holding ``t``."""
-        return t - ((t - self.origin_s) % self.period_s)
-
-    def rate(self, t: float) -> float:
-        """Incoming power at ``t``."""
-        k = int(np.searchsorted(self.offsets_s, (t - self.origin_s) % self.period_s, side="right")) - 1
-        return float(self.power_w[k])
-
-    def energy(self, t0: float, t1: float) -> float:
-        """Energy coming in over ``[t0, t1]`` (J)."""
-        return self._cumulative(t1) - self._cumulative(t0) if t1 > t0 else 0.0
-
-    def _cumulative(self, t: float) -> float:
-        p0 = self.period_start(t)
-        whole = round((p0 - self.origin_s) / self.period_s)
-        done = np.minimum(np.maximum(t - p0 - self.offsets_s, 0.0), self.lengths_s)
-        return whole * float(np.dot(self.power_w, self.lengths_s)) + float(np.dot(self.power_w, done))
+Harvest = Periodic  # incoming power, W
 
 
 @dataclass(frozen=True)
@@ -134,7 +86,7 @@ def _segments(h: Harvest, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]
     past ``t0``'s period."""
     p0 = h.period_start(t0)
     starts = np.concatenate([p0 + h.offsets_s, p0 + h.period_s + h.offsets_s])
-    power = np.concatenate([h.power_w, h.power_w])
+    power = np.concatenate([h.values, h.values])
     ends = np.append(starts[1:], p0 + 2.0 * h.period_s)
     keep = (ends > t0) & (starts < t1)
     lo, hi = np.maximum(starts[keep], t0), np.minimum(ends[keep], t1)
@@ -162,7 +114,7 @@ def walk(
         if s.dead_at is not None or first_end >= t1:
             return Step(s.level, s.dead_at, drawn)
         level, t = s.level, first_end
-    rates = cell.stored_rates(h.power_w, draw_w)
+    rates = cell.stored_rates(h.values, draw_w)
     deltas = rates * h.lengths_s
     sums = np.cumsum(deltas)
     per_period, lowest, highest = float(sums[-1]), float(np.min(sums)), float(np.max(sums))

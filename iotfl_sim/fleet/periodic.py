@@ -1,0 +1,65 @@
+"""A periodic, piecewise-constant signal over simulated time: a harvest's power, a grid's carbon intensity."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A periodic, piecewise-constant signal: ``values[k]`` from ``offsets_s[k]`` to ``offsets_s[k + 1]`` (the last
+    to ``period_s``) of every period; periods start at ``origin_s + m x period_s``. A harvest is one in W, a grid's
+    carbon intensity one in g/kWh."""
+
+    offsets_s: np.ndarray
+    values: np.ndarray
+    period_s: float
+    origin_s: float = 0.0
+    lengths_s: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        offsets = np.asarray(self.offsets_s, dtype=np.float64)
+        power = np.asarray(self.values, dtype=np.float64)
+        if offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0.0 or power.shape != offsets.shape:
+            raise ValueError(
+                "a periodic signal needs segment offsets starting at 0 and one value per segment"
+            )
+        if (
+            np.any(np.diff(offsets) <= 0)
+            or not offsets[-1] < self.period_s
+            or not math.isfinite(self.period_s)
+        ):
+            raise ValueError("segments must be increasing and inside a finite period")
+        object.__setattr__(self, "offsets_s", offsets)
+        object.__setattr__(self, "values", power)
+        object.__setattr__(self, "lengths_s", np.diff(np.append(offsets, self.period_s)))
+
+    @classmethod
+    def window(cls, power_w: float, start_s: float, length_s: float, period_s: float = 86400.0) -> Periodic:
+        """``power_w`` during ``[start, start + length)`` of every period, 0 outside it."""
+        if length_s >= period_s:
+            return cls(np.zeros(1), np.array([power_w]), period_s, start_s % period_s)
+        return cls(np.array([0.0, length_s]), np.array([power_w, 0.0]), period_s, start_s % period_s)
+
+    def period_start(self, t: float) -> float:
+        """The start of the period holding ``t``."""
+        return t - ((t - self.origin_s) % self.period_s)
+
+    def value(self, t: float) -> float:
+        """The value at ``t``."""
+        k = int(np.searchsorted(self.offsets_s, (t - self.origin_s) % self.period_s, side="right")) - 1
+        return float(self.values[k])
+
+    def integral(self, t0: float, t1: float) -> float:
+        """The integral over ``[t0, t1]`` (a harvest's energy in J)."""
+        return self.cumulative(t1) - self.cumulative(t0) if t1 > t0 else 0.0
+
+    def cumulative(self, t: float) -> float:
+        """The integral from ``origin_s`` to ``t`` (negative before it)."""
+        p0 = self.period_start(t)
+        whole = round((p0 - self.origin_s) / self.period_s)
+        done = np.minimum(np.maximum(t - p0 - self.offsets_s, 0.0), self.lengths_s)
+        return whole * float(np.dot(self.values, self.lengths_s)) + float(np.dot(self.values, done))
