@@ -40,7 +40,9 @@ from analysis.targets import Targets, resolve_targets, target_label
 __all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing", "CROSSING_FIELDS"]
 
 # what a crossing reports: the row's round, clock, cumulative traffic, energy and communication waste
-CROSSING_FIELDS = ("round", "sim_time_s", "bytes_down", "bytes_up", "energy_j", "comm_waste_cum", "bytes_wasted")
+CROSSING_FIELDS = (
+    "round", "sim_time_s", "bytes_down", "bytes_up", "energy_j", "comm_waste_cum", "bytes_wasted", "carbon_g",
+)  # fmt: skip
 ENERGY_KINDS = ("compute", "radio", "idle")
 NON_LEVEL = {"acc_full", "acc_avg"}
 
@@ -279,6 +281,7 @@ def _unit(max_v: float, units: Sequence[tuple[str, float]]) -> tuple[str, float]
 TIME_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0))
 ENERGY_UNITS = (("MJ", 1e6), ("kJ", 1e3), ("J", 1.0))
 BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
+CARBON_UNITS = (("t CO2", 1e6), ("kg CO2", 1e3), ("g CO2", 1.0))
 
 
 def _accuracy_table(name: str, title: str, cols: Sequence[str], metrics: dict[str, list[RunMetrics]], note: str) -> Table:
@@ -396,6 +399,8 @@ TO_TARGET = (
              optional=True),  # fmt: skip
     ToTarget("wasted_bytes_to_accuracy", "Bytes wasted until the target accuracy ({col})", "bytes_wasted", BYTE_UNITS,
              optional=True),  # fmt: skip
+    ToTarget("carbon_to_accuracy", "Grid carbon (mains devices and server) to reach the target accuracy ({col})",
+             "carbon_g", CARBON_UNITS, optional=True),  # fmt: skip
 )
 
 

@@ -41,6 +41,14 @@ def energy_unit(max_j: float) -> tuple[str, float]:
     return "J", 1.0
 
 
+def carbon_unit(max_g: float) -> tuple[str, float]:
+    if max_g >= 1e7:
+        return "t CO2", 1e6
+    if max_g >= 1e4:
+        return "kg CO2", 1e3
+    return "g CO2", 1.0
+
+
 def bytes_unit(max_b: float) -> tuple[str, float]:
     return ("GB", 1e9) if max_b >= 1e10 else ("MB", 1e6)
 

@@ -30,6 +30,7 @@ from matplotlib.ticker import MaxNLocator
 from analysis.event_log import MAX_TIMELINE_DEVICES, SERVER, event_digest
 from analysis.figure_kit import (
     bytes_unit,
+    carbon_unit,
     energy_unit,
     finite_xy,
     legend_labels,
@@ -201,6 +202,9 @@ def _accuracy_figure(
     if x_column == "sim_time_s":
         unit, div = time_unit(nanmax([r.column(x_column) for r in runs]))
         xlabel = f"simulated time ({unit})"
+    elif x_column == "carbon_g":
+        unit, div = carbon_unit(nanmax([r.column(x_column) for r in runs]))
+        xlabel = f"cumulative grid carbon, mains devices and server ({unit})"
     else:
         unit, div = energy_unit(nanmax([r.column(x_column) for r in runs]))
         xlabel = f"cumulative fleet energy ({unit})"
@@ -228,6 +232,13 @@ def _accuracy_figure(
     ax.set_xlim(left=0)
     run_title(ax, title, runs)
     return fig
+
+
+def fig_accuracy_vs_carbon(runs: Sequence[Run], colors: list, targets: Sequence[float] = ()) -> Figure | None:
+    """acc_full against the cumulative grid carbon (runs with ``fleet.carbon`` only); target lines."""
+    if not any(r.column("acc_full") is not None and r.column("carbon_g") is not None for r in runs):
+        return None
+    return _accuracy_figure(runs, colors, "carbon_g", "Accuracy vs grid carbon", False, targets)  # without: no line
 
 
 def _same_series(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -718,6 +729,7 @@ def _builders(targets: Sequence[float]) -> list[tuple[str, Callable[[Sequence[Ru
     return [
         ("accuracy_vs_time.png", partial(fig_accuracy_vs_time, targets=targets)),
         ("accuracy_vs_energy.png", partial(fig_accuracy_vs_energy, targets=targets)),
+        ("accuracy_vs_carbon.png", partial(fig_accuracy_vs_carbon, targets=targets)),
         ("bytes_per_round.png", fig_bytes_per_round),
         ("backhaul_bytes.png", fig_backhaul_bytes),
         ("updates_per_hour.png", fig_updates_per_hour),

@@ -389,3 +389,23 @@ def test_plot_of_runs_that_declare_different_targets_draws_all_and_says_so(tmp_p
     assert "differ (50% in 1 run; 70% in 1 run)" in capsys.readouterr().err
     fig = build_figures(load_runs([a, b]))["accuracy_vs_time.png"]
     assert sorted(ln.get_ydata()[0] for ln in fig.axes[0].lines if ln.get_linestyle() == ":") == [50.0, 70.0]
+
+
+def test_carbon_figure_only_for_runs_with_carbon(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run")
+    assert "accuracy_vs_carbon.png" not in build_figures(load_runs([run]))
+    rounds = run / "rounds.csv"
+    with rounds.open(newline="") as fh:
+        table = list(csv.DictReader(fh))
+    for r in table:
+        r["carbon_g"] = str(float(r["energy_j"]) * 0.25)  # a constant intensity: carbon proportional to energy
+    with rounds.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(table[0]))
+        w.writeheader()
+        w.writerows(table)
+    fig = build_figures(load_runs([run]))["accuracy_vs_carbon.png"]
+    ax = fig.axes[0]
+    assert "grid carbon" in ax.get_xlabel() and ax.get_xlabel().endswith("(g CO2)")
+    evaluated = [r for r in table if r["acc_full"]]
+    x = ax.lines[0].get_xdata()
+    assert np.allclose(x, [float(r["carbon_g"]) for r in evaluated])

@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from iotfl_sim.core.catalog import FAILURE_REASONS
+from iotfl_sim.fleet.carbon import J_PER_KWH
 from iotfl_sim.fleet.harvest import Cell, Harvest, depletion_time, walk
 from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
+from iotfl_sim.fleet.periodic import Periodic
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
@@ -69,6 +71,8 @@ class Fleet:
     ou_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # last OU sample (nan: none yet)
     ou_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ou_draws: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    carbon: Periodic | None = None  # the grid's carbon intensity, g/kWh (None: carbon not counted)
+    grid: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # mains-powered devices (with carbon)
     # dynamic state
     energy: dict[str, np.ndarray] = field(default_factory=dict)  # J used, by kind
     settled_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -80,11 +84,15 @@ class Fleet:
 
     @classmethod
     def build(
-        cls, groups: list[ResolvedGroup], seed: int, memory_units: str = "mb", base_dir: Path | None = None
+        cls, groups: list[ResolvedGroup], seed: int, memory_units: str = "mb", base_dir: Path | None = None,
+        carbon: Periodic | None = None,
     ) -> Fleet:
-        """The fleet of ``groups``; ``base_dir``: the scenario's folder, where relative trace paths start."""
+        """The fleet of ``groups``; ``base_dir``: the scenario's folder, where relative trace paths start;
+        ``carbon``: the grid's intensity (g/kWh), to count the carbon of mains-powered devices."""
         with small_pages():
-            return cls._build(groups, seed, memory_units, base_dir)
+            fleet = cls._build(groups, seed, memory_units, base_dir)
+        fleet._init_carbon(carbon)
+        return fleet
 
     @classmethod
     def _build(cls, groups: list[ResolvedGroup], seed: int, memory_units: str, base_dir: Path | None) -> Fleet:
@@ -188,6 +196,40 @@ class Fleet:
         self._due_next = 0  # cursor into _due_t / _due_d
         self._heap: list[tuple[float, int]] = []  # instants set after build
 
+    # ------------------------------------------------------------ carbon
+    #
+    # Mains-powered devices draw from the grid: their carbon is their power x the intensity, integrated over time
+    # (C(t), the intensity's integral, in g/kWh x s). Charged activities add power x (C(end) - C(start)); idle draw
+    # is kept lazily as energy is: per class, sum(idle_w) x C(t) - sum(idle_w x C(settled_at)). A battery's own
+    # energy is not counted (its charge came from elsewhere).
+
+    def _init_carbon(self, carbon: Periodic | None) -> None:
+        self.carbon = carbon
+        if carbon is None:
+            return
+        self.grid = ~np.isfinite(self.capacity_j)
+        k = self.num_classes
+        self._carbon_used = np.zeros(k)
+        self._idle_rate_grid = np.bincount(self.class_of, weights=np.where(self.grid, self.idle_w, 0.0), minlength=k)
+        # sum of idle_w x C(settled_at) over mains devices, every settled_at 0 now
+        self._idle_settled_c = self._idle_rate_grid * carbon.cumulative(0.0)
+
+    def _grid_draw(self, d: int, power_w: float, t0: float, t1: float) -> None:
+        if self.grid[d] and t1 > t0:
+            self._carbon_used[self.class_of[d]] += power_w * self.carbon.integral(t0, t1) / J_PER_KWH
+
+    def _grid_lump(self, d: int, t: float, joules: float) -> None:
+        if self.grid[d]:
+            self._carbon_used[self.class_of[d]] += joules * self.carbon.value(t) / J_PER_KWH
+
+    def carbon_g(self, t: float) -> float:
+        """Grams of CO2(eq) the mains-powered devices have drawn from the grid up to ``t`` (0 without a carbon
+        intensity)."""
+        if self.carbon is None:
+            return 0.0
+        idle = (self._idle_rate_grid * self.carbon.cumulative(t) - self._idle_settled_c) / J_PER_KWH
+        return float(np.sum(self._carbon_used + idle))
+
     def _add(self, d: int, kind: str, joules: float) -> None:
         self.energy[kind][d] += joules
         self._used[kind][self.class_of[d]] += joules
@@ -195,6 +237,8 @@ class Fleet:
     def _move_settled(self, d: int, t: float) -> None:
         if not self.dead[d]:
             self._idle_settled[self.class_of[d]] += self.idle_w[d] * (t - self.settled_at[d])
+            if self.carbon is not None and self.grid[d]:
+                self._idle_settled_c[self.class_of[d]] += self.idle_w[d] * self.carbon.integral(self.settled_at[d], t)
         self.settled_at[d] = t
 
     def _set_depleted(self, d: int, when: float) -> None:
@@ -294,6 +338,8 @@ class Fleet:
             self.level[d] = step.level
             self._age(d, step.drawn_j)
         self._add(d, "idle", self.idle_w[d] * (t - last))
+        if self.carbon is not None:
+            self._grid_draw(d, self.idle_w[d], last, t)
         self._move_settled(d, t)
 
     def alive(self, d: int, t: float) -> bool:
@@ -320,6 +366,8 @@ class Fleet:
             self._add(d, kind, power_w * duration)
             self._add(d, "idle", base * duration)
             end = t0 + duration
+            if self.carbon is not None:
+                self._grid_draw(d, total_w, t0, end)
             self._move_settled(d, end)
             left = remaining - need
             self._set_depleted(d, end + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
@@ -375,6 +423,8 @@ class Fleet:
         remaining = self.capacity_j[d] - self.used(d)
         if joules <= remaining or not np.isfinite(remaining):
             self._add(d, kind, joules)
+            if self.carbon is not None:
+                self._grid_lump(d, t, joules)
             left = remaining - joules
             self._set_depleted(d, self.settled_at[d] + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
             return None
@@ -415,6 +465,8 @@ class Fleet:
         """Figures of the fleet that a faithful replay reproduces exactly (a resume compares them): the energy
         ledger, the idle accounts, the living devices per class, and the task counters."""
         ledger = [float(x) for k in sorted(self._used) for x in self._used[k]]
+        if self.carbon is not None:  # only then: a checkpoint of a run without carbon keeps its digest
+            ledger += [float(x) for x in self._carbon_used]
         counts = [float(a.sum()) for a in (self.busy, self.tasks, self.completed, *self.failures.values())]
         return [*ledger, *map(float, self._idle_settled), *map(float, self._alive), *counts]
 

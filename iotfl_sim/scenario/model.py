@@ -119,6 +119,25 @@ HarvestChoice = Annotated[
 ]
 
 
+class CarbonConfig(Strict):
+    """The grid's carbon intensity: what each joule drawn from the grid (by mains-powered devices and the server)
+    costs in CO2 (fleet/carbon.py; docs/energy.md)."""
+
+    g_per_kwh: float | None = Field(None, ge=0, le=3000, description="a constant intensity, g CO2(eq) per kWh")
+    trace: str | None = Field(
+        None, min_length=1, description="an intensity trace CSV (time_s,g_per_kwh or ISO timestamps), relative to the scenario"
+    )
+    format: Literal["auto", "csv", "timestamped"] = Field("auto", description="the trace's format")
+    column: str | None = Field(None, description="the intensity column (default: the one named like a carbon intensity)")
+    start_hour: float = Field(0.0, ge=0, description="where in the trace the simulation's time 0 falls, hours")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CarbonConfig:
+        if (self.g_per_kwh is None) == (self.trace is None):
+            raise ValueError("give g_per_kwh (a constant) or trace (a CSV over time), exactly one")
+        return self
+
+
 class Gateway(Strict):
     name: str
     down_mbps: float = Field(gt=0, description="capacity shared by all downloads through this gateway")
@@ -180,6 +199,9 @@ class Fleet(Strict):
     )
     groups: list[Group] = Field(min_length=1)
     gateways: list[Gateway] = Field(default_factory=list, description="shared access points / gateways")
+    carbon: CarbonConfig | None = Field(
+        None, description="the grid's carbon intensity: adds carbon_g (mains-powered devices and the server) to every row"
+    )
 
     @model_validator(mode="after")
     def _sizes_add_up(self) -> Fleet:

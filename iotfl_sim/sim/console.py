@@ -97,7 +97,8 @@ def end_summary(path: Path | None, summary: dict[str, Any]) -> str:
     split = ""
     if energy > 0 and kinds:
         split = " (" + ", ".join(f"{k} {100 * v / energy:.0f}%" for k, v in kinds.items()) + ")"
-    parts.append(f"simulated {_seconds(summary.get('sim_time_s', 0.0))}, energy {_joules(energy)}{split}")
+    carbon = f", grid carbon {summary['carbon_g']:.4g} g CO2" if summary.get("carbon_g") is not None else ""
+    parts.append(f"simulated {_seconds(summary.get('sim_time_s', 0.0))}, energy {_joules(energy)}{split}{carbon}")
     fails = {k: v for k, v in (summary.get("failures") or {}).items() if v}
     tasks = f"tasks {summary.get('tasks', 0)}: {summary.get('completed', 0)} completed"
     if fails:

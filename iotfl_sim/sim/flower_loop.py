@@ -340,6 +340,7 @@ class FlowerLoop(ServerLoop):
         row["server_time_s"] = rd.server_s
         row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})
         row["server_energy_j"] = sim.system.server_time * sim.system.server_cost.power_w
+        self.kit.add_carbon(row)
         sim.record(self.rounds, row)
         self.rounds += 1
 

@@ -146,11 +146,14 @@ def _trace_group(sc: Scenario, base_dir: Path | None, message: str, field: str) 
 
 def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> Simulation:
     """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
+    from iotfl_sim.fleet.carbon import CarbonError
     from iotfl_sim.fleet.irradiance import IrradianceError
     from iotfl_sim.fleet.traces import TraceError
 
     try:
         return build_simulation(ResolvedScenario(sc, groups, base_dir, source).system_only())
+    except CarbonError as e:
+        raise ScenarioError(f"{source}: fleet.carbon.trace: {e}") from None
     except TraceError as e:
         field = "harvest.trace" if isinstance(e, IrradianceError) else "availability.path"
         i = _trace_group(sc, base_dir, str(e), field)

@@ -36,6 +36,7 @@ from iotfl_sim.fl.recipe import DATASET_SHAPES, ModelRecipe
 from iotfl_sim.fl.submodel import SubmodelSpec
 from iotfl_sim.fl.torch_seed import seed_torch
 from iotfl_sim.fleet.availability import build_availability
+from iotfl_sim.fleet.carbon import grid_intensity
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.output.run_dir import RunRecorder
 from iotfl_sim.scenario.model import Executor as ExecutorConfig
@@ -242,7 +243,7 @@ def build_simulation(
     ``factory(NumericData, scenario.executor)``; ``progress``: the round bar, told the slow stages."""
     t_created = time.perf_counter()
     sc, groups, base_dir = resolved.scenario, resolved.groups, resolved.base_dir
-    fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units, base_dir)
+    fleet = Fleet.build(groups, sc.seed, sc.fleet.memory_units, base_dir, grid_intensity(sc.fleet.carbon, base_dir))
     availability = build_availability([g.config.availability for g in groups], fleet.group_of, sc.seed, base_dir)
     # Server-side numerics (pretraining, distillation, fine-tuning, evaluation on the inline executor)
     # run in this process: pin its torch threads too, so results do not depend on the executor kind. Pinned

@@ -64,6 +64,7 @@ def summarize(run: RunFigures, host_total: float) -> dict[str, Any]:
                 "round": first_reaching(rows, col, t, "round"),
                 "sim_time_s": first_reaching(rows, col, t, "sim_time_s"),
                 "energy_j": first_reaching(rows, col, t, "energy_j"),
+                **({"carbon_g": first_reaching(rows, col, t, "carbon_g")} if "carbon_g" in last else {}),
             }
             for t in targets
         }
@@ -93,6 +94,7 @@ def summarize(run: RunFigures, host_total: float) -> dict[str, Any]:
         "bytes_wasted": run.traffic.wasted,
         "server_time_s": run.server_time,
         "server_energy_j": run.server_time * run.server_power_w,
+        **({"carbon_g": last["carbon_g"]} if "carbon_g" in last else {}),
         "server_time_by_kind_s": {k: sum(r.get(f"server_{k}_s", 0.0) for r in rows) for k in SERVER_WORK_KINDS},
         "tasks": int(fleet.tasks.sum()),
         "completed": int(fleet.completed.sum()),

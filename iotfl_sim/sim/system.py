@@ -45,6 +45,7 @@ class SystemModel:
     traffic: Traffic = field(default_factory=Traffic)
     media: dict[tuple[str, int, bool], SharedMedium] = field(default_factory=dict)  # built when a transfer first crosses one
     server_time: float = 0.0  # simulated seconds the server spent computing, all rounds
+    server_carbon_g: float = 0.0  # grams of CO2(eq) of that work (with fleet.carbon)
     memory_ignored: bool = False  # the method declares that memory does not bind it (``Strategy.ignores_memory``)
     recipe: ModelRecipe | None = None  # the model the run trains (set with the method's set-up)
     tasks: DeviceTasks = field(init=False)  # the device processes (set once the engine, their host, exists)

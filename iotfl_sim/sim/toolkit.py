@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from iotfl_sim.algorithms.base import AggregateWork, Assignment, FleetView, Outcome, QsgdWork, Update
+from iotfl_sim.fleet.carbon import J_PER_KWH
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim import checkpointing
 from iotfl_sim.sim.console import stage
@@ -120,7 +121,12 @@ class Toolkit:
             spent += seconds
             rd.server_split[kind] += seconds
         rd.server_s += spent
-        self.sim.system.server_time += spent
+        system = self.sim.system
+        system.server_time += spent
+        carbon = self.sim.fleet.carbon
+        if carbon is not None and spent > 0:  # the items ran back to back, ending now
+            now = self.sim.env.now
+            system.server_carbon_g += system.server_cost.power_w * carbon.integral(now - spent, now) / J_PER_KWH
 
     def serve(self, rd: Round) -> Generator[Any, Any, None]:
         """Run the method's pending server work on the simulated clock, item by item (the round's server seconds)."""
@@ -258,7 +264,15 @@ class Toolkit:
         row["server_time_s"] = rd.server_s
         row.update({f"server_{k}_s": v for k, v in rd.server_split.items()})
         row["server_energy_j"] = sim.system.server_time * sim.system.server_cost.power_w
+        self.add_carbon(row)
         return row
+
+    def add_carbon(self, row: dict[str, Any]) -> None:
+        """``carbon_g``: the grams of CO2(eq) the mains-powered devices and the server drew from the grid so far
+        (only with ``fleet.carbon``)."""
+        sim = self.sim
+        if sim.fleet.carbon is not None:
+            row["carbon_g"] = sim.fleet.carbon_g(sim.env.now) + sim.system.server_carbon_g
 
     def params(self, a: Assignment) -> int:
         return self.sim.strategy.recipe_for(a).cost(a.spec).params
