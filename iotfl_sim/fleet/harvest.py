@@ -24,6 +24,7 @@ it does so at each of the device's events (a task's phase, a read), and holds it
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,23 +75,92 @@ def _span(level: float, cap: float, t0: float, lengths: np.ndarray, rates: np.nd
     if empty.size:
         k = int(empty[0])
         start = level if k == 0 else float(levels[k - 1])
-        ends = np.cumsum(lengths)
-        t_start = t0 + (0.0 if k == 0 else float(ends[k - 1]))
+        t_start = t0 + float(np.sum(lengths[:k]))
         drawn = -float(np.sum(np.minimum(deltas[:k], 0.0))) + max(start, 0.0)
         return Step(0.0, t_start + (start / -float(rates[k]) if start > 0.0 else 0.0), drawn)
     return Step(float(levels[-1]) if levels.size else level, None, -float(np.sum(np.minimum(deltas, 0.0))))
 
 
-def _segments(h: Harvest, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths and incoming powers of the source's segments covering ``[t0, t1]``, ``t1 - t0`` at most a period
-    past ``t0``'s period."""
+def _one(level: float, cap: float, t0: float, dt: float, rate: float) -> Step:
+    """``_span`` of one segment, in scalars."""
+    if rate < 0.0:
+        end = level + rate * dt
+        if end <= 0.0:
+            return Step(0.0, t0 + (level / -rate if level > 0.0 else 0.0), max(level, 0.0))
+        return Step(end, None, -rate * dt)
+    return Step(min(cap, level + rate * dt), None, 0.0)
+
+
+SMALL_SPAN = 8  # spans of up to this many segments are walked in scalars
+
+
+class _Period:
+    """One period of a source under one draw, over two periods' segments (a span may cross into the next): what
+    ``walk`` needs again at every call with the same source, cell and draw (cached on the source)."""
+
+    def __init__(self, h: Harvest, cell: Cell, draw_w: float) -> None:
+        self.rates = cell.stored_rates(h.values, draw_w)
+        deltas = self.rates * h.lengths_s
+        sums = np.cumsum(deltas)
+        self.per_period, self.lowest, self.highest = float(sums[-1]), float(np.min(sums)), float(np.max(sums))
+        self.drawn = -float(np.sum(np.minimum(deltas, 0.0)))
+        self.starts2 = np.concatenate([h.offsets_s, h.offsets_s + h.period_s])
+        self.ends2 = np.append(self.starts2[1:], 2.0 * h.period_s)
+        self.rates2 = np.concatenate([self.rates, self.rates])
+        self.starts2_list = self.starts2.tolist()
+        self.rates2_list = self.rates2.tolist()
+        # a period that touches the capacity ends at E = cap + per_period - max_k S_k whatever it started from,
+        # and one started at E never falls below M = cap + m_off (S: the period's running sum of level changes)
+        self.e_off = self.per_period - float(np.max(sums))
+        prefix_max = np.maximum.accumulate(sums)
+        self.m_off = min(self.e_off, float(np.min(sums + np.minimum(self.e_off, -prefix_max))))
+        # that steady path's level (minus cap) at each segment's start, for ``steady_at``
+        ends = sums + np.minimum(self.e_off, -prefix_max)
+        self.steady_starts = [self.e_off, *ends[:-1].tolist()]
+        self.offsets_list = h.offsets_s.tolist()
+        self.rates_list = self.rates.tolist()
+
+    def steady(self, cap: float) -> tuple[float, float]:
+        """(E, M) for a battery of capacity ``cap`` when a period brings no net loss (``per_period >= 0``): a period
+        started at E or above ends at E and never falls below M."""
+        return cap + self.e_off, cap + self.m_off
+
+    def steady_at(self, cap: float, phase: float) -> float:
+        """The steady path's level (the period started at E) at ``phase`` seconds into a period."""
+        k = bisect_right(self.offsets_list, phase) - 1
+        return min(cap, cap + self.steady_starts[k] + self.rates_list[k] * (phase - self.offsets_list[k]))
+
+    @staticmethod
+    def of(h: Harvest, cell: Cell, draw_w: float) -> _Period:
+        key = (cell, draw_w)
+        p = h.cache.get(key)
+        if p is None:
+            if len(h.cache) >= 1024:  # draws are few (idle, training, radio per profile); bound it anyway
+                h.cache.clear()
+            p = h.cache[key] = _Period(h, cell, draw_w)
+        return p
+
+
+def _through(level: float, cap: float, t0: float, t1: float, h: Harvest, p: _Period) -> Step:
+    """The level from ``t0`` to ``t1``, ``t1`` at most the end of the period after ``t0``'s."""
     p0 = h.period_start(t0)
-    starts = np.concatenate([p0 + h.offsets_s, p0 + h.period_s + h.offsets_s])
-    power = np.concatenate([h.values, h.values])
-    ends = np.append(starts[1:], p0 + 2.0 * h.period_s)
-    keep = (ends > t0) & (starts < t1)
-    lo, hi = np.maximum(starts[keep], t0), np.minimum(ends[keep], t1)
-    return hi - lo, power[keep]
+    a, b = t0 - p0, t1 - p0
+    k0 = bisect_right(p.starts2_list, a) - 1
+    k1 = bisect_left(p.starts2_list, b)  # segments k0 .. k1 - 1 cover [a, b]
+    if k1 - k0 == 1:
+        return _one(level, cap, t0, t1 - t0, p.rates2_list[k0])
+    if k1 - k0 <= SMALL_SPAN:  # a task crossing a segment boundary or two: scalars beat numpy's overhead
+        starts, drawn, t = p.starts2_list, 0.0, t0
+        for k in range(k0, k1):
+            end = min(b, starts[k + 1] if k + 1 < len(starts) else b)
+            s = _one(level, cap, t, end - (t - p0), p.rates2_list[k])
+            drawn += s.drawn_j
+            if s.dead_at is not None:
+                return Step(0.0, s.dead_at, drawn)
+            level, t = s.level, p0 + end
+        return Step(level, None, drawn)
+    lengths = np.minimum(p.ends2[k0:k1], b) - np.maximum(p.starts2[k0:k1], a)
+    return _span(level, cap, t0, lengths, p.rates2[k0:k1])
 
 
 def walk(
@@ -102,32 +172,37 @@ def walk(
         rate = float(cell.stored_rates(np.zeros(1), draw_w)[0])
         if t1 == math.inf:
             return Step(level, t0 + level / -rate if rate < 0 else None, level if rate < 0 else 0.0)
-        return _span(level, cap, t0, np.array([t1 - t0]), np.array([rate]))
+        return _one(level, cap, t0, t1 - t0, rate)
+    p = _Period.of(h, cell, draw_w)
+    if t1 == math.inf and p.per_period >= 0:
+        lowest = p.steady(cap)[1]
+        # the level never drifts further from the steady path (which repeats every period and never falls below
+        # M): a battery behind it by less than M never empties
+        if lowest > 0 and level > p.steady_at(cap, t0 - h.period_start(t0)) - lowest:
+            return Step(level, None, 0.0)
     drawn = 0.0
     t = t0
     # to the end of t0's period, then whole periods, then the rest
     first_end = min(t1, h.period_start(t0) + h.period_s)
     if first_end > t:
-        lengths, power = _segments(h, t, first_end)
-        s = _span(level, cap, t, lengths, cell.stored_rates(power, draw_w))
+        s = _through(level, cap, t, first_end, h, p)
         drawn += s.drawn_j
         if s.dead_at is not None or first_end >= t1:
             return Step(s.level, s.dead_at, drawn)
         level, t = s.level, first_end
-    rates = cell.stored_rates(h.values, draw_w)
-    deltas = rates * h.lengths_s
-    sums = np.cumsum(deltas)
-    per_period, lowest, highest = float(sums[-1]), float(np.min(sums)), float(np.max(sums))
-    drawn_per_period = -float(np.sum(np.minimum(deltas, 0.0)))
     previous_end = math.nan
     while t + h.period_s <= t1:
-        if level + highest <= cap:  # never capped: every later period moves by per_period too
-            if level + lowest <= 0:
+        if t1 == math.inf and p.per_period >= 0:
+            end, lowest = p.steady(cap)
+            if level >= end and lowest > 0:
+                return Step(end, None, drawn)  # from here every period ends at E and stays above M > 0
+        if level + p.highest <= cap:  # never capped: every later period moves by per_period too
+            if level + p.lowest <= 0:
                 break  # it empties in this period
-            if per_period < 0:
-                n = max(0, math.ceil((level + lowest) / -per_period) - 1)  # periods surely survived
-            elif per_period > 0:
-                n = max(0, math.floor((cap - highest - level) / per_period))  # periods before the cap binds
+            if p.per_period < 0:
+                n = max(0, math.ceil((level + p.lowest) / -p.per_period) - 1)  # periods surely survived
+            elif p.per_period > 0:
+                n = max(0, math.floor((cap - p.highest - level) / p.per_period))  # periods before the cap binds
             else:
                 n = math.inf
             if t1 < math.inf:
@@ -135,11 +210,11 @@ def walk(
             if n == math.inf:
                 return Step(level, None, drawn)  # the same period forever (t1 infinite)
             if n > 0:
-                level += n * per_period
-                drawn += n * drawn_per_period
+                level += n * p.per_period
+                drawn += n * p.drawn
                 t += n * h.period_s
                 continue
-        s = _span(level, cap, t, h.lengths_s, rates)
+        s = _span(level, cap, t, h.lengths_s, p.rates)
         drawn += s.drawn_j
         if s.dead_at is not None:
             return Step(0.0, s.dead_at, drawn)
@@ -153,8 +228,7 @@ def walk(
         previous_end, level, t = s.level, s.level, t + h.period_s
     if t >= t1:
         return Step(level, None, drawn)
-    lengths, power = _segments(h, t, min(t1, t + h.period_s))  # the rest, or the period it empties in
-    s = _span(level, cap, t, lengths, cell.stored_rates(power, draw_w))
+    s = _through(level, cap, t, min(t1, t + h.period_s), h, p)  # the rest, or the period it empties in
     return Step(s.level, s.dead_at, drawn + s.drawn_j)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,7 @@ class Periodic:
     period_s: float
     origin_s: float = 0.0
     lengths_s: np.ndarray = field(init=False, repr=False, compare=False)
+    cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)  # for callers' derived figures
 
     def __post_init__(self) -> None:
         offsets = np.asarray(self.offsets_s, dtype=np.float64)
@@ -50,8 +52,8 @@ class Periodic:
 
     def value(self, t: float) -> float:
         """The value at ``t``."""
-        k = int(np.searchsorted(self.offsets_s, (t - self.origin_s) % self.period_s, side="right")) - 1
-        return float(self.values[k])
+        offsets, values, _, _ = self._scalars()
+        return values[bisect_right(offsets, (t - self.origin_s) % self.period_s) - 1]
 
     def integral(self, t0: float, t1: float) -> float:
         """The integral over ``[t0, t1]`` (a harvest's energy in J)."""
@@ -59,7 +61,20 @@ class Periodic:
 
     def cumulative(self, t: float) -> float:
         """The integral from ``origin_s`` to ``t`` (negative before it)."""
-        p0 = self.period_start(t)
-        whole = round((p0 - self.origin_s) / self.period_s)
-        done = np.minimum(np.maximum(t - p0 - self.offsets_s, 0.0), self.lengths_s)
-        return whole * float(np.dot(self.values, self.lengths_s)) + float(np.dot(self.values, done))
+        offsets, values, prefix, total = self._scalars()
+        phase = (t - self.origin_s) % self.period_s
+        whole = round((t - phase - self.origin_s) / self.period_s)
+        k = bisect_right(offsets, phase) - 1
+        return whole * total + prefix[k] + values[k] * (phase - offsets[k])
+
+    def _scalars(self) -> tuple[list[float], list[float], list[float], float]:
+        """Offsets, values, the integral up to each segment's start, and a whole period's, as Python floats
+        (a call costs a microsecond, not numpy's tens)."""
+        got = self.cache.get("scalars")
+        if got is None:
+            areas = (self.values * self.lengths_s).tolist()
+            prefix = [0.0]
+            for a in areas[:-1]:
+                prefix.append(prefix[-1] + a)
+            got = self.cache["scalars"] = (self.offsets_s.tolist(), self.values.tolist(), prefix, sum(areas))
+        return got
