@@ -411,7 +411,7 @@ class Fleet:
             self.level[d] = min(self.level[d] - stored, self.capacity_j[d])  # a refund (< 0) never overfills
             if self.level[d] > 0:
                 self._add(d, kind, joules)
-                self._age(d, stored)
+                self._age(d, stored)  # a refund (< 0) takes back the cycles its tail was charged
                 self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], h, cell))
                 return None
             self._add(d, kind, joules + self.level[d] * cell.discharge_efficiency)
@@ -501,9 +501,9 @@ class Fleet:
     def _age(self, d: int, drawn_j: float) -> None:
         """Capacity fade: ``fade_per_cycle`` of the nominal capacity per equivalent full cycle drawn."""
         fade = self.cells[self.group_of[d]].fade_per_cycle
-        if fade <= 0.0 or drawn_j <= 0.0:
+        if fade <= 0.0 or drawn_j == 0.0:
             return
-        self.drawn_j[d] += drawn_j
+        self.drawn_j[d] = max(0.0, self.drawn_j[d] + drawn_j)  # < 0: the unspent part of an LTE tail given back
         nominal = self.nominal_j[d]
         self.capacity_j[d] = nominal * max(0.0, 1.0 - fade * self.drawn_j[d] / nominal)
         self.level[d] = min(self.level[d], self.capacity_j[d])
