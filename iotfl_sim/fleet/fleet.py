@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from iotfl_sim.core.catalog import FAILURE_REASONS
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fleet.carbon import J_PER_KWH
 from iotfl_sim.fleet.harvest import Cell, Harvest, depletion_time, walk
 from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
+from iotfl_sim.fleet.lora import LoraPhy
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.fleet.periodic import Periodic
 from iotfl_sim.scenario.loader import ResolvedGroup
@@ -63,6 +65,7 @@ class Fleet:
     drawn_j: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy drawn so far (ageing)
     radio: list[RadioPreset] = field(default_factory=list)  # per group
     preset_power: list[bool] = field(default_factory=list)  # per group: radio power from the preset
+    lora: list[LoraPhy | None] = field(default_factory=list)  # per group: frames timed on air (radio lorawan)
     link_jitter: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
     next_tx: np.ndarray = field(default_factory=lambda: np.zeros(0))  # duty cycle: earliest next transmission
@@ -132,6 +135,7 @@ class Fleet:
         fleet.activity_power = [r if r.compute_w is not None else None for r in rates]
         fleet.radio = [RADIO_PRESETS[g.config.network.radio or g.profile.link.radio] for g in groups]
         fleet.preset_power = [g.config.network.power_model == "preset" for g in groups]
+        fleet.lora = [_lora(i, g, fleet.radio[i]) for i, g in enumerate(groups)]
         fleet.link_jitter = per_device([g.config.network.jitter for g in groups])
         fleet.link_loss = per_device([g.config.network.loss for g in groups])
         fleet.next_tx = np.zeros(n)
@@ -647,6 +651,19 @@ def _harvest(g: ResolvedGroup, base_dir: Path | None) -> Harvest | None:
         return solar_harvest(trace, cfg.area_m2, cfg.efficiency, cfg.start_hour * 3600.0)
     hour = cfg.day_s / 24.0
     return Harvest.window(cfg.power_w, cfg.start_hour * hour, cfg.hours * hour, cfg.day_s)
+
+
+def _lora(i: int, g: ResolvedGroup, radio: RadioPreset) -> LoraPhy | None:
+    cfg = g.config.network.lora
+    if cfg is None:
+        return None
+    name = g.config.network.radio or g.profile.link.radio
+    if radio is not RADIO_PRESETS["lorawan"]:
+        raise ScenarioError(
+            f"fleet.groups[{i}].network.lora: the group's radio is {name}, not lorawan; set network.radio: lorawan "
+            "or drop network.lora"
+        )
+    return LoraPhy(cfg.sf, cfg.bandwidth_khz * 1e3, cfg.coding_rate, cfg.preamble)
 
 
 def _cell(b: Battery) -> Cell:

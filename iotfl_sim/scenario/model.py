@@ -63,6 +63,15 @@ class MemoryConfig(Strict):
         return self
 
 
+class LoraConfig(Strict):
+    """A LoRa PHY (fleet/lora.py): frames timed on air by Semtech's formula instead of bytes over the profile's rate."""
+
+    sf: int = Field(7, ge=7, le=12, description="spreading factor")
+    bandwidth_khz: Literal[125, 250, 500] = Field(125, description="channel bandwidth, kHz")
+    coding_rate: int = Field(5, ge=5, le=8, description="the coding rate's denominator: 5 for 4/5 .. 8 for 4/8")
+    preamble: int = Field(8, ge=6, le=65535, description="preamble symbols (8 in LoRaWAN)")
+
+
 class NetworkConfig(Strict):
     """A group's link behaviour beyond the profile's bandwidth and RTT."""
 
@@ -75,6 +84,10 @@ class NetworkConfig(Strict):
     jitter: float = Field(0.0, ge=0, description="lognormal sigma of a multiplicative noise on each transfer's time")
     loss: float = Field(0.0, ge=0, lt=1, description="packet loss probability; lost packets are retransmitted")
     gateway: str | None = Field(None, description="name of a fleet.gateways entry whose capacity this group shares")
+    lora: LoraConfig | None = Field(
+        None, description="with radio lorawan: time each LoRaWAN frame on air (SF, bandwidth, coding rate) instead of "
+        "bytes over the profile's rate"
+    )
 
 
 class HarvestConfig(Strict):

@@ -13,6 +13,7 @@ from iotfl_sim.algorithms.base import Assignment, DeviceState
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fleet.availability import Availability
 from iotfl_sim.fleet.fleet import Fleet
+from iotfl_sim.fleet.lora import message
 from iotfl_sim.fleet.network import SharedMedium, duty_cycled_duration, lorawan_frames, retransmitted_bytes
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim.round import Task
@@ -149,17 +150,25 @@ class DeviceTasks:
             if reason is None:
                 self.release(task)  # else once the failure is recorded (``fail``)
         else:
-            air = sent * 8.0 / bps * jitter
-            duration = air
+            phy = f.lora[g]
+            if phy is not None:  # LoRaWAN frames timed on air (the duty cycle on uplinks only, as below)
+                lora = message(phy, sent, preset.duty_cycle if up else 1.0)
+                air, duration = lora.airtime_s * jitter, lora.duration_s * jitter
+                silence = lora.silence_after_s * jitter
+            else:
+                air = sent * 8.0 / bps * jitter
+                duration, silence = air, 0.0
             if up and preset.duty_cycle < 1.0:
                 wait = f.next_tx[d] - self.env.now
                 if wait > 0:  # the sub-band is still closed after the last frame
                     reason, end = yield from self.activity(task, wait, 0.0, "radio")
                     if reason is not None:
                         return reason, end
-                frames = lorawan_frames(sent)
-                duration = duty_cycled_duration(air, preset.duty_cycle, frames)
-                f.next_tx[d] = self.env.now + duration + (air / frames) * (1.0 / preset.duty_cycle - 1.0)
+                if phy is None:
+                    frames = lorawan_frames(sent)
+                    duration = duty_cycled_duration(air, preset.duty_cycle, frames)
+                    silence = (air / frames) * (1.0 / preset.duty_cycle - 1.0)
+                f.next_tx[d] = self.env.now + duration + silence
             power = f.radio_power(d, up, sent * 8.0 / air) * air / (duration + rtt)
             reason, end = yield from self.activity(task, duration + rtt, power, "radio")
         if reason is None and preset.tail_s > 0:

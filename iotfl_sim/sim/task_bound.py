@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from iotfl_sim.fleet.lora import message
 from iotfl_sim.sim.training_time import TrainingTime
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ def fastest_task_s(sim: Simulation, real_numerics: bool) -> float:
         down_bytes += min(recipe.cost(spec).params for recipe, spec in specs) * 4.0
     clean = f.link_jitter <= 0 if len(f.link_jitter) else np.ones(f.n, dtype=bool)
     air = np.where(clean, down_bytes * 8.0 / f.down_bps + header * 8.0 / f.up_bps, 0.0)
+    for g, phy in enumerate(f.lora):  # LoRaWAN frames on air instead of the profile's rates
+        if phy is not None:
+            on_air = message(phy, down_bytes).airtime_s + message(phy, header).airtime_s
+            air = np.where(clean & (f.group_of == g), on_air, air)
     samples = np.ones(f.n, dtype=np.int64) if real_numerics else sim.numerics.samples_per_device
     training = TrainingTime(
         f, samples, sc.task_epochs(), sc.local.batch_size, sim.system.step_options, roofline=sc.fleet.cost_model == "roofline"
