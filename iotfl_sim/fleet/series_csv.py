@@ -48,18 +48,22 @@ def fail(kind: Kind, path: Path, where: str, what: str, fix: str) -> TraceError:
     return kind.error(f"{path}{where}: {what}; {fix}")
 
 
+def missing(kind: Kind, path: Path) -> TraceError:
+    return fail(
+        kind,
+        path,
+        "",
+        f"no such {kind.what} trace",
+        f"check {kind.field} (relative to the scenario's folder)",
+    )
+
+
 def stat_file(kind: Kind, path: Path) -> tuple[int, int]:
     """``path``'s (modification time, size), or the refusal of a path that is not a readable file."""
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise fail(
-            kind,
-            path,
-            "",
-            f"no such {kind.what} trace",
-            f"check {kind.field} (relative to the scenario's folder)",
-        ) from None
+        raise missing(kind, path) from None
     except OSError as e:
         raise fail(
             kind, path, "", f"cannot be read ({e.strerror})", "check the path and its permissions"
@@ -81,13 +85,7 @@ def read_rows(kind: Kind, path: Path) -> list[list[str]]:
                     )
             return rows
     except FileNotFoundError:
-        raise fail(
-            kind,
-            path,
-            "",
-            f"no such {kind.what} trace",
-            f"check {kind.field} (relative to the scenario's folder)",
-        ) from None
+        raise missing(kind, path) from None
     except UnicodeDecodeError:
         raise fail(kind, path, "", "not a text CSV file", f"give {kind.formats}") from None
     except (OSError, csv.Error) as e:
