@@ -33,20 +33,21 @@ def time_unit(max_s: float) -> tuple[str, float]:
     return ("h", 3600.0) if max_s > 2 * 3600 else ("s", 1.0)
 
 
+def _thousands(largest: float, names: tuple[str, str, str]) -> tuple[str, float]:
+    """(name, divisor) for values up to ``largest``: names of x 1e6, x 1e3 and x 1 (the larger from 10,000 of it)."""
+    if largest >= 1e7:
+        return names[0], 1e6
+    if largest >= 1e4:
+        return names[1], 1e3
+    return names[2], 1.0
+
+
 def energy_unit(max_j: float) -> tuple[str, float]:
-    if max_j >= 1e7:
-        return "MJ", 1e6
-    if max_j >= 1e4:
-        return "kJ", 1e3
-    return "J", 1.0
+    return _thousands(max_j, ("MJ", "kJ", "J"))
 
 
 def carbon_unit(max_g: float) -> tuple[str, float]:
-    if max_g >= 1e7:
-        return "t CO2", 1e6
-    if max_g >= 1e4:
-        return "kg CO2", 1e3
-    return "g CO2", 1.0
+    return _thousands(max_g, ("t CO2", "kg CO2", "g CO2"))
 
 
 def bytes_unit(max_b: float) -> tuple[str, float]:

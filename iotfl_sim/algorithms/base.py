@@ -49,7 +49,7 @@ class DeviceState:
 
     device: int
     free_memory_bytes: float
-    battery_left_j: float
+    battery_left_j: float  # its own reading (inf on mains): stored energy, or capacity minus energy used (docs/energy.md)
 
 
 @dataclass
