@@ -191,6 +191,13 @@ class FleetView(Protocol):
 
     def declared_free_memory(self) -> np.ndarray: ...  # bytes, per device, from the declared profiles
 
+    def reported_battery(self) -> np.ndarray:
+        """State of charge (0-1) per device as it last reported it; only when the scenario's fleet.reports lists
+        battery (else a one-line error naming that field)."""
+
+    def on_power(self) -> np.ndarray:
+        """Per device: on mains or plugged into its charger now; only when fleet.reports lists power."""
+
     def true_state(self, strategy: str) -> Any: ...  # oracle access; recorded in the summary
 
 
@@ -583,3 +590,18 @@ def select_uniform(fleet: FleetView, k: int, rng: np.random.Generator, eligible:
     if eligible is not None:
         mask = mask & (eligible if isinstance(eligible, np.ndarray) else eligible(np.arange(mask.shape[0])))
     return random_selection(np.flatnonzero(mask), k, rng)
+
+
+def select_on_power_first(fleet: FleetView, k: int, rng: np.random.Generator, eligible: Eligible = None) -> np.ndarray:
+    """k distinct devices (sorted): uniformly among the selectable, eligible devices that report being on power (mains
+    or a plugged-in charger: FedScale's "charging" devices), then, if they are fewer than k, uniformly among the
+    others. Needs ``power`` in the scenario's ``fleet.reports``; builds the fleet-wide mask (no sampled selection)."""
+    mask = fleet.selectable_mask()
+    if eligible is not None:
+        mask = mask & (eligible if isinstance(eligible, np.ndarray) else eligible(np.arange(mask.shape[0])))
+    powered = fleet.on_power()
+    first = random_selection(np.flatnonzero(mask & powered), k, rng)
+    if len(first) >= k:
+        return first
+    rest = random_selection(np.flatnonzero(mask & ~powered), k - len(first), rng)
+    return np.sort(np.concatenate([first, rest]))

@@ -27,6 +27,7 @@ from iotfl_sim.algorithms.base import (
     GlobalModel,
     Strategy,
     Update,
+    select_on_power_first,
     select_uniform,
 )
 from iotfl_sim.algorithms.common import contributions
@@ -69,7 +70,8 @@ class FedAvg(Exclusive, GlobalModel, Strategy):
         return [(self.recipe, self.spec)]
 
     def select(self, rnd: int, fleet: FleetView, rng: np.random.Generator) -> list[Assignment]:
-        chosen = select_uniform(fleet, self.c.clients_per_round, rng, self.eligible)
+        pick = select_on_power_first if self.cfg.prefer == "on_power" else select_uniform
+        chosen = pick(fleet, self.c.clients_per_round, rng, self.eligible)
         return [Assignment(int(d), self.spec, level="full", bits=self.wire.upload_bits) for d in chosen]
 
     def aggregate(self, rnd: int, updates: list[Update]) -> None:

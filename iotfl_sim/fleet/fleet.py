@@ -18,11 +18,12 @@ import numpy as np
 from iotfl_sim.core.catalog import FAILURE_REASONS
 from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fleet.carbon import J_PER_KWH
-from iotfl_sim.fleet.harvest import Cell, Harvest, depletion_time, walk
+from iotfl_sim.fleet.charging import schedules as charger_schedules
+from iotfl_sim.fleet.harvest import Cell, Harvest, Step, depletion_time, walk
 from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
 from iotfl_sim.fleet.lora import LoraPhy
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
-from iotfl_sim.fleet.periodic import Periodic
+from iotfl_sim.fleet.periodic import Periodic, product_integral
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
@@ -57,7 +58,9 @@ class Fleet:
     # per group: the rates when training power depends on the work (fl.cost.energy), None for a constant train_w
     activity_power: list[Rates | None] = field(default_factory=list)
     class_names: list[str] = field(default_factory=list)
-    harvests: list[Harvest | None] = field(default_factory=list)  # per group
+    harvests: list[tuple[Harvest, ...] | None] = field(default_factory=list)  # per group: its sources (chargers: many)
+    source_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # which of its group's sources
+    charger: list[bool] = field(default_factory=list)  # per group: the source is a charger on the grid
     cells: list[Cell] = field(default_factory=list)  # per group: the battery's chemistry
     tracked: list[bool] = field(default_factory=list)  # per group: the battery is a level (harvest, or a real cell)
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy at settled_at (tracked groups)
@@ -147,7 +150,14 @@ class Fleet:
         fleet.energy = {k: np.zeros(n) for k in ENERGY_KINDS}
         fleet.settled_at = np.zeros(n)
         fleet.depleted_at = np.where(fleet.idle_w > 0, fleet.capacity_j / np.maximum(fleet.idle_w, 1e-300), np.inf)
-        fleet.harvests = [_harvest(g, base_dir) for g in groups]
+        fleet.harvests = []
+        fleet.source_of = np.zeros(n, dtype=np.int32)
+        for i, g in enumerate(groups):
+            sources, which = _sources(i, g, seed, base_dir)
+            fleet.harvests.append(sources)
+            if which is not None:
+                fleet.source_of[group_of == i] = which
+        fleet.charger = [g.config.harvest is not None and g.config.harvest.kind == "charger" for g in groups]
         fleet.cells = [_cell(g.profile.battery) for g in groups]
         fleet.tracked = [
             bool(np.isfinite(g.profile.battery.joules)) and (h is not None or c != Cell(rated_w=c.rated_w))
@@ -160,7 +170,9 @@ class Fleet:
             if tracked:
                 members = group_of == i
                 cap, idle = float(fleet.capacity_j[members][0]), float(fleet.idle_w[members][0])
-                fleet.depleted_at[members] = depletion_time(cap, cap, 0.0, idle, fleet.harvests[i], fleet.cells[i])
+                for k, h in enumerate(fleet.harvests[i] or (None,)):
+                    same = members & (fleet.source_of == k)
+                    fleet.depleted_at[same] = depletion_time(cap, cap, 0.0, idle, h, fleet.cells[i])
         fleet.busy = np.zeros(n, dtype=bool)
         fleet.tasks = np.zeros(n, dtype=np.int64)
         fleet.completed = np.zeros(n, dtype=np.int64)
@@ -225,6 +237,24 @@ class Fleet:
     def _grid_lump(self, d: int, t: float, joules: float) -> None:
         if self.grid[d]:
             self._carbon_used[self.class_of[d]] += joules * self.carbon.value(t) / J_PER_KWH
+
+    def _charger_carbon(self, d: int, t0: float, t1: float, draw_w: float, step: Step) -> None:
+        """Count the grid energy a charger delivered to device ``d`` over ``[t0, t1]`` (before its level is moved
+        to ``step``'s): what ran the device while plugged in, min(charger, draw), plus the energy stored, before
+        its charging losses; priced at the grid's mean intensity over the span's plugged-in time."""
+        g = self.group_of[d]
+        if self.carbon is None or not self.charger[g]:
+            return
+        end = t1 if step.dead_at is None else step.dead_at
+        h = self.source(d)
+        plugged_j = h.integral(t0, end)  # the charger's full power x its time plugged in
+        if plugged_j <= 0.0:
+            return
+        power = float(np.max(h.values))
+        stored = max(step.level - self.level[d] + step.drawn_j, 0.0)
+        grid_j = stored / self.cells[g].charge_efficiency + min(power, draw_w) * plugged_j / power
+        intensity = product_integral(h, self.carbon, t0, end) / plugged_j
+        self._carbon_used[self.class_of[d]] += grid_j * intensity / J_PER_KWH
 
     def carbon_g(self, t: float) -> float:
         """Grams of CO2(eq) the mains-powered devices have drawn from the grid up to ``t`` (0 without a carbon
@@ -338,13 +368,20 @@ class Fleet:
             return
         g = self.group_of[d]
         if self.tracked[g]:
-            step = walk(self.level[d], self.capacity_j[d], last, t, self.idle_w[d], self.harvests[g], self.cells[g])
+            h = self.source(d)
+            step = walk(self.level[d], self.capacity_j[d], last, t, self.idle_w[d], h, self.cells[g])
+            self._charger_carbon(d, last, t, self.idle_w[d], step)
             self.level[d] = step.level
             self._age(d, step.drawn_j)
         self._add(d, "idle", self.idle_w[d] * (t - last))
         if self.carbon is not None:
             self._grid_draw(d, self.idle_w[d], last, t)
         self._move_settled(d, t)
+
+    def source(self, d: int) -> Harvest | None:
+        """Device ``d``'s power source (None: none)."""
+        sources = self.harvests[self.group_of[d]]
+        return None if sources is None else sources[self.source_of[d]]
 
     def alive(self, d: int, t: float) -> bool:
         return bool(self.depleted_at[d] > t)
@@ -387,10 +424,11 @@ class Fleet:
 
     def _spend_tracked(self, d: int, t0: float, duration: float, power_w: float, base: float, kind: str):
         g = self.group_of[d]
-        h, cell = self.harvests[g], self.cells[g]
+        h, cell = self.source(d), self.cells[g]
         step = walk(self.level[d], self.capacity_j[d], t0, t0 + duration, power_w + base, h, cell)
         dead = step.dead_at
         end = t0 + duration if dead is None else dead
+        self._charger_carbon(d, t0, t0 + duration, power_w + base, step)
         self._add(d, kind, power_w * (end - t0))
         self._add(d, "idle", base * (end - t0))
         self._move_settled(d, end)
@@ -410,7 +448,7 @@ class Fleet:
             return float(max(t, self.depleted_at[d]))
         g = self.group_of[d]
         if self.tracked[g]:
-            h, cell = self.harvests[g], self.cells[g]
+            h, cell = self.source(d), self.cells[g]
             stored = joules / cell.discharge_efficiency  # a lump has no rate: no Peukert effect
             self.level[d] = min(self.level[d] - stored, self.capacity_j[d])  # a refund (< 0) never overfills
             if self.level[d] > 0:
@@ -501,6 +539,30 @@ class Fleet:
         if self.tracked[self.group_of[d]]:
             return float(self.level[d])
         return float(self.capacity_j[d] - self.used(d))
+
+    def reported_charge(self) -> np.ndarray:
+        """Every device's state of charge (0-1 of its capacity) at its last settled instant, the last time it was
+        in touch (1 for mains-powered devices, 0 once depleted): what devices that report it have told the server."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            used = self.energy["compute"] + self.energy["radio"] + self.energy["idle"]
+            left = self.capacity_j - used
+            tracked = np.asarray(self.tracked, dtype=bool)
+            if tracked.any():
+                left = np.where(tracked[self.group_of], self.level, left)
+            soc = np.where(np.isfinite(self.capacity_j), left / self.capacity_j, 1.0)
+        soc[self.dead] = 0.0
+        return np.clip(np.nan_to_num(soc, nan=0.0), 0.0, 1.0)
+
+    def on_power(self, t: float) -> np.ndarray:
+        """Which devices run on power from outside at ``t``: mains-powered ones, and those whose charger is plugged
+        in (a solar panel does not count: it is no supply a method can rely on)."""
+        out = ~np.isfinite(self.capacity_j)
+        for g, sources in enumerate(self.harvests):
+            if sources is not None and self.charger[g]:
+                members = np.flatnonzero(self.group_of == g)
+                plugged = np.asarray([h.value(t) > 0.0 for h in sources])
+                out[members] = plugged[self.source_of[members]]
+        return out
 
     def _age(self, d: int, drawn_j: float) -> None:
         """Capacity fade: ``fade_per_cycle`` of the nominal capacity per equivalent full cycle drawn."""
@@ -639,10 +701,20 @@ def _running_sum(start: float, terms: np.ndarray) -> float:
     return float(np.add.accumulate(acc)[-1])
 
 
-def _harvest(g: ResolvedGroup, base_dir: Path | None) -> Harvest | None:
+def _sources(
+    i: int, g: ResolvedGroup, seed: int, base_dir: Path | None
+) -> tuple[tuple[Harvest, ...] | None, np.ndarray | None]:
+    """Group ``i``'s power sources, and which one each of its devices has (None: all the first)."""
     cfg = g.config.harvest
     if cfg is None or not np.isfinite(g.profile.battery.joules):
-        return None
+        return None, None
+    if cfg.kind == "charger":
+        return charger_schedules(cfg, seed, i, g.count)
+    return (_harvest(g, base_dir),), None
+
+
+def _harvest(g: ResolvedGroup, base_dir: Path | None) -> Harvest:
+    cfg = g.config.harvest
     if cfg.kind == "solar":
         path = Path(cfg.trace).expanduser()
         if not path.is_absolute() and base_dir is not None:

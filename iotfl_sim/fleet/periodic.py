@@ -78,3 +78,25 @@ class Periodic:
                 prefix.append(prefix[-1] + a)
             got = self.cache["scalars"] = (self.offsets_s.tolist(), self.values.tolist(), prefix, sum(areas))
         return got
+
+    def next_change(self, t: float) -> float:
+        """The first instant after ``t`` at which the value may change (the end of ``t``'s segment)."""
+        offsets, _, _, _ = self._scalars()
+        start = self.period_start(t)
+        ends = [*offsets[1:], self.period_s]
+        k = bisect_right(offsets, t - start) - 1
+        end = start + ends[k]
+        if end <= t:  # t rounded onto the segment's end: the next one's
+            end = start + ends[k + 1] if k + 1 < len(ends) else start + self.period_s + ends[0]
+        return end
+
+
+def product_integral(a: Periodic, b: Periodic, t0: float, t1: float) -> float:
+    """The integral of ``a x b`` over ``[t0, t1]``, segment by segment (a charger's power times the grid's carbon
+    intensity): O(segments of either signal in the span)."""
+    total, t = 0.0, t0
+    while t < t1:
+        end = min(a.next_change(t), b.next_change(t), t1)
+        total += a.value(t) * b.value(t) * (end - t)
+        t = end
+    return total

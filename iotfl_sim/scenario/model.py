@@ -114,7 +114,25 @@ class SolarHarvestConfig(Strict):
     )
 
 
-HARVEST_KINDS: tuple[str, ...] = ("window", "solar")
+class ChargerConfig(Strict):
+    """A charger plugged in on a daily schedule that varies from day to day and device to device (phones charged at
+    night; fleet/charging.py, docs/energy.md). The device runs on the charger while plugged in and stores the rest."""
+
+    kind: Literal["charger"]
+    power_w: float = Field(gt=0, le=1000, description="power the charger delivers while plugged in, W")
+    start_hour: float = Field(22.0, ge=0, lt=24, description="usual plug-in time, hours after the start of a simulated day")
+    hours: float = Field(8.0, gt=0, le=24, description="usual time plugged in, hours")
+    start_sd_hours: float = Field(1.0, ge=0, le=12, description="day-to-day spread (std) of the plug-in time, hours")
+    hours_sd: float = Field(1.0, ge=0, le=12, description="day-to-day spread (std) of the time plugged in, hours")
+    skip_probability: float = Field(0.0, ge=0, lt=1, description="chance that a device is not plugged in at all on a day")
+    days: int = Field(7, ge=1, le=366, description="each device's schedule covers this many days, then repeats")
+    variants: int = Field(
+        64, ge=1, le=4096, description="distinct schedules drawn per group; each device follows one of them"
+    )
+    day_s: float = Field(86400.0, gt=0, description="length of a simulated day, s")
+
+
+HARVEST_KINDS: tuple[str, ...] = ("window", "solar", "charger")
 
 
 def _harvest_kind(value: Any) -> Any:
@@ -123,11 +141,13 @@ def _harvest_kind(value: Any) -> Any:
 
 
 HarvestChoice = Annotated[
-    Annotated[HarvestConfig, Tag("window")] | Annotated[SolarHarvestConfig, Tag("solar")],
+    Annotated[HarvestConfig, Tag("window")]
+    | Annotated[SolarHarvestConfig, Tag("solar")]
+    | Annotated[ChargerConfig, Tag("charger")],
     Discriminator(
         _harvest_kind,
         custom_error_type="harvest_kind",
-        custom_error_message="harvest.kind must be window (the default) or solar",
+        custom_error_message="harvest.kind must be window (the default), solar or charger",
     ),
 ]
 
@@ -173,7 +193,9 @@ class Group(Strict):
     memory: MemoryConfig = MemoryConfig()
     network: NetworkConfig = NetworkConfig()
     harvest: HarvestChoice | None = Field(
-        None, description="energy coming in (battery devices): a daily window, or a solar panel on an irradiance trace"
+        None,
+        description="energy coming in (battery devices): a daily window, a solar panel on an irradiance trace, or a "
+        "charger plugged in on a varying daily schedule",
     )
     availability: AvailabilityConfig = Field(
         default_factory=AlwaysAvailability, description="when devices are online (always, bernoulli, markov, diurnal, trace)"
@@ -214,6 +236,11 @@ class Fleet(Strict):
     gateways: list[Gateway] = Field(default_factory=list, description="shared access points / gateways")
     carbon: CarbonConfig | None = Field(
         None, description="the grid's carbon intensity: adds carbon_g (mains-powered devices and the server) to every row"
+    )
+    reports: list[Literal["battery", "power"]] = Field(
+        default_factory=list,
+        description="what devices tell the server, so a method may use it: battery (state of charge at the device's "
+        "last contact), power (whether it is on mains or plugged into its charger now); see docs/energy.md",
     )
 
     @model_validator(mode="after")
@@ -740,6 +767,15 @@ class Scenario(Strict):
                 "itself: give its own algorithm.buffer_size, or remove server.buffer_size"
             )
         return None
+
+    @model_validator(mode="after")
+    def _reports_what_the_method_reads(self) -> Scenario:
+        if getattr(self.algorithm, "prefer", "none") == "on_power" and "power" not in self.fleet.reports:
+            raise ValueError(
+                "algorithm.prefer: on_power picks devices that report being on power, and fleet.reports does not list "
+                "power; add it (fleet: {reports: [power]}) or drop algorithm.prefer"
+            )
+        return self
 
     @model_validator(mode="after")
     def _hierarchy_fits(self) -> Scenario:

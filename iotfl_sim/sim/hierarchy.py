@@ -148,6 +148,12 @@ class GatewayView:
     def declared_free_memory(self) -> np.ndarray:
         return self.inner.declared_free_memory()
 
+    def reported_battery(self) -> np.ndarray:
+        return self.inner.reported_battery()
+
+    def on_power(self) -> np.ndarray:
+        return self.inner.on_power()
+
     def true_state(self, strategy: str) -> Any:
         return self.inner.true_state(strategy)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.selection import SAMPLED_SELECTION_MIN_DEVICES, SampleStats, sample_uniform
 from iotfl_sim.seeding import stream
@@ -20,7 +21,9 @@ class ServerView:
     online now (devices check in when they come online, as in FedScale and real deployments), which
     are busy with an earlier task, and the history of outcomes (a device whose task failed with
     `depleted` is known to be gone). Not known: true current free memory, battery level, compute
-    jitter; a method that uses them must call ``true_state``, which the run summary reports.
+    jitter; a method that uses them must call ``true_state``, which the run summary reports. What the scenario
+    says devices report (``fleet.reports``) is known too: their state of charge at their last contact
+    (``reported_battery``) and whether they are on power now (``on_power``).
 
     Selection at scale: fleets of at least ``sample_min_devices`` devices (default
     ``SAMPLED_SELECTION_MIN_DEVICES`` = 100,000) answer ``sample_selectable`` (the uniform selection of
@@ -39,6 +42,7 @@ class ServerView:
     oracle_users: set[str] = field(default_factory=set)
     members: np.ndarray | None = None  # every device (a gateway's view, sim.hierarchy.GatewayView, has its own)
     sample_min_devices: int = SAMPLED_SELECTION_MIN_DEVICES
+    reports: frozenset[str] = frozenset()  # what devices report (fleet.reports): battery, power
     _stats: SampleStats = field(default_factory=SampleStats)  # sizes the sampler's checks only
     _warm: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # last ids found selectable
 
@@ -93,6 +97,25 @@ class ServerView:
 
     def declared_free_memory(self) -> np.ndarray:
         return self.declared
+
+    def reported_battery(self) -> np.ndarray:
+        """Each device's state of charge (0-1) as it last reported it (``Fleet.reported_charge``); needs ``battery``
+        in ``fleet.reports``."""
+        self._require("battery", "reported_battery")
+        return self.fleet.reported_charge()
+
+    def on_power(self) -> np.ndarray:
+        """Which devices say they are on mains or plugged into their charger now; needs ``power`` in
+        ``fleet.reports``."""
+        self._require("power", "on_power")
+        return self.fleet.on_power(self.now)
+
+    def _require(self, item: str, call: str) -> None:
+        if item not in self.reports:
+            raise ScenarioError(
+                f"the method reads FleetView.{call}(), which devices report only when fleet.reports lists {item}; "
+                f"add it (fleet: {{reports: [{item}]}}) or use a method that does not need it"
+            )
 
     def true_state(self, strategy: str) -> Fleet:
         self.oracle_users.add(strategy)
