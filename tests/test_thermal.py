@@ -231,3 +231,48 @@ def test_rpi4_profile_by_hand():
     ph = work_phases(RPI4, 56.0, 24.5, 3.1, 6.2, 600.0)
     assert ph[-1].holding
     assert ph[-1].clock == pytest.approx((55.5 / 10.2 - 3.1) / 3.1)
+
+
+# ---------------------------------------------------------------- in a run
+
+
+def _train_spans(tmp_path, thermal: dict | None, name: str) -> list[tuple[float, float]]:
+    import copy
+    import json
+
+    import yaml
+    from conftest import TINY, base_scenario
+
+    from iotfl_sim.cli import main
+
+    profile = copy.deepcopy(TINY)
+    profile["compute"]["flops"] = 2.0e5  # a task of minutes: long enough to heat up
+    profile["power"].update(idle_w=0.1, train_w=6.0)
+    profile["battery"] = {}
+    profile["thermal"] = {"r_k_per_w": 10.0, "tau_s": 100.0, "soft_clock": 0.5, "hard_clock": 0.25}
+    group = {"name": "hot", "count": 1, "profile": profile}
+    if thermal is not None:
+        group["thermal"] = thermal
+    data = base_scenario(rounds=1, clients_per_round=1, numerics="none", fleet={"groups": [group]})
+    data["name"] = name
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["run", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
+    run = next((tmp_path / name).iterdir())
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    start = [e["t"] for e in events if e["event"] == "train_start"]
+    end = [e["t"] for e in events if e["event"] == "train_end"]
+    return list(zip(start, end, strict=True))
+
+
+def test_a_long_task_slows_as_the_closed_form_says(tmp_path):
+    (cold,) = _train_spans(tmp_path, None, "cold")
+    (hot,) = _train_spans(tmp_path, {"ambient_c": 25.0}, "hot")
+    work = cold[1] - cold[0]
+    # idle steady state 25 + 0.1 x 10 = 26 C; full power 6 W heads for 85 C: 80 C after 100 ln(59 / 5) s. The soft
+    # clock (0.1 + 5.9 x 0.5 = 3.05 W, steady 55.5 C) would pull it back, so it holds at 80 C at the clock whose power
+    # is (80 - 25) / 10 = 5.5 W: (5.5 - 0.1) / 5.9
+    onset = 100.0 * math.log(59.0 / 5.0)
+    f_hold = (5.5 - 0.1) / 5.9
+    assert work > onset  # the test's premise: the task outlasts the full-clock phase
+    assert hot[1] - hot[0] == pytest.approx(onset + (work - onset) / f_hold, rel=1e-6)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
 from iotfl_sim.fleet.lora import LoraPhy
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.fleet.periodic import Periodic, product_integral
+from iotfl_sim.fleet.thermal import Phase, Thermal, cool, temperature_at, work_phases
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
@@ -77,6 +79,9 @@ class Fleet:
     ou_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # last OU sample (nan: none yet)
     ou_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ou_draws: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    thermals: list[Thermal | None] = field(default_factory=list)  # per group: heating and throttling (None: off)
+    temp_c: np.ndarray = field(default_factory=lambda: np.zeros(0))  # with thermal groups: temperature at temp_at
+    temp_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
     carbon: Periodic | None = None  # the grid's carbon intensity, g/kWh (None: carbon not counted)
     grid: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # mains-powered devices (with carbon)
     # dynamic state
@@ -173,6 +178,7 @@ class Fleet:
                 for k, h in enumerate(fleet.harvests[i] or (None,)):
                     same = members & (fleet.source_of == k)
                     fleet.depleted_at[same] = depletion_time(cap, cap, 0.0, idle, h, fleet.cells[i])
+        fleet._init_thermal()
         fleet.busy = np.zeros(n, dtype=bool)
         fleet.tasks = np.zeros(n, dtype=np.int64)
         fleet.completed = np.zeros(n, dtype=np.int64)
@@ -211,6 +217,52 @@ class Fleet:
         self._due_t = self.depleted_at[self._due_d]
         self._due_next = 0  # cursor into _due_t / _due_d
         self._heap: list[tuple[float, int]] = []  # instants set after build
+
+    # ------------------------------------------------------------ heat
+    #
+    # A device's temperature is kept at its last training task's end (temp_c at temp_at) and cooled lazily, at idle
+    # power, when the next task starts (fleet/thermal.py). Radio transfers count as idle for the heat.
+
+    def _init_thermal(self) -> None:
+        self.thermals = [_thermal(i, g) for i, g in enumerate(self.groups)]
+        if not any(th is not None for th in self.thermals):
+            return
+        self.temp_c = np.full(self.n, np.nan)
+        self.temp_at = np.zeros(self.n)
+        for g, th in enumerate(self.thermals):
+            if th is not None:
+                members = self.group_of == g
+                self.temp_c[members] = self.ambient_c(g, 0.0) + self.idle_w[members] * th.r_k_per_w  # idle, steady
+
+    def ambient_c(self, g: int, t: float) -> float:
+        """Group ``g``'s ambient temperature at ``t`` (°C)."""
+        cfg = self.groups[g].config.thermal
+        hour = (t / cfg.day_s * 24.0) % 24.0
+        return cfg.ambient_c + 0.5 * cfg.daily_swing_c * math.cos(2.0 * math.pi * (hour - cfg.peak_hour) / 24.0)
+
+    def temperature(self, d: int, t: float) -> float:
+        """Device ``d``'s temperature at ``t``, idle since its last task (nan: no thermal model)."""
+        th = self.thermals[self.group_of[d]] if self.thermals else None
+        if th is None:
+            return math.nan
+        g = self.group_of[d]
+        return cool(th, float(self.temp_c[d]), self.ambient_c(g, t), float(self.idle_w[d]), t - float(self.temp_at[d]))
+
+    def hot_work(self, d: int, t0: float, work_s: float, power_w: float) -> tuple[Phase, ...] | None:
+        """The phases of ``work_s`` seconds of full-clock training started at ``t0`` at ``power_w`` (full clock), as
+        the device's heat slows it (None: no thermal model; the work takes ``work_s``)."""
+        th = self.thermals[self.group_of[d]] if self.thermals else None
+        if th is None or work_s <= 0.0:
+            return None
+        idle = float(self.idle_w[d])
+        amb = self.ambient_c(self.group_of[d], t0)
+        return work_phases(th, self.temperature(d, t0), amb, idle, max(power_w, idle), work_s)
+
+    def cooled_to(self, d: int, t: float, phases: tuple[Phase, ...], t0: float) -> float:
+        """Record device ``d``'s temperature at ``t``, along ``phases`` started at ``t0``; returns it."""
+        c = temperature_at(phases, self.thermals[self.group_of[d]].tau_s, t - t0)
+        self.temp_c[d], self.temp_at[d] = c, t
+        return c
 
     # ------------------------------------------------------------ carbon
     #
@@ -736,6 +788,18 @@ def _lora(i: int, g: ResolvedGroup, radio: RadioPreset) -> LoraPhy | None:
             "or drop network.lora"
         )
     return LoraPhy(cfg.sf, cfg.bandwidth_khz * 1e3, cfg.coding_rate, cfg.preamble)
+
+
+def _thermal(i: int, g: ResolvedGroup) -> Thermal | None:
+    if g.config.thermal is None:
+        return None
+    p = g.profile.thermal
+    if p is None:
+        raise ScenarioError(
+            f"fleet.groups[{i}].thermal: profile {g.profile.name} has no thermal parameters; give them "
+            "(overrides: {thermal: {r_k_per_w, tau_s, soft_clock, hard_clock}}) or drop the group's thermal"
+        )
+    return Thermal(p.r_k_per_w, p.tau_s, p.soft_c, p.hard_c, p.soft_clock, p.hard_clock)
 
 
 def _cell(b: Battery) -> Cell:

@@ -152,6 +152,16 @@ HarvestChoice = Annotated[
 ]
 
 
+class ThermalConfig(Strict):
+    """Turns on the profile's heating and throttling (fleet/thermal.py) in an ambient temperature that may swing
+    daily: ``ambient_c + daily_swing_c / 2 x cos(2 pi (hour - peak_hour) / 24)``."""
+
+    ambient_c: float = Field(25.0, ge=-60, le=80, description="mean ambient temperature, °C")
+    daily_swing_c: float = Field(0.0, ge=0, le=60, description="peak-to-trough daily swing of the ambient, K")
+    peak_hour: float = Field(15.0, ge=0, lt=24, description="hour of the day at which the ambient peaks")
+    day_s: float = Field(86400.0, gt=0, description="length of a simulated day, s")
+
+
 class CarbonConfig(Strict):
     """The grid's carbon intensity: what each joule drawn from the grid (by mains-powered devices and the server)
     costs in CO2 (fleet/carbon.py; docs/energy.md)."""
@@ -199,6 +209,11 @@ class Group(Strict):
     )
     availability: AvailabilityConfig = Field(
         default_factory=AlwaysAvailability, description="when devices are online (always, bernoulli, markov, diurnal, trace)"
+    )
+    thermal: ThermalConfig | None = Field(
+        None,
+        description="heat and throttling under sustained training (the profile's thermal parameters) in this "
+        "ambient; null: devices never throttle",
     )
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="partial profile merged over the named one, e.g. {memory: {sigma_mb: 50}}"

@@ -226,6 +226,26 @@ class ServerWorkRates(Strict):
     qsgd_decode_tensor_us: float = Field(0.0, ge=0, description="fixed cost per tensor of decoding, us")
 
 
+class ThermalParams(Strict):
+    """How the board heats and throttles (fleet/thermal.py: one RC node, the firmware's two throttle levels); used
+    only where a fleet group turns the thermal model on (its ``thermal`` block)."""
+
+    r_k_per_w: float = Field(gt=0, le=1000, description="thermal resistance, junction to ambient, K/W")
+    tau_s: float = Field(gt=0, le=1e6, description="thermal time constant R x C, s")
+    soft_c: float = Field(80.0, gt=0, le=200, description="temperature at which the clock drops to soft_clock, °C")
+    hard_c: float = Field(85.0, gt=0, le=200, description="temperature at which the clock drops to hard_clock, °C")
+    soft_clock: float = Field(gt=0, le=1, description="share of the full clock between soft_c and hard_c")
+    hard_clock: float = Field(gt=0, le=1, description="share of the full clock at and above hard_c")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ThermalParams:
+        if not self.soft_c < self.hard_c:
+            raise ValueError(f"soft_c ({self.soft_c:g}) must be below hard_c ({self.hard_c:g})")
+        if not self.hard_clock <= self.soft_clock:
+            raise ValueError(f"hard_clock ({self.hard_clock:g}) must not exceed soft_clock ({self.soft_clock:g})")
+        return self
+
+
 class DeviceProfile(Strict):
     name: str
     description: str = ""
@@ -235,6 +255,7 @@ class DeviceProfile(Strict):
     power: Power
     battery: Battery = Battery()
     link: Link
+    thermal: ThermalParams | None = Field(None, description="heating and throttling (null: never throttles)")
     server_work: ServerWorkRates | None = Field(
         None, description="a server's rates for aggregation and QSGD; required where the profile is used as server.profile"
     )

@@ -15,6 +15,7 @@ from iotfl_sim.fleet.availability import Availability
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.lora import message
 from iotfl_sim.fleet.network import SharedMedium, duty_cycled_duration, lorawan_frames, retransmitted_bytes
+from iotfl_sim.fleet.thermal import power_at
 from iotfl_sim.seeding import stream
 from iotfl_sim.sim.round import Task
 from iotfl_sim.sim.traffic import Traffic
@@ -117,6 +118,21 @@ class DeviceTasks:
             yield self.env.timeout(end - t0)
         return reason, end
 
+    def train(self, task: Task, work_s: float, power_w: float, memory_need: float | None):
+        """Train for ``work_s`` seconds of full-clock work at ``power_w``; a device with a thermal model slows as it
+        heats (its energy is the phases' power x time, drawn at their mean power). Returns like ``activity``."""
+        f, d, t0 = self.fleet, task.assignment.device, self.env.now
+        phases = f.hot_work(d, t0, work_s, power_w)
+        if phases is None:
+            return (yield from self.activity(task, work_s, power_w, "compute", memory_need=memory_need))
+        wall = phases[-1].start_s + phases[-1].duration_s
+        energy = sum(power_at(float(f.idle_w[d]), max(power_w, float(f.idle_w[d])), p.clock) * p.duration_s for p in phases)
+        reason, end = yield from self.activity(task, wall, energy / wall, "compute", memory_need=memory_need)
+        throttled = sum(p.duration_s for p in phases if p.clock < 1.0 and p.start_s < end - t0)
+        temp = f.cooled_to(d, end, phases, t0)
+        self.host.log(task.rnd, d, "heat", temp_c=round(temp, 2), throttled_s=round(min(throttled, end - t0), 4))
+        return reason, end
+
     def transfer(self, task: Task, nbytes: float, up: bool):
         """Move a message over the device's link (or its gateway); returns (reason, instant) like ``activity``."""
         f, host = self.fleet, self.host
@@ -215,7 +231,7 @@ class DeviceTasks:
             flops, duration = self.training_time.task_cost(recipe_b, b.spec, d, rnd)
             host.log(rnd, d, "train_start", level=b.level, flops=flops)
             power = self.training_time.task_power(recipe_b, b.spec, d)
-            reason, at = yield from self.activity(task, duration, power, "compute", memory_need=need)
+            reason, at = yield from self.train(task, duration, power, need)
             if reason is not None:
                 oom = {"need": round(need / host.memory_scale, 4)} if reason == "oom" and need is not None else {}
                 self.fail(task, reason, at=at, phase="train", **oom)

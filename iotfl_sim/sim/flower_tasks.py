@@ -132,7 +132,7 @@ class FlowerTasks(DeviceTasks):
                                free=round(free / host.memory_scale, 4))  # fmt: skip
         duration, power = self.price(work, d, rnd)
         host.log(rnd, d, "train_start", flops=work.flops)
-        reason, at = yield from self.activity(task, duration, power, "compute", memory_need=need)
+        reason, at = yield from self.train(task, duration, power, need)
         if reason is not None:
             context.state = before
             return self.refuse(task, sent, reason, "train", at)
