@@ -8,6 +8,8 @@ devices do.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import heapq
 import math
 from collections.abc import Iterator
@@ -18,6 +20,8 @@ import numpy as np
 
 from iotfl_sim.core.catalog import FAILURE_REASONS
 from iotfl_sim.core.errors import ScenarioError
+from iotfl_sim.fleet import links as link_models
+from iotfl_sim.fleet.bandwidth import link_transfer_end
 from iotfl_sim.fleet.carbon import J_PER_KWH
 from iotfl_sim.fleet.charging import schedules as charger_schedules
 from iotfl_sim.fleet.harvest import Cell, Harvest, Step, depletion_time, walk
@@ -71,6 +75,11 @@ class Fleet:
     radio: list[RadioPreset] = field(default_factory=list)  # per group
     preset_power: list[bool] = field(default_factory=list)  # per group: radio power from the preset
     lora: list[LoraPhy | None] = field(default_factory=list)  # per group: frames timed on air (radio lorawan)
+    lora_sf: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # network.link: per-device SF (0: group's)
+    out_of_range: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # network.link: no scheme closes
+    distance_m: np.ndarray = field(default_factory=lambda: np.zeros(0))  # network.link: to the gateway (nan: no link)
+    bandwidth: list[tuple[Periodic, Periodic] | None] = field(default_factory=list)  # per group: (up, down) bit/s
+    bw_offset: np.ndarray = field(default_factory=lambda: np.zeros(0))  # where each device is in its trace, s
     link_jitter: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
     next_tx: np.ndarray = field(default_factory=lambda: np.zeros(0))  # duty cycle: earliest next transmission
@@ -146,6 +155,7 @@ class Fleet:
         fleet.lora = [_lora(i, g, fleet.radio[i]) for i, g in enumerate(groups)]
         fleet.link_jitter = per_device([g.config.network.jitter for g in groups])
         fleet.link_loss = per_device([g.config.network.loss for g in groups])
+        link_models.apply(fleet, seed, base_dir)
         fleet.next_tx = np.zeros(n)
         fleet.tail_until = np.zeros(n)
         fleet.ou_tau = per_device([g.config.memory.tau_s if g.config.memory.process == "ou" else 0.0 for g in groups])
@@ -705,6 +715,29 @@ class Fleet:
             return float(base * rng.exponential(1.0))
         return float(base * max(0.05, rng.normal(1.0, sigma)))
 
+    def phy(self, d: int) -> LoraPhy | None:
+        """Device ``d``'s LoRa PHY (its own spreading factor under ``network.link``), or None."""
+        phy = self.lora[self.group_of[d]]
+        if phy is None or not self.lora_sf.size or self.lora_sf[d] in (0, phy.sf):
+            return phy
+        return _with_sf(phy, int(self.lora_sf[d]))
+
+    def air_time(self, d: int, up: bool, t: float, bits: float) -> float:
+        """Seconds to move ``bits`` from ``t`` over device ``d``'s own link: at its fixed rate, or along its bandwidth
+        trace (outages waited out)."""
+        links = self.bandwidth[self.group_of[d]] if self.bandwidth else None
+        if links is None:
+            return bits / float(self.up_bps[d] if up else self.down_bps[d])
+        shift = float(self.bw_offset[d]) if self.bw_offset.size else 0.0
+        return link_transfer_end(links[0] if up else links[1], t + shift, bits) - (t + shift)
+
+    def rate_for(self, d: int, up: bool, t: float, bits: float) -> float:
+        """Device ``d``'s mean link rate (bit/s) for ``bits`` sent from ``t``: its fixed rate, or what its trace gives
+        over that transfer."""
+        if not self.bandwidth or self.bandwidth[self.group_of[d]] is None:
+            return float(self.up_bps[d] if up else self.down_bps[d])
+        return bits / max(self.air_time(d, up, t, bits), 1e-12)
+
     def radio_power(self, d: int, up: bool, throughput_bps: float) -> float:
         """Radio power (W, on top of idle) of device ``d`` while sending or receiving."""
         g = self.group_of[d]
@@ -800,6 +833,11 @@ def _thermal(i: int, g: ResolvedGroup) -> Thermal | None:
             "(overrides: {thermal: {r_k_per_w, tau_s, soft_clock, hard_clock}}) or drop the group's thermal"
         )
     return Thermal(p.r_k_per_w, p.tau_s, p.soft_c, p.hard_c, p.soft_clock, p.hard_clock)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_sf(phy: LoraPhy, sf: int) -> LoraPhy:
+    return dataclasses.replace(phy, sf=sf)
 
 
 def _cell(b: Battery) -> Cell:

@@ -7,6 +7,7 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    BeforeValidator,
     Discriminator,
     Field,
     GetCoreSchemaHandler,
@@ -72,6 +73,79 @@ class LoraConfig(Strict):
     preamble: int = Field(8, ge=6, le=65535, description="preamble symbols (8 in LoRaWAN)")
 
 
+class PathLossConfig(Strict):
+    """Log-distance path loss with log-normal shadowing: PL(d) = pl_d0_db + 10 n log10(d / d0_m) + N(0, sigma_db^2)."""
+
+    pl_d0_db: float = Field(ge=0, le=250, description="path loss at the reference distance, dB")
+    d0_m: float = Field(gt=0, le=1e5, description="reference distance, m")
+    n: float = Field(gt=0, le=10, description="path-loss exponent (2: free space)")
+    sigma_db: float = Field(0.0, ge=0, le=30, description="std of the static shadowing drawn per device, dB")
+
+
+class PositionsConfig(Strict):
+    """Where a group's devices are, in metres on a plane (the gateway at ``network.link.gateway_m``)."""
+
+    kind: Literal["fixed", "disc", "rectangle", "file"] = Field(
+        "disc", description="fixed: all at x_m, y_m; disc: uniform in a disc; rectangle: uniform in a box; file: a CSV"
+    )
+    x_m: float = Field(0.0, ge=-1e7, le=1e7, description="fixed: x; disc: the centre's x")
+    y_m: float = Field(0.0, ge=-1e7, le=1e7, description="fixed: y; disc: the centre's y")
+    radius_m: float | None = Field(None, gt=0, le=1e7, description="disc: its radius, m")
+    width_m: float | None = Field(None, gt=0, le=1e7, description="rectangle: its width (x from x_m), m")
+    height_m: float | None = Field(None, gt=0, le=1e7, description="rectangle: its height (y from y_m), m")
+    path: str | None = Field(
+        None, min_length=1, description="file: a device,x_m,y_m CSV (device: 0 .. count-1 within the group)"
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> PositionsConfig:
+        need = {"disc": ("radius_m",), "rectangle": ("width_m", "height_m"), "file": ("path",), "fixed": ()}[self.kind]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"positions of kind {self.kind} need {' and '.join(missing)}")
+        return self
+
+
+PATH_LOSS_MODELS: tuple[str, ...] = ("bor2016_lora", "petajajarvi2015_oulu", "free_space_868", "free_space_2400")
+
+
+def _path_loss_named(value: Any) -> Any:
+    if isinstance(value, str) and value not in PATH_LOSS_MODELS:
+        raise ValueError(
+            f"{value!r} is not a path-loss model here; use one of {', '.join(PATH_LOSS_MODELS)} (docs/links.md), or "
+            "give its parameters {pl_d0_db, d0_m, n, sigma_db}"
+        )
+    return value
+
+
+class LinkConfig(Strict):
+    """A link rate and loss from where each device is (fleet/link_quality.py): path loss, SNR, the fastest scheme of
+    the group's radio that closes the link with ``margin_db`` (its rate replaces the profile's), and the packet error
+    rate at that margin (replaces ``network.loss``)."""
+
+    path_loss: Annotated[str | PathLossConfig, BeforeValidator(_path_loss_named)] = Field(
+        description="a published model by name (PATH_LOSS_MODELS; docs/links.md) or its parameters"
+    )
+    positions: PositionsConfig = Field(description="where the group's devices are")
+    gateway_m: tuple[float, float] = Field((0.0, 0.0), description="the gateway's (x, y), m")
+    margin_db: float = Field(0.0, ge=0, le=40, description="link margin a scheme must leave (LoRaWAN ADR: ~10 dB)")
+
+
+class BandwidthConfig(Strict):
+    """Link rates that follow a measured trace (fleet/bandwidth.py) instead of the profile's fixed ones."""
+
+    trace: str = Field(min_length=1, description="the trace file, relative to the scenario's folder")
+    format: Literal["auto", "csv", "lumos5g", "hsdpa", "ghent"] = Field("auto", description="the trace's format")
+    run: int | None = Field(None, ge=0, description="lumos5g: the run_num to replay (default: the file's first)")
+    up_ratio: float | None = Field(
+        None, gt=0, le=10, description="download-only formats: uplink = this x downlink (default 6/13, LTE medians)"
+    )
+    start_s: float = Field(0.0, ge=0, description="where in the trace the simulation's time 0 falls, s")
+    offsets: Literal["same", "random"] = Field(
+        "random", description="random: each device starts at its own point of the trace (seeded); same: all at start_s"
+    )
+
+
 class NetworkConfig(Strict):
     """A group's link behaviour beyond the profile's bandwidth and RTT."""
 
@@ -88,6 +162,20 @@ class NetworkConfig(Strict):
         None, description="with radio lorawan: time each LoRaWAN frame on air (SF, bandwidth, coding rate) instead of "
         "bytes over the profile's rate"
     )
+    link: LinkConfig | None = Field(
+        None, description="rate and loss from each device's distance to its gateway (path loss -> SNR -> scheme)"
+    )
+    bandwidth: BandwidthConfig | None = Field(None, description="rates over time from a measured trace")
+
+    @model_validator(mode="after")
+    def _one_rate_source(self) -> NetworkConfig:
+        if self.link is not None and self.bandwidth is not None:
+            raise ValueError("link and bandwidth both set the devices' rate: give one of them")
+        if self.link is not None and self.loss != 0.0:
+            raise ValueError("link sets each device's loss from its SNR: drop loss, or drop link")
+        if self.bandwidth is not None and self.lora is not None:
+            raise ValueError("lora times frames by the spreading factor, not a rate: drop bandwidth or lora")
+        return self
 
 
 class HarvestConfig(Strict):

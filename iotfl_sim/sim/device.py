@@ -139,14 +139,17 @@ class DeviceTasks:
         d = task.assignment.device
         g = f.group_of[d]
         preset = f.radio[g]
+        if f.out_of_range.size and f.out_of_range[d]:  # no scheme reaches the gateway: nothing gets through
+            return "offline", self.env.now
         if preset.tail_s > 0:
             f.cut_tail(d, self.env.now, preset.tail_w)
         loss, sigma = float(f.link_loss[d]), float(f.link_jitter[d])
         # the stream only when a draw is made: building a generator is most of a clean link's cost
         rng = stream(host.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
         sent = retransmitted_bytes(nbytes, loss, rng) if rng is not None else nbytes
+        self.traffic.resent += sent - nbytes
         jitter = float(rng.lognormal(0.0, sigma)) if rng is not None and sigma > 0 else 1.0
-        bps = float(f.up_bps[d] if up else f.down_bps[d])
+        bps = f.rate_for(d, up, self.env.now, sent * 8.0)
         rtt = float(f.rtt_s[d])
         medium = host.medium(d, up)
         if medium is not None:
@@ -166,13 +169,13 @@ class DeviceTasks:
             if reason is None:
                 self.release(task)  # else once the failure is recorded (``fail``)
         else:
-            phy = f.lora[g]
+            phy = f.phy(d)
             if phy is not None:  # LoRaWAN frames timed on air (the duty cycle on uplinks only, as below)
                 lora = message(phy, sent, preset.duty_cycle if up else 1.0)
                 air, duration = lora.airtime_s * jitter, lora.duration_s * jitter
                 silence = lora.silence_after_s * jitter
             else:
-                air = sent * 8.0 / bps * jitter
+                air = f.air_time(d, up, self.env.now, sent * 8.0) * jitter
                 duration, silence = air, 0.0
             if up and preset.duty_cycle < 1.0:
                 wait = f.next_tx[d] - self.env.now

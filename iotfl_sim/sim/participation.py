@@ -103,6 +103,13 @@ def participation(sim: Simulation) -> tuple[list[str], list[str]]:
     total, n = sum(g.can for g in groups), sum(g.devices for g in groups)
     by_group = ", ".join(f"{g.name} {g.can} of {g.devices}" for g in groups)
     notes = [f"participation: {name} can ever give a task to {total} of {n} devices ({by_group})"]
+    fleet = sim.fleet
+    if fleet.out_of_range.size and fleet.out_of_range.any():
+        far = np.bincount(fleet.group_of[fleet.out_of_range], minlength=len(groups))
+        notes.append(
+            "participation: out of radio range (network.link: no scheme reaches the gateway), so every task they "
+            "start fails as offline: " + ", ".join(f"{g.name} {int(far[i])} of {g.devices}" for i, g in enumerate(groups) if far[i])
+        )
     unit, scale = memory_unit(sim)
     warnings = []
     for g in groups:

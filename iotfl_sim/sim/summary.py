@@ -92,6 +92,7 @@ def summarize(run: RunFigures, host_total: float) -> dict[str, Any]:
         "bytes_up": run.traffic.up,
         "comm_waste": run.traffic.waste_rate(),
         "bytes_wasted": run.traffic.wasted,
+        **({"bytes_resent": run.traffic.resent} if run.traffic.resent > 0 else {}),
         "server_time_s": run.server_time,
         "server_energy_j": run.server_time * run.server_power_w,
         **({"carbon_g": last["carbon_g"]} if "carbon_g" in last else {}),

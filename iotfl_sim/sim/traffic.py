@@ -12,7 +12,8 @@ class Traffic:
 
     ``wasted``: bytes downloaded and uploaded for tasks whose update the server did not use (failed, dropped at
     the deadline, surplus; a late upload when it lands). ``params_sent`` / ``params_back``: model sizes
-    (parameters) dispatched and accepted back, for AdaptiveFL's communication waste rate.
+    (parameters) dispatched and accepted back, for AdaptiveFL's communication waste rate. ``resent``: bytes put on
+    the air again for lost packets (their time and energy are in the transfers').
     """
 
     down: float = 0.0
@@ -20,6 +21,7 @@ class Traffic:
     wasted: float = 0.0
     params_sent: float = 0.0
     params_back: float = 0.0
+    resent: float = 0.0  # bytes sent again after a packet was lost (network.loss, network.link)
 
     def downloaded(self, task: Any, nbytes: float) -> None:
         """A task's model goes on the air to its device (it counts as sent from here on)."""
