@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,15 +126,23 @@ def check_data(sc: Scenario, num_devices: int, source: str) -> None:
             raise _sourced(source, e) from None
 
 
-def _trace_group(sc: Scenario, base_dir: Path | None, message: str, field: str) -> int | None:
-    """The fleet group whose trace (``field``: ``availability.path`` or ``harvest.trace``) a TraceError's message
-    is about."""
+def _trace_field(e: Exception) -> tuple[str, Callable[[Any], str | None]]:
+    """The group field that names the file a TraceError is about, and how to read that field off a group."""
+    from iotfl_sim.fleet.bandwidth import BandwidthError
+    from iotfl_sim.fleet.irradiance import IrradianceError
+    from iotfl_sim.fleet.positions import PositionsError
 
-    def named(g: Any) -> str | None:
-        if field == "harvest.trace":
-            return g.harvest.trace if g.harvest is not None and g.harvest.kind == "solar" else None
-        return g.availability.path if isinstance(g.availability, TraceAvailability) else None
+    if isinstance(e, IrradianceError):
+        return "harvest.trace", lambda g: g.harvest.trace if g.harvest is not None and g.harvest.kind == "solar" else None
+    if isinstance(e, BandwidthError):
+        return "network.bandwidth.trace", lambda g: g.network.bandwidth.trace if g.network.bandwidth else None
+    if isinstance(e, PositionsError):
+        return "network.link.positions.path", lambda g: g.network.link.positions.path if g.network.link else None
+    return "availability.path", lambda g: g.availability.path if isinstance(g.availability, TraceAvailability) else None
 
+
+def _trace_group(sc: Scenario, base_dir: Path | None, message: str, named: Callable[[Any], str | None]) -> int | None:
+    """The fleet group whose trace (the file ``named`` reads off a group) a TraceError's message is about."""
     traced = [i for i, g in enumerate(sc.fleet.groups) if named(g) is not None]
     for i in traced:
         path = Path(named(sc.fleet.groups[i])).expanduser()
@@ -147,7 +156,6 @@ def _trace_group(sc: Scenario, base_dir: Path | None, message: str, field: str) 
 def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | None, source: str) -> Simulation:
     """Build the run's simulation in system-only mode: traces, the method's set-up and feasibility."""
     from iotfl_sim.fleet.carbon import CarbonError
-    from iotfl_sim.fleet.irradiance import IrradianceError
     from iotfl_sim.fleet.traces import TraceError
 
     try:
@@ -155,8 +163,8 @@ def check_system(sc: Scenario, groups: list[ResolvedGroup], base_dir: Path | Non
     except CarbonError as e:
         raise ScenarioError(f"{source}: fleet.carbon.trace: {e}") from None
     except TraceError as e:
-        field = "harvest.trace" if isinstance(e, IrradianceError) else "availability.path"
-        i = _trace_group(sc, base_dir, str(e), field)
+        field, named = _trace_field(e)
+        i = _trace_group(sc, base_dir, str(e), named)
         where = f"fleet.groups[{i}].{field}" if i is not None else field
         raise ScenarioError(f"{source}: {where}: {e}") from None
     except ScenarioError as e:
