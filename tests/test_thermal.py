@@ -276,3 +276,10 @@ def test_a_long_task_slows_as_the_closed_form_says(tmp_path):
     f_hold = (5.5 - 0.1) / 5.9
     assert work > onset  # the test's premise: the task outlasts the full-clock phase
     assert hot[1] - hot[0] == pytest.approx(onset + (work - onset) / f_hold, rel=1e-6)
+
+
+def test_the_scenario_names_every_published_board():
+    from iotfl_sim.fleet.thermal import THERMAL_BOARDS
+    from iotfl_sim.scenario.model import THERMAL_BOARDS as NAMES
+
+    assert set(NAMES) == set(THERMAL_BOARDS)

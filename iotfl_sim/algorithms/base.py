@@ -41,6 +41,7 @@ class Assignment:
     level: str = ""
     bits: int = 32
     extras: dict[str, Any] = field(default_factory=dict)
+    power_mode: str | None = None  # a power mode of the device's profile to train in (None: its current one)
 
 
 @dataclass(frozen=True)

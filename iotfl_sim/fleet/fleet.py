@@ -29,7 +29,7 @@ from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
 from iotfl_sim.fleet.lora import LoraPhy
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.fleet.periodic import Periodic, product_integral
-from iotfl_sim.fleet.thermal import Phase, Thermal, cool, temperature_at, work_phases
+from iotfl_sim.fleet.thermal import THERMAL_BOARDS, Phase, Thermal, cool, temperature_at, work_phases
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
@@ -91,6 +91,8 @@ class Fleet:
     thermals: list[Thermal | None] = field(default_factory=list)  # per group: heating and throttling (None: off)
     temp_c: np.ndarray = field(default_factory=lambda: np.zeros(0))  # with thermal groups: temperature at temp_at
     temp_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    switched: dict[int, tuple[str, Rates]] = field(default_factory=dict)  # devices out of their group's power mode
+    mode_switches: int = 0
     carbon: Periodic | None = None  # the grid's carbon intensity, g/kWh (None: carbon not counted)
     grid: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # mains-powered devices (with carbon)
     # dynamic state
@@ -572,6 +574,8 @@ class Fleet:
         if self.carbon is not None:  # only then: a checkpoint of a run without carbon keeps its digest
             ledger += [float(x) for x in self._carbon_used]
         counts = [float(a.sum()) for a in (self.busy, self.tasks, self.completed, *self.failures.values())]
+        if self.mode_switches:  # only then: runs that never switch keep their digests
+            counts.append(float(self.mode_switches))
         return [*ledger, *map(float, self._idle_settled), *map(float, self._alive), *counts]
 
     def alive_count(self, t: float) -> int:
@@ -692,6 +696,38 @@ class Fleet:
                 return t
         return None
 
+    # ------------------------------------------------------------ power modes
+    #
+    # A device trains in its group's mode until a task asks for another (a method's Assignment.power_mode, or the
+    # group's power_policy); then its per-device rates are the new mode's, and the few devices that switched keep
+    # their Rates in ``switched`` (a dict: a million devices in their group's mode cost nothing).
+
+    def power_mode(self, d: int) -> str | None:
+        """Device ``d``'s current power mode (None: its profile has none)."""
+        got = self.switched.get(d)
+        if got is not None:
+            return got[0]
+        g = self.groups[self.group_of[d]]
+        return g.power_mode or g.profile.compute.default_mode
+
+    def set_power_mode(self, d: int, name: str) -> None:
+        """Put device ``d`` in its profile's power mode ``name`` (a KeyError for a mode the profile lacks)."""
+        g = self.groups[self.group_of[d]]
+        r = g.profile.rates(name)
+        self.switched[d] = (name, r)
+        self.mode_switches += 1
+        self.flops[d] = r.flops
+        self.mem_bw[d] = r.mem_bw if r.mem_bw is not None else np.nan
+        self.op_overhead_s[d] = r.op_overhead_s
+        self.train_w[d] = r.train_w
+
+    def activity_terms(self, d: int) -> Rates | None:
+        """The activity-dependent training power terms of device ``d``'s mode (None: a constant train_w)."""
+        got = self.switched.get(d)
+        if got is not None:
+            return got[1] if got[1].compute_w is not None else None
+        return self.activity_power[self.group_of[d]] if self.activity_power else None
+
     def roofline(self, d: int) -> tuple[float, float, float, KernelRates, MeasuredSteps] | None:
         """(FLOP/s, bytes/s, seconds per op, per-kind kernel costs, measured steps) of device ``d`` for the
         per-operator roofline, or None when its profile has no memory bandwidth (then time is FLOPs / FLOP/s)."""
@@ -700,6 +736,9 @@ class Fleet:
             return None
         kernels = self.kernels[self.group_of[d]] if self.kernels else ()
         steps = self.measured_steps[self.group_of[d]] if self.measured_steps else ()
+        got = self.switched.get(d)
+        if got is not None:
+            kernels, steps = got[1].kernels, got[1].steps
         return float(self.flops[d]), float(bw), float(self.op_overhead_s[d]), kernels, steps
 
     def jittered(self, d: int, base: float, rnd: int) -> float:
@@ -826,11 +865,14 @@ def _lora(i: int, g: ResolvedGroup, radio: RadioPreset) -> LoraPhy | None:
 def _thermal(i: int, g: ResolvedGroup) -> Thermal | None:
     if g.config.thermal is None:
         return None
+    if g.config.thermal.board is not None:
+        return THERMAL_BOARDS[g.config.thermal.board]
     p = g.profile.thermal
     if p is None:
         raise ScenarioError(
-            f"fleet.groups[{i}].thermal: profile {g.profile.name} has no thermal parameters; give them "
-            "(overrides: {thermal: {r_k_per_w, tau_s, soft_clock, hard_clock}}) or drop the group's thermal"
+            f"fleet.groups[{i}].thermal: profile {g.profile.name} has no thermal parameters; name a published board "
+            "(thermal: {board: raspberry_pi_4}) or give them (overrides: {thermal: {r_k_per_w, tau_s, soft_clock, "
+            "hard_clock}})"
         )
     return Thermal(p.r_k_per_w, p.tau_s, p.soft_c, p.hard_c, p.soft_clock, p.hard_clock)
 
@@ -841,8 +883,9 @@ def _with_sf(phy: LoraPhy, sf: int) -> LoraPhy:
 
 
 def _cell(b: Battery) -> Cell:
-    rated = b.joules / (b.rated_hours * 3600.0) if np.isfinite(b.joules) else np.inf
-    return Cell(b.charge_efficiency, b.discharge_efficiency, b.peukert, rated, b.fade_per_cycle)
+    c = b.chemistry
+    rated = b.joules / (c("rated_hours") * 3600.0) if np.isfinite(b.joules) else np.inf
+    return Cell(c("charge_efficiency"), c("discharge_efficiency"), c("peukert"), rated, c("fade_per_cycle"))
 
 
 def memory_arrays(groups: list[ResolvedGroup], seed: int, units: str) -> tuple[np.ndarray, np.ndarray]:

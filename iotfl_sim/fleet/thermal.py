@@ -86,6 +86,9 @@ RPI4 = Thermal(
 )
 
 
+THERMAL_BOARDS: dict[str, Thermal] = {"raspberry_pi_4": RPI4}  # what a group's thermal.board names
+
+
 class WorkResult(NamedTuple):
     duration_s: float  # wall time to finish the work
     energy_j: float  # integral of power over the wall time

@@ -476,6 +476,12 @@ def resolve_groups(
                 raise ScenarioError(
                     f"{where}.power_mode: {g.power_mode!r} is not a power mode of {prof.name} (has: {modes})"
                 ) from None
+        if g.power_policy is not None and g.power_policy.low_mode not in (prof.compute.power_modes or {}):
+            modes = ", ".join(prof.compute.power_modes or {}) or "none"
+            raise ScenarioError(
+                f"{where}.power_policy.low_mode: {g.power_policy.low_mode!r} is not a power mode of {prof.name} "
+                f"(has: {modes})"
+            )
         name = g.name or prof.name
         if name in names_seen:
             name = f"{name}_{i}"

@@ -240,9 +240,17 @@ HarvestChoice = Annotated[
 ]
 
 
+THERMAL_BOARDS: tuple[str, ...] = ("raspberry_pi_4",)  # fleet/thermal.py's published boards
+
+
 class ThermalConfig(Strict):
-    """Turns on the profile's heating and throttling (fleet/thermal.py) in an ambient temperature that may swing
-    daily: ``ambient_c + daily_swing_c / 2 x cos(2 pi (hour - peak_hour) / 24)``."""
+    """Turns on heating and throttling (fleet/thermal.py) in an ambient temperature that may swing daily:
+    ``ambient_c + daily_swing_c / 2 x cos(2 pi (hour - peak_hour) / 24)``. The board's parameters: a published board
+    by name (``board``), or the profile's ``thermal`` block."""
+
+    board: Literal[THERMAL_BOARDS] | None = Field(  # type: ignore[valid-type]
+        None, description="a board whose parameters are bundled (benchmarks/thermal_rpi4.md); null: the profile's thermal"
+    )
 
     ambient_c: float = Field(25.0, ge=-60, le=80, description="mean ambient temperature, °C")
     daily_swing_c: float = Field(0.0, ge=0, le=60, description="peak-to-trough daily swing of the ambient, K")
@@ -282,12 +290,24 @@ class Gateway(Strict):
     )
 
 
+class PowerPolicy(Strict):
+    """A device-side rule for the power mode of each task: ``low_mode`` while the battery's state of charge is below
+    ``below``, else the group's ``power_mode`` (or the profile's default). A method's own choice
+    (``Assignment.power_mode``) comes first."""
+
+    low_mode: str = Field(min_length=1, description="the profile's power mode to train in when the battery is low")
+    below: float = Field(gt=0, lt=1, description="state of charge (0-1) under which the low mode is used")
+
+
 class Group(Strict):
     name: str | None = Field(None, description="label of the group in reports; defaults to the profile name")
     profile: Any = Field(description="a profile name from device_profiles/, or a whole profile written inline")
     count: int | None = Field(None, ge=0, le=MAX_DEVICES)
     fraction: float | None = Field(None, ge=0, le=1)
     power_mode: str | None = Field(None, description="one of the profile's power_modes")
+    power_policy: PowerPolicy | None = Field(
+        None, description="pick each task's power mode by the battery (e.g. the 5 W mode below 30 %)"
+    )
     memory: MemoryConfig = MemoryConfig()
     network: NetworkConfig = NetworkConfig()
     harvest: HarvestChoice | None = Field(
@@ -340,8 +360,8 @@ class Fleet(Strict):
     carbon: CarbonConfig | None = Field(
         None, description="the grid's carbon intensity: adds carbon_g (mains-powered devices and the server) to every row"
     )
-    reports: list[Literal["battery", "power"]] = Field(
-        default_factory=list,
+    reports: list[Literal["battery", "power"]] | None = Field(
+        None,
         description="what devices tell the server, so a method may use it: battery (state of charge at the device's "
         "last contact), power (whether it is on mains or plugged into its charger now); see docs/energy.md",
     )
@@ -873,7 +893,7 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _reports_what_the_method_reads(self) -> Scenario:
-        if getattr(self.algorithm, "prefer", "none") == "on_power" and "power" not in self.fleet.reports:
+        if getattr(self.algorithm, "prefer", None) == "on_power" and "power" not in (self.fleet.reports or ()):
             raise ValueError(
                 "algorithm.prefer: on_power picks devices that report being on power, and fleet.reports does not list "
                 "power; add it (fleet: {reports: [power]}) or drop algorithm.prefer"

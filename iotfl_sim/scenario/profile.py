@@ -143,6 +143,9 @@ class Compute(Strict):
     jitter: Jitter = Jitter()
     power_modes: dict[str, PowerMode] | None = None
     default_mode: str | None = None
+    mode_switch_s: float | None = Field(
+        None, ge=0, le=3600, description="time a change of power mode takes, s, at idle power (null: 0)"
+    )
 
     @model_validator(mode="after")
     def _mode_known(self) -> Compute:
@@ -165,17 +168,30 @@ class Power(ActivityPower):
     rx_w: float = Field(ge=0)
 
 
+IDEAL_CELL = {"charge_efficiency": 1.0, "discharge_efficiency": 1.0, "peukert": 1.0, "rated_hours": 5.0, "fade_per_cycle": 0.0}
+
+
 class Battery(Strict):
     capacity_j: float | None = Field(None, gt=0, description="joules; null = mains powered")
     capacity_wh: float | None = Field(None, gt=0, description="watt-hours (alternative to capacity_j)")
-    charge_efficiency: float = Field(1.0, gt=0, le=1, description="share of the energy put in that is stored")
-    discharge_efficiency: float = Field(1.0, gt=0, le=1, description="share of the stored energy drawn that is delivered")
-    peukert: float = Field(
-        1.0, ge=1, le=2, description="Peukert exponent: above the rated power, drawing P costs (P / rated) ** (k - 1) more"
+    # the chemistry: null is the ideal cell (IDEAL_CELL), so a study recorded before these fields existed resumes
+    charge_efficiency: float | None = Field(
+        None, gt=0, le=1, description="share of the energy put in that is stored (null: 1)"
     )
-    rated_hours: float = Field(5.0, gt=0, description="the capacity is rated at the power that empties it in this time")
-    fade_per_cycle: float = Field(
-        0.0, ge=0, lt=1, description="share of the nominal capacity lost per equivalent full cycle (ageing)"
+    discharge_efficiency: float | None = Field(
+        None, gt=0, le=1, description="share of the stored energy drawn that is delivered (null: 1)"
+    )
+    peukert: float | None = Field(
+        None,
+        ge=1,
+        le=2,
+        description="Peukert exponent: above the rated power, drawing P costs (P / rated) ** (k - 1) more (null: 1)",
+    )
+    rated_hours: float | None = Field(
+        None, gt=0, description="the capacity is rated at the power that empties it in this time (null: 5)"
+    )
+    fade_per_cycle: float | None = Field(
+        None, ge=0, lt=1, description="share of the nominal capacity lost per equivalent full cycle, ageing (null: 0)"
     )
 
     @model_validator(mode="after")
@@ -183,14 +199,18 @@ class Battery(Strict):
         if self.capacity_j is not None and self.capacity_wh is not None:
             raise ValueError("give capacity_j or capacity_wh, not both")
         chemistry = ("charge_efficiency", "discharge_efficiency", "peukert", "fade_per_cycle")
-        ideal = Battery.model_fields
-        changed = [k for k in chemistry if getattr(self, k) != ideal[k].default]
+        changed = [k for k in chemistry if getattr(self, k) is not None]
         if self.capacity_j is None and self.capacity_wh is None and changed:
             raise ValueError(
                 f"a mains-powered device (no capacity_j or capacity_wh) has no battery chemistry to set ({', '.join(changed)}); "
                 "give the battery a capacity_wh or capacity_j, or drop those fields"
             )
         return self
+
+    def chemistry(self, name: str) -> float:
+        """A chemistry field's value, the ideal cell's where it is null."""
+        value = getattr(self, name)
+        return IDEAL_CELL[name] if value is None else value
 
     @property
     def joules(self) -> float:

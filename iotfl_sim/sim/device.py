@@ -7,9 +7,11 @@ then fails with that reason at that instant.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 from iotfl_sim.algorithms.base import Assignment, DeviceState
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl.recipe import ModelRecipe
 from iotfl_sim.fleet.availability import Availability
 from iotfl_sim.fleet.fleet import Fleet
@@ -117,6 +119,36 @@ class DeviceTasks:
         if end > t0:
             yield self.env.timeout(end - t0)
         return reason, end
+
+    def choose_mode(self, task: Task, a: Assignment):
+        """Put the device in the power mode its task trains in: the method's (``a.power_mode``), else its group's
+        ``power_policy`` by its battery, else the one it is in; a change takes the profile's ``mode_switch_s`` at
+        idle power. Returns like ``activity``."""
+        f, d = self.fleet, a.device
+        g = f.groups[f.group_of[d]]
+        mode = a.power_mode
+        policy = g.config.power_policy
+        if mode is None and policy is not None:
+            cap = float(f.capacity_j[d])
+            charge = f.battery_left(d) / cap if math.isfinite(cap) and cap > 0 else 1.0
+            mode = policy.low_mode if charge < policy.below else (g.power_mode or g.profile.compute.default_mode)
+        now = f.power_mode(d)
+        if mode is None or mode == now:
+            return None, self.env.now
+        if mode not in (g.profile.compute.power_modes or {}):
+            modes = ", ".join(g.profile.compute.power_modes or {}) or "none"
+            raise ScenarioError(
+                f"algorithm: asked device {d} ({g.name}, profile {g.profile.name}) to train in power mode {mode!r}, "
+                f"which its profile does not define (modes: {modes}); pick one of them"
+            )
+        switch_s = g.profile.compute.mode_switch_s
+        if switch_s:
+            reason, end = yield from self.activity(task, switch_s, float(f.idle_w[d]), "compute")
+            if reason is not None:
+                return reason, end
+        f.set_power_mode(d, mode)
+        self.host.log(task.rnd, d, "power_mode", was=now, mode=mode)
+        return None, self.env.now
 
     def train(self, task: Task, work_s: float, power_w: float, memory_need: float | None):
         """Train for ``work_s`` seconds of full-clock work at ``power_w``; a device with a thermal model slows as it
@@ -230,6 +262,10 @@ class DeviceTasks:
             need = host.training_memory(recipe_b, b)
             if need is not None and need > free:
                 self.fail(task, "oom", need=round(need / host.memory_scale, 4), free=round(free / host.memory_scale, 4))
+                return
+            reason, at = yield from self.choose_mode(task, b)
+            if reason is not None:
+                self.fail(task, reason, at=at, phase="train")
                 return
             flops, duration = self.training_time.task_cost(recipe_b, b.spec, d, rnd)
             host.log(rnd, d, "train_start", level=b.level, flops=flops)

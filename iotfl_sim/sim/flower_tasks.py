@@ -130,6 +130,10 @@ class FlowerTasks(DeviceTasks):
             context.state = before
             return self.refuse(task, sent, "oom", "train", need=round(need / host.memory_scale, 4),
                                free=round(free / host.memory_scale, 4))  # fmt: skip
+        reason, at = yield from self.choose_mode(task, task.assignment)  # the group's power_policy
+        if reason is not None:
+            context.state = before
+            return self.refuse(task, sent, reason, "train", at)
         duration, power = self.price(work, d, rnd)
         host.log(rnd, d, "train_start", flops=work.flops)
         reason, at = yield from self.train(task, duration, power, need)
@@ -183,6 +187,6 @@ class FlowerTasks(DeviceTasks):
             flops_s, bw, overhead, kernels, _ = rates
             base = work.trace.time(flops_s, bw, overhead, kernels)
             parts = work.trace.parts(flops_s, bw, overhead, kernels)
-        terms = f.activity_power[f.group_of[d]] if f.activity_power else None
+        terms = f.activity_terms(d)
         power = float(f.train_w[d]) if terms is None or parts is None else training_power_w(terms, parts)
         return f.jittered(d, base, rnd), power

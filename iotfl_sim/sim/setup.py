@@ -265,7 +265,7 @@ def build_simulation(
     host = Host.choose(sc, numerics, strategy, executor, executor_factory, threads_before, t_created)
     learning = Learning(sc, numerics, strategy, host.executor, trim_heap=host.large_steps)
     view = ServerView(fleet, fleet.mem_free, np.zeros(fleet.n, dtype=bool), availability)
-    view.reports = frozenset(sc.fleet.reports)
+    view.reports = frozenset(sc.fleet.reports or ())
     sim = Simulation(
         sc, fleet=fleet, numerics=numerics, env=env, system=system, strategy=strategy, host=host, learning=learning,
         view=view, recorder=recorder, progress=progress,

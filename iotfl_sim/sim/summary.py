@@ -97,6 +97,7 @@ def summarize(run: RunFigures, host_total: float) -> dict[str, Any]:
         "server_energy_j": run.server_time * run.server_power_w,
         **({"carbon_g": last["carbon_g"]} if "carbon_g" in last else {}),
         "server_time_by_kind_s": {k: sum(r.get(f"server_{k}_s", 0.0) for r in rows) for k in SERVER_WORK_KINDS},
+        **({"power_mode_switches": fleet.mode_switches} if fleet.mode_switches else {}),
         "tasks": int(fleet.tasks.sum()),
         "completed": int(fleet.completed.sum()),
         "failures": failures,

@@ -52,7 +52,7 @@ class TrainingTime:
         """Board power (W) of device ``d`` while training ``spec``: the profile's constant ``train_w``, or, when
         it sets activity terms, ``fl.cost.energy.training_power_w`` over the training's roofline parts."""
         f = self.fleet
-        terms = f.activity_power[f.group_of[d]] if f.activity_power else None
+        terms = f.activity_terms(d)
         if terms is None:
             return float(f.train_w[d])
         rates = f.roofline(d) if self.roofline else None

@@ -31,9 +31,9 @@ class FedAvgConfig(_Wire):
         "(exclusive learning) and memory can still fail a task (oom); ignore: every device may be selected and "
         "memory never fails a task (AdaptiveFL's unconstrained All-Large, an upper bound no real fleet reaches)",
     )
-    prefer: Literal["none", "on_power"] = Field(
-        "none",
-        description="none: uniform selection (FedAvg's); on_power: devices that report being on mains or a charger "
+    prefer: Literal["on_power"] | None = Field(
+        None,
+        description="null: uniform selection (FedAvg's); on_power: devices that report being on mains or a charger "
         "first, the others only to fill the round (FedScale-style; needs fleet.reports: [power])",
     )
 
