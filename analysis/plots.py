@@ -44,6 +44,7 @@ from analysis.figure_kit import (
     target_lines,
     time_unit,
 )
+from analysis.fleet_state_plot import fig_fleet_state
 from analysis.folder_hint import not_a_run_message
 from analysis.mode_plots import fig_backhaul_bytes, fig_staleness, fig_updates_per_hour
 from analysis.rundir import (
@@ -736,6 +737,7 @@ def _builders(targets: Sequence[float]) -> list[tuple[str, Callable[[Sequence[Ru
         ("staleness.png", fig_staleness),
         ("devices_alive.png", fig_devices_alive),
         ("energy_by_class.png", fig_energy_by_class),
+        ("fleet_state.png", fig_fleet_state),
         ("timeline.png", fig_timeline),
     ]
 

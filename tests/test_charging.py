@@ -207,3 +207,15 @@ def test_the_view_gives_only_what_devices_report():
     view.now = 70.0
     assert view.reported_battery().tolist() == [pytest.approx(1.0 - 105.0 / 1000.0)]
     assert view.on_power().tolist() == [False]
+
+
+def test_rows_report_the_sampled_state_of_charge_by_hand():
+    fleet = _phone({"power_w": 10.0, "start_hour": 0, "hours": 12, **FIXED})  # plugged in [0, 50) of each 100 s
+    assert fleet.spend(0, 60.0, 30.0, 4.0, "compute") is None  # unplugged: 5 J idle (50-60 s) + 120 J: 875 J at 90 s
+    obs = fleet.observer
+    assert obs.columns == ["soc_mcu", "harvest_w_mcu"]
+    # 95 s: 5 s more of 0.5 W idle, off the charger; read without moving the device's own state
+    assert obs.row(95.0) == {"soc_mcu": pytest.approx(0.8725), "harvest_w_mcu": 0.0}
+    assert fleet.settled_at[0] == 90.0
+    # 120 s: idle to 100 s (870 J), then 20 s on the charger at 10 - 0.5 W: full again
+    assert obs.row(120.0) == {"soc_mcu": pytest.approx(1.0), "harvest_w_mcu": 10.0}

@@ -409,3 +409,25 @@ def test_carbon_figure_only_for_runs_with_carbon(tmp_path: Path) -> None:
     evaluated = [r for r in table if r["acc_full"]]
     x = ax.lines[0].get_xdata()
     assert np.allclose(x, [float(r["carbon_g"]) for r in evaluated])
+
+
+def test_fleet_state_figure_draws_each_sampled_quantity(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run")
+    assert "fleet_state.png" not in build_figures(load_runs([run]))
+    rounds = run / "rounds.csv"
+    with rounds.open(newline="") as fh:
+        table = list(csv.DictReader(fh))
+    for i, r in enumerate(table):
+        r["soc_phone"] = str(1.0 - 0.1 * i)
+        r["harvest_w_phone"] = str(5.0 * (i % 2))
+        r["temp_c_sbc"] = str(60.0 + i)
+    with rounds.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(table[0]))
+        w.writeheader()
+        w.writerows(table)
+    fig = build_figures(load_runs([run]))["fleet_state.png"]
+    soc, temp = fig.axes[0], fig.axes[1]  # the panels in order (twin axes come after)
+    assert "state of charge" in soc.get_ylabel() and "temperature" in temp.get_ylabel()
+    assert np.allclose(soc.lines[0].get_ydata(), [100.0 * (1.0 - 0.1 * i) for i in range(len(table))])
+    assert np.allclose(temp.lines[0].get_ydata(), [60.0 + i for i in range(len(table))])
+    assert len(fig.axes) == 3  # soc, temperature, and the harvest's twin axis (no link-rate panel without data)

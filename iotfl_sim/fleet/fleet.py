@@ -28,6 +28,7 @@ from iotfl_sim.fleet.harvest import Cell, Harvest, Step, depletion_time, walk
 from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
 from iotfl_sim.fleet.lora import LoraPhy
 from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
+from iotfl_sim.fleet.observe import Observer
 from iotfl_sim.fleet.periodic import Periodic, product_integral
 from iotfl_sim.fleet.thermal import THERMAL_BOARDS, Phase, Thermal, cool, temperature_at, work_phases
 from iotfl_sim.scenario.loader import ResolvedGroup
@@ -200,6 +201,11 @@ class Fleet:
         class_index = np.asarray([classes.index(g.profile.device_class) for g in groups], dtype=np.int64)
         fleet._init_ledger(class_index[group_of], len(classes))
         return fleet
+
+    @functools.cached_property
+    def observer(self) -> Observer:
+        """The sampled physical state rows report (fleet/observe.py)."""
+        return Observer(self)
 
     @property
     def n(self) -> int:

@@ -303,4 +303,4 @@ def _labels(sim: Simulation) -> list[str]:
 def _extra_columns(sim: Simulation) -> list[str]:
     """rounds.csv's columns beyond the fixed ones: energy per device class, the server loop's (its mode's, the hierarchy's)."""
     carbon = ["carbon_g"] if sim.fleet.carbon is not None else []
-    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *carbon, *sim.loop.columns]
+    return [*(f"energy_{c}_j" for c in sim.fleet.class_names), *carbon, *sim.fleet.observer.columns, *sim.loop.columns]

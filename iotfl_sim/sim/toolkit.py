@@ -273,6 +273,7 @@ class Toolkit:
         sim = self.sim
         if sim.fleet.carbon is not None:
             row["carbon_g"] = sim.fleet.carbon_g(sim.env.now) + sim.system.server_carbon_g
+        row.update(sim.fleet.observer.row(sim.env.now))  # the physical state's columns (fleet/observe.py)
 
     def params(self, a: Assignment) -> int:
         return self.sim.strategy.recipe_for(a).cost(a.spec).params

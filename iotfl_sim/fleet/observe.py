@@ -1,0 +1,99 @@
+"""What the fleet's physical state looks like over a run, for the plots: per device class, the mean over a fixed,
+seeded sample of its devices (at most ``SAMPLE`` per class) of its battery's state of charge and incoming power,
+its temperature, and its link rate, each read at a row's instant without moving any device's state.
+
+Columns appear only where a model is on: ``soc_<class>`` (0-1) for classes with a power source or a non-ideal cell
+(a battery level the model tracks), ``harvest_w_<class>``
+for classes with a source (a panel, a charger, a window), ``temp_c_<class>`` for classes with a thermal model,
+``down_mbps_<class>`` for classes whose rate follows a bandwidth trace. A depleted device counts with state of charge
+0; a device busy with a task reads its state at the end of its current activity (what the fleet has settled).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from iotfl_sim.fleet.harvest import walk
+from iotfl_sim.seeding import stream
+
+if TYPE_CHECKING:
+    from iotfl_sim.fleet.fleet import Fleet
+
+SAMPLE = 32
+
+
+class Observer:
+    """The sample and the columns of one fleet (built once; reads are O(classes x SAMPLE))."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.samples: dict[str, np.ndarray] = {}
+        self.kinds: dict[str, list[str]] = {}
+        for c, name in enumerate(fleet.class_names):
+            members = np.flatnonzero(fleet.class_of == c)
+            if members.size > SAMPLE:
+                members = np.sort(stream(fleet.seed, "observe", c).choice(members, SAMPLE, replace=False))
+            groups = {int(g) for g in fleet.group_of[members]}
+            kinds = []
+            if any(fleet.tracked[g] for g in groups):  # a source or a real cell: the level is the model's
+                kinds.append("soc")
+            if any(fleet.harvests[g] is not None for g in groups):
+                kinds.append("harvest_w")
+            if fleet.thermals and any(fleet.thermals[g] is not None for g in groups):
+                kinds.append("temp_c")
+            if fleet.bandwidth and any(fleet.bandwidth[g] is not None for g in groups):
+                kinds.append("down_mbps")
+            if kinds:
+                self.samples[name] = members
+                self.kinds[name] = kinds
+
+    @property
+    def columns(self) -> list[str]:
+        return [f"{k}_{name}" for name, kinds in self.kinds.items() for k in kinds]
+
+    def row(self, t: float) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, kinds in self.kinds.items():
+            ids = self.samples[name]
+            for k in kinds:
+                values = [v for d in ids.tolist() if not math.isnan(v := getattr(self, f"_{k}")(d, t))]
+                out[f"{k}_{name}"] = float(np.mean(values)) if values else math.nan
+        return out
+
+    def _soc(self, d: int, t: float) -> float:
+        f = self.fleet
+        cap = float(f.capacity_j[d])
+        if not math.isfinite(cap):
+            return math.nan
+        if f.depleted_at[d] <= t or cap <= 0.0:
+            return 0.0
+        g = f.group_of[d]
+        last = float(f.settled_at[d])
+        if f.tracked[g]:
+            level = float(f.level[d])
+            if t > last:
+                level = walk(level, cap, last, t, float(f.idle_w[d]), f.source(d), f.cells[g]).level
+        else:
+            level = cap - f.used(d) - float(f.idle_w[d]) * max(t - last, 0.0)
+        return min(max(level / cap, 0.0), 1.0)
+
+    def _harvest_w(self, d: int, t: float) -> float:
+        h = self.fleet.source(d)
+        return math.nan if h is None else h.value(t)
+
+    def _temp_c(self, d: int, t: float) -> float:
+        f = self.fleet
+        if f.thermals[f.group_of[d]] is None:
+            return math.nan
+        return f.temperature(d, t) if t >= f.temp_at[d] else float(f.temp_c[d])
+
+    def _down_mbps(self, d: int, t: float) -> float:
+        f = self.fleet
+        links = f.bandwidth[f.group_of[d]]
+        if links is None:
+            return math.nan
+        shift = float(f.bw_offset[d]) if f.bw_offset.size else 0.0
+        return links[1].value(t + shift) / 1e6
