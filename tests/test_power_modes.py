@@ -16,7 +16,10 @@ from iotfl_sim.cli import main
 
 def _profile() -> dict:
     p = copy.deepcopy(TINY)
-    p["compute"]["power_modes"] = {"fast": {"flops": 1.0e8, "train_w": 1.0}, "slow": {"flops": 5.0e7, "train_w": 0.4}}
+    p["compute"]["power_modes"] = {
+        "fast": {"flops": 1.0e8, "train_w": 1.0},
+        "slow": {"flops": 5.0e7, "train_w": 0.4},
+    }
     p["compute"]["default_mode"] = "fast"
     p["compute"]["mode_switch_s"] = 2.0
     p["compute"]["flops"] = 1.0e8
@@ -98,11 +101,16 @@ def test_a_method_may_pick_the_mode_of_each_task(tmp_path):
     assert main(["run", str(path), "--out", str(tmp_path / "m"), "--quiet"]) == 0
     run = next((tmp_path / "m").iterdir())
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    assert [e["mode"] for e in events if e["event"] == "power_mode"] == ["slow"]  # once: round 1 is already slow
+    assert [e["mode"] for e in events if e["event"] == "power_mode"] == [
+        "slow"
+    ]  # once: round 1 is already slow
 
 
 def test_a_mode_the_profile_lacks_stops_the_run_in_one_line(tmp_path, capsys):
     path = _method(tmp_path, "turbo")
     assert main(["run", str(path), "--out", str(tmp_path / "m"), "--quiet"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "power mode 'turbo', which its profile does not define (modes: fast, slow)" in errors[0]
+    assert (
+        len(errors) == 1
+        and "power mode 'turbo', which its profile does not define (modes: fast, slow)" in errors[0]
+    )
