@@ -30,6 +30,7 @@ from analysis.compare import crossing, run_metrics, selection_targets
 from analysis.figure_kit import (
     FIGSIZE,
     bytes_unit,
+    carbon_unit,
     energy_unit,
     literal,
     place_legend,
@@ -54,6 +55,7 @@ STUDY_FIGURES = (
     "accuracy_vs_bytes",
     "time_to_accuracy",
     "energy_to_accuracy",
+    "carbon_to_accuracy",
     "communication_waste",
     "energy_by_class",
     "devices_alive",
@@ -322,7 +324,9 @@ def _bars(
 def fig_to_accuracy(
     methods: Sequence[Method], colors: dict, targets: Sequence[float], what: str
 ) -> Figure | None:
-    col = "sim_time_s" if what == "time" else "energy_j"
+    col = {"time": "sim_time_s", "energy": "energy_j", "carbon": "carbon_g"}[what]
+    if what == "carbon" and not any(r.column("carbon_g") is not None for m in methods for r in m.runs):
+        return None  # runs without fleet.carbon
     cells = {
         m.label: [[(cr or {}).get(col, math.nan) for cr in (crossing(r, t) for r in m.runs)] for t in targets]
         for m in methods
@@ -330,7 +334,7 @@ def fig_to_accuracy(
     vals = [v for vs in cells.values() for g in vs for v in g if math.isfinite(v)]
     if not any(r.column("acc_full") is not None for m in methods for r in m.runs):
         return None
-    unit, div = (time_unit if what == "time" else energy_unit)(max(vals, default=0.0))
+    unit, div = {"time": time_unit, "energy": energy_unit, "carbon": carbon_unit}[what](max(vals, default=0.0))
     fig, ax = _new()
     missed = [t for i, t in enumerate(targets) if not any(math.isfinite(v) for vs in cells.values() for v in vs[i])]
     best = _best_accuracy(methods)
@@ -351,9 +355,12 @@ def fig_to_accuracy(
     if what == "time":
         ax.set_ylabel(f"simulated time to reach it ({unit})")
         fig.suptitle("Time to accuracy", fontsize=12)
-    else:
+    elif what == "energy":
         ax.set_ylabel(f"fleet energy to reach it ({unit})")
         fig.suptitle("Energy to accuracy", fontsize=12)
+    else:
+        ax.set_ylabel(f"grid carbon to reach it ({unit})")
+        fig.suptitle("Carbon to accuracy", fontsize=12)
     return fig
 
 
@@ -449,6 +456,7 @@ def iter_study_figures(
         ("accuracy_vs_bytes", lambda: fig_accuracy_vs(methods, colors, "bytes", targets)),
         ("time_to_accuracy", lambda: fig_to_accuracy(methods, colors, targets, "time")),
         ("energy_to_accuracy", lambda: fig_to_accuracy(methods, colors, targets, "energy")),
+        ("carbon_to_accuracy", lambda: fig_to_accuracy(methods, colors, targets, "carbon")),
         ("communication_waste", lambda: fig_waste(methods, colors)),
         ("energy_by_class", lambda: fig_energy_by_class(methods, colors)),
         ("devices_alive", lambda: fig_devices_alive(methods, colors)),

@@ -52,7 +52,8 @@ ENERGY_SHARES = {"compute": 0.2, "radio": 0.1, "idle": 0.7}
 
 def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: bool = True,
               status: str = "complete", failures: dict | None = None,
-              level_names: tuple[str, ...] | None = None, targets: list[float] | None = None) -> Path:  # fmt: skip
+              level_names: tuple[str, ...] | None = None, targets: list[float] | None = None,
+              carbon: bool = False) -> Path:  # fmt: skip
     """A complete run folder; ``level_names``: per-level columns acc_<name> = acc - 0.1 * i (default: a, b
     for heterofl only); ``targets``: the scenario's server.target_accuracies (None: not written)."""
     path.mkdir(parents=True)
@@ -61,6 +62,7 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
     for i, a in enumerate(accs):
         rnd = i + 1
         alive -= 1 if (rnd == 3 and seed == 1) else 0
+        extra = {"carbon_g": 0.1 * energy(rnd, seed)} if carbon else {}
         row = {
             "round": rnd, "sim_time_s": sim_time(rnd, seed), "round_time_s": 10.0, "selected": 4, "completed": 3,
             "failed_oom": 1, "failed_depleted": 0, "alive": alive, "acc_full": a, "acc_avg": round(a - 0.05, 4),
@@ -70,7 +72,7 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
             **{f"energy_{k}_j": share * energy(rnd, seed) for k, share in ENERGY_SHARES.items()},
             "server_time_s": 0.5 * (seed + 1) + (2.0 if rnd == 1 and algorithm == "heterofl" else 0.0),
             "server_aggregate_s": 0.5 * (seed + 1), "server_qsgd_s": 0.0,
-            "server_train_s": 2.0 if rnd == 1 and algorithm == "heterofl" else 0.0,
+            "server_train_s": 2.0 if rnd == 1 and algorithm == "heterofl" else 0.0, **extra,
         }  # fmt: skip
         names = level_names if level_names is not None else (("a", "b") if algorithm == "heterofl" else ())
         if levels:
