@@ -1,12 +1,16 @@
 """System-only benchmark: 1,000,000 devices, 1,000 rounds, 100 clients per round, costs only.
 
-    python benchmarks/system_only_1m.py [--devices N] [--rounds R] [--out DIR] [--energy-models]
+    python benchmarks/system_only_1m.py [--devices N] [--rounds R] [--out DIR] [--energy-models | --all-models]
 
 Prints wall time, CPU seconds and peak memory (RSS) of the whole process, and writes the run folder (no event
 log) when --out is given. Target: <= 60 s and <= 4 GB on 2 cores. ``--energy-models`` turns on the fleet's
 physics (issue 49): the phones and ESP32 boards on solar panels (the bundled PVGIS week) with a real cell
 (efficiencies, Peukert, fade), and a grid carbon-intensity trace (24 hourly values); target: CPU seconds within
-1.3x of the run without them.
+1.3x of the run without them. ``--all-models`` turns on every model of issue 49 at once: as ``--energy-models``, but
+the phones on chargers plugged in at night (day-to-day variation, 64 schedules a group) instead of panels, the
+Raspberry Pi boards heating and throttling (thermal board raspberry_pi_4, ambient swinging 10 K a day), the ESP32
+boards' Wi-Fi rate and loss from their distance to the access point (a 60 m disc, free-space 2.4 GHz path loss with
+6 dB shadowing), the Jetson boards on the bundled Lumos5G bandwidth trace, and devices reporting battery and power.
 """
 
 from __future__ import annotations
@@ -64,6 +68,31 @@ def with_energy_models(text: str, folder: Path) -> str:
     return yaml.safe_dump(data)
 
 
+LUMOS = ROOT / "scenarios" / "traces" / "bandwidth_lumos5g_sample.csv"
+WIFI_FROM_DISTANCE = {
+    "path_loss": {"pl_d0_db": 40.05, "d0_m": 1.0, "n": 2.0, "sigma_db": 6.0},
+    "positions": {"kind": "disc", "radius_m": 60.0},
+}
+
+
+def with_all_models(text: str, folder: Path) -> str:
+    """``with_energy_models``, then chargers for the phones, heat for the Pi boards, Wi-Fi from distance for the
+    ESP32 boards, a bandwidth trace for the Jetsons, and reports."""
+    data = yaml.safe_load(with_energy_models(text, folder))
+    for g in data["fleet"]["groups"]:
+        p = g["profile"]
+        if p.startswith("phone"):
+            g["harvest"] = {"kind": "charger", "power_w": 10.0, "start_hour": 22, "hours": 8}
+        elif p == "raspberry_pi_4b":
+            g["thermal"] = {"board": "raspberry_pi_4", "ambient_c": 25, "daily_swing_c": 10}
+        elif p == "esp32":
+            g["network"] = {"link": dict(WIFI_FROM_DISTANCE)}
+        elif p == "jetson_nano":
+            g["network"] = {"bandwidth": {"trace": str(LUMOS)}}
+    data["fleet"]["reports"] = ["battery", "power"]
+    return yaml.safe_dump(data)
+
+
 def measure(text: str, out: str | None) -> dict:
     """Run the scenario ``text``; wall time from loading it to the last file written, and the process's peak RSS."""
     t0 = time.perf_counter()
@@ -98,10 +127,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1000)
     ap.add_argument("--out", default=None)
     ap.add_argument("--energy-models", action="store_true", help="solar panels, real cells and a carbon trace")
+    ap.add_argument("--all-models", action="store_true", help="every model of issue 49 (module docstring)")
     args = ap.parse_args()
     text = SCENARIO.format(devices=args.devices, rounds=args.rounds)
     with tempfile.TemporaryDirectory() as folder:
-        if args.energy_models:
+        if args.all_models:
+            text = with_all_models(text, Path(folder))
+        elif args.energy_models:
             text = with_energy_models(text, Path(folder))
         result = measure(text, args.out)
     print(yaml.safe_dump(result, sort_keys=False))

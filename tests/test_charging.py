@@ -219,3 +219,31 @@ def test_rows_report_the_sampled_state_of_charge_by_hand():
     assert fleet.settled_at[0] == 90.0
     # 120 s: idle to 100 s (870 J), then 20 s on the charger at 10 - 0.5 W: full again
     assert obs.row(120.0) == {"soc_mcu": pytest.approx(1.0), "harvest_w_mcu": 10.0}
+
+
+def test_the_cached_product_integrates_as_segment_by_segment():
+    from iotfl_sim.fleet import periodic
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a = Periodic(np.concatenate([[0.0], np.sort(rng.uniform(1, 7 * 24, 6))]), rng.uniform(0, 10, 7), 7 * 24.0, 5.0)
+        b = Periodic(np.arange(24.0), rng.uniform(100, 500, 24), 24.0, 0.0)
+        t0 = float(rng.uniform(0, 500))
+        t1 = t0 + float(rng.uniform(0, 400))
+        fast = product_integral(a, b, t0, t1)
+        loop = sum(a.value(t + dt / 2) * b.value(t + dt / 2) * dt for t, dt in _fine(a, b, t0, t1))
+        assert fast == pytest.approx(loop, rel=1e-9, abs=1e-6)
+        assert a.cache[("product", id(b))][1] is not None  # 168 h over 24 h: the product was built
+    odd, four = Periodic(np.array([0.0, 3.0]), np.array([2.0, 0.0]), 10.0), Periodic(np.zeros(1), np.ones(1), 4.0)
+    assert product_integral(odd, four, 0.0, 20.0) == pytest.approx(12.0)
+    assert odd.cache[("product", id(four))][1] is None  # 10 s and 4 s: no common period tried, the loop ran
+    assert periodic.MAX_PRODUCT_SEGMENTS > 0
+
+
+def _fine(a: Periodic, b: Periodic, t0: float, t1: float):
+    """Every span between consecutive changes of either signal (the loop the cache replaces)."""
+    t = t0
+    while t < t1:
+        end = min(a.next_change(t), b.next_change(t), t1)
+        yield t, end - t
+        t = end

@@ -68,6 +68,7 @@ class Fleet:
     harvests: list[tuple[Harvest, ...] | None] = field(default_factory=list)  # per group: its sources (chargers: many)
     source_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # which of its group's sources
     charger: list[bool] = field(default_factory=list)  # per group: the source is a charger on the grid
+    charger_w: list[float] = field(default_factory=list)  # per group: the charger's power (0: none)
     cells: list[Cell] = field(default_factory=list)  # per group: the battery's chemistry
     tracked: list[bool] = field(default_factory=list)  # per group: the battery is a level (harvest, or a real cell)
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy at settled_at (tracked groups)
@@ -176,6 +177,7 @@ class Fleet:
             if which is not None:
                 fleet.source_of[group_of == i] = which
         fleet.charger = [g.config.harvest is not None and g.config.harvest.kind == "charger" for g in groups]
+        fleet.charger_w = [g.config.harvest.power_w if c else 0.0 for g, c in zip(groups, fleet.charger, strict=True)]
         fleet.cells = [_cell(g.profile.battery) for g in groups]
         fleet.tracked = [
             bool(np.isfinite(g.profile.battery.joules)) and (h is not None or c != Cell(rated_w=c.rated_w))
@@ -320,7 +322,7 @@ class Fleet:
         plugged_j = h.integral(t0, end)  # the charger's full power x its time plugged in
         if plugged_j <= 0.0:
             return
-        power = float(np.max(h.values))
+        power = self.charger_w[g]
         stored = max(step.level - self.level[d] + step.drawn_j, 0.0)
         grid_j = stored / self.cells[g].charge_efficiency + min(power, draw_w) * plugged_j / power
         intensity = product_integral(h, self.carbon, t0, end) / plugged_j

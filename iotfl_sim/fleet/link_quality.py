@@ -45,7 +45,6 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import erfc
 
 from iotfl_sim.fleet.lora import LoraPhy
 
@@ -384,6 +383,8 @@ def per_waterfall(margin_db: np.ndarray | float, per_decade_db: float = 2.0) -> 
 def ber_bpsk(ebn0_db: np.ndarray | float) -> np.ndarray:
     """Bit error rate of coherent BPSK (and per bit of Gray-coded QPSK) in AWGN: Q(sqrt(2 Eb/N0)) =
     erfc(sqrt(Eb/N0)) / 2 (Proakis, *Digital Communications*)."""
+    from scipy.special import erfc  # here: scipy.special takes half a second to import, and only this uses it
+
     ebn0 = 10.0 ** (np.asarray(ebn0_db, dtype=float) / 10.0)
     return 0.5 * erfc(np.sqrt(ebn0))
 

@@ -22,7 +22,7 @@ from iotfl_sim.seeding import stream
 if TYPE_CHECKING:
     from iotfl_sim.fleet.fleet import Fleet
 
-SAMPLE = 32
+SAMPLE = 16
 
 
 class Observer:

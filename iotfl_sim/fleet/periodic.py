@@ -56,8 +56,17 @@ class Periodic:
         return values[bisect_right(offsets, (t - self.origin_s) % self.period_s) - 1]
 
     def integral(self, t0: float, t1: float) -> float:
-        """The integral over ``[t0, t1]`` (a harvest's energy in J)."""
-        return self.cumulative(t1) - self.cumulative(t0) if t1 > t0 else 0.0
+        """The integral over ``[t0, t1]`` (a harvest's energy in J): within one segment its value times the span (most
+        spans between a device's events are), else through ``cumulative``."""
+        if t1 <= t0:
+            return 0.0
+        offsets, values, _, _ = self._scalars()
+        phase = (t0 - self.origin_s) % self.period_s
+        k = bisect_right(offsets, phase) - 1
+        end = offsets[k + 1] if k + 1 < len(offsets) else self.period_s
+        if phase + (t1 - t0) <= end:
+            return values[k] * (t1 - t0)
+        return self.cumulative(t1) - self.cumulative(t0)
 
     def cumulative(self, t: float) -> float:
         """The integral from ``origin_s`` to ``t`` (negative before it)."""
@@ -70,13 +79,14 @@ class Periodic:
     def _scalars(self) -> tuple[list[float], list[float], list[float], float]:
         """Offsets, values, the integral up to each segment's start, and a whole period's, as Python floats
         (a call costs a microsecond, not numpy's tens)."""
-        got = self.cache.get("scalars")
+        got = self.__dict__.get("_scalar_cache")
         if got is None:
             areas = (self.values * self.lengths_s).tolist()
             prefix = [0.0]
             for a in areas[:-1]:
                 prefix.append(prefix[-1] + a)
-            got = self.cache["scalars"] = (self.offsets_s.tolist(), self.values.tolist(), prefix, sum(areas))
+            got = (self.offsets_s.tolist(), self.values.tolist(), prefix, sum(areas))
+            object.__setattr__(self, "_scalar_cache", got)
         return got
 
     def next_change(self, t: float) -> float:
@@ -91,12 +101,48 @@ class Periodic:
         return end
 
 
+MAX_PRODUCT_SEGMENTS = 200_000  # a product signal over the periods' common multiple is built up to this size
+
+
 def product_integral(a: Periodic, b: Periodic, t0: float, t1: float) -> float:
-    """The integral of ``a x b`` over ``[t0, t1]``, segment by segment (a charger's power times the grid's carbon
-    intensity): O(segments of either signal in the span)."""
+    """The integral of ``a x b`` over ``[t0, t1]`` (a charger's power times the grid's carbon intensity): through
+    their product over a common period when the periods have one of at most ``MAX_PRODUCT_SEGMENTS`` segments
+    (built once, cached on ``a``), else segment by segment, O(segments of either signal in the span)."""
+    key = ("product", id(b))
+    got = a.cache.get(key)
+    if got is None:
+        got = a.cache[key] = (b, _product(a, b))  # b kept: its id stays its own while cached
+    product = got[1]
+    if product is not None:
+        return product.integral(t0, t1)
     total, t = 0.0, t0
     while t < t1:
         end = min(a.next_change(t), b.next_change(t), t1)
-        total += a.value(t) * b.value(t) * (end - t)
+        mid = 0.5 * (t + end)  # not t: a span's start, rounded, may read the segment before it
+        total += a.value(mid) * b.value(mid) * (end - t)
         t = end
     return total
+
+
+def _product(a: Periodic, b: Periodic) -> Periodic | None:
+    """``a x b`` as one periodic signal, when their periods have a common multiple of few segments (None if not)."""
+    long, short = max(a.period_s, b.period_s), min(a.period_s, b.period_s)
+    ratio = long / short
+    k = round(ratio)
+    if k < 1 or abs(ratio - k) > 1e-9 * ratio:
+        return None  # no common period: at most the long one times a small integer is tried
+    period = long
+    if a.offsets_s.size * (period / a.period_s) + b.offsets_s.size * (period / b.period_s) > MAX_PRODUCT_SEGMENTS:
+        return None
+    origin = a.origin_s
+
+    def starts(x: Periodic) -> np.ndarray:
+        reps = round(period / x.period_s)
+        shift = (x.origin_s - origin) % x.period_s
+        s = (x.offsets_s[None, :] + shift + x.period_s * np.arange(-1, reps + 1)[:, None]).ravel()
+        return s[(s >= 0.0) & (s < period)]
+
+    cuts = np.unique(np.concatenate([[0.0], starts(a), starts(b)]))
+    mids = (cuts + np.append(cuts[1:], period)) / 2.0 + origin  # each segment read at its middle (see above)
+    values = np.array([a.value(m) * b.value(m) for m in mids.tolist()])
+    return Periodic(cuts, values, period, origin)
