@@ -3,7 +3,8 @@ panel per quantity a run has, one line style per device class, one colour per ru
 
 - state of charge (``soc_<class>``, %) with the incoming power (``harvest_w_<class>``) shaded under it, so that
   charging and harvest read against the battery;
-- temperature (``temp_c_<class>``, °C), with the Raspberry Pi 4's throttle limits drawn when a class reaches them;
+- temperature (``temp_c_<class>``, °C), with the Raspberry Pi 4's throttle limits drawn, and the mean clock of the
+  sampled devices' last training (``clock_<class>``, % of full: below 100 when they throttled);
 - link rate (``down_mbps_<class>``, Mbit/s) of classes on a bandwidth trace.
 
 None when no run has any of them.
@@ -25,6 +26,7 @@ from analysis.rundir import Run
 PANELS = (
     ("soc", "state of charge (%)", 100.0),
     ("temp_c", "temperature (°C)", 1.0),
+    ("clock", "clock of the last training (% of full)", 100.0),
     ("down_mbps", "link rate, down (Mbit/s)", 1.0),
 )
 STYLES = ("-", "--", ":", "-.")
@@ -74,7 +76,7 @@ def fig_fleet_state(runs: Sequence[Run], colors: list) -> Figure | None:
                         twin.set_ylabel("power in (W)", color="0.45", fontsize=8)
                         twin.set_ylim(bottom=0)
                         shaded = True
-        if kind == "soc":
+        if kind in ("soc", "clock"):
             ax.set_ylim(0, 105)
         if kind == "temp_c":
             for limit in (80.0, 85.0):

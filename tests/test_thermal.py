@@ -262,6 +262,7 @@ def _train_spans(tmp_path, thermal: dict | None, name: str) -> list[tuple[float,
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
     start = [e["t"] for e in events if e["event"] == "train_start"]
     end = [e["t"] for e in events if e["event"] == "train_end"]
+    _train_spans.run = run
     return list(zip(start, end, strict=True))
 
 
@@ -276,6 +277,12 @@ def test_a_long_task_slows_as_the_closed_form_says(tmp_path):
     f_hold = (5.5 - 0.1) / 5.9
     assert work > onset  # the test's premise: the task outlasts the full-clock phase
     assert hot[1] - hot[0] == pytest.approx(onset + (work - onset) / f_hold, rel=1e-6)
+    # the row reports the mean clock of that training: its full-clock work over its wall time, and 80 C held
+    import csv
+
+    (row,) = csv.DictReader((_train_spans.run / "rounds.csv").open())
+    assert float(row["clock_mcu"]) == pytest.approx(work / (hot[1] - hot[0]), rel=1e-6)
+    assert float(row["temp_c_mcu"]) < 80.0  # cooling since the task ended (the upload came after it)
 
 
 def test_the_scenario_names_every_published_board():

@@ -93,6 +93,7 @@ class Fleet:
     thermals: list[Thermal | None] = field(default_factory=list)  # per group: heating and throttling (None: off)
     temp_c: np.ndarray = field(default_factory=lambda: np.zeros(0))  # with thermal groups: temperature at temp_at
     temp_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    last_clock: np.ndarray = field(default_factory=lambda: np.zeros(0))  # mean clock share of the last training (nan: none)
     switched: dict[int, tuple[str, Rates]] = field(default_factory=dict)  # devices out of their group's power mode
     mode_switches: int = 0
     carbon: Periodic | None = None  # the grid's carbon intensity, g/kWh (None: carbon not counted)
@@ -249,6 +250,7 @@ class Fleet:
             return
         self.temp_c = np.full(self.n, np.nan)
         self.temp_at = np.zeros(self.n)
+        self.last_clock = np.full(self.n, np.nan)
         for g, th in enumerate(self.thermals):
             if th is not None:
                 members = self.group_of == g
@@ -282,6 +284,8 @@ class Fleet:
         """Record device ``d``'s temperature at ``t``, along ``phases`` started at ``t0``; returns it."""
         c = temperature_at(phases, self.thermals[self.group_of[d]].tau_s, t - t0)
         self.temp_c[d], self.temp_at[d] = c, t
+        done = sum(p.clock * max(0.0, min(p.duration_s, t - t0 - p.start_s)) for p in phases)
+        self.last_clock[d] = done / (t - t0) if t > t0 else 1.0
         return c
 
     # ------------------------------------------------------------ carbon

@@ -5,7 +5,8 @@ its temperature, and its link rate, each read at a row's instant without moving 
 Columns appear only where a model is on: ``soc_<class>`` (0-1) for classes with a power source or a non-ideal cell
 (a battery level the model tracks), ``harvest_w_<class>``
 for classes with a source (a panel, a charger, a window), ``temp_c_<class>`` for classes with a thermal model,
-``down_mbps_<class>`` for classes whose rate follows a bandwidth trace. A depleted device counts with state of charge
+``clock_<class>`` (the mean clock share, 0-1, of each sampled device's last training: below 1 when it throttled)
+beside it, ``down_mbps_<class>`` for classes whose rate follows a bandwidth trace. A depleted device counts with state of charge
 0; a device busy with a task reads its state at the end of its current activity (what the fleet has settled).
 """
 
@@ -43,7 +44,7 @@ class Observer:
             if any(fleet.harvests[g] is not None for g in groups):
                 kinds.append("harvest_w")
             if fleet.thermals and any(fleet.thermals[g] is not None for g in groups):
-                kinds.append("temp_c")
+                kinds += ["temp_c", "clock"]
             if fleet.bandwidth and any(fleet.bandwidth[g] is not None for g in groups):
                 kinds.append("down_mbps")
             if kinds:
@@ -89,6 +90,10 @@ class Observer:
         if f.thermals[f.group_of[d]] is None:
             return math.nan
         return f.temperature(d, t) if t >= f.temp_at[d] else float(f.temp_c[d])
+
+    def _clock(self, d: int, t: float) -> float:
+        """The mean clock share (0-1) of the device's last training, nan before its first."""
+        return float(self.fleet.last_clock[d]) if self.fleet.thermals[self.fleet.group_of[d]] is not None else math.nan
 
     def _down_mbps(self, d: int, t: float) -> float:
         f = self.fleet
