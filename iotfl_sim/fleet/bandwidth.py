@@ -64,9 +64,10 @@ class BandwidthError(TraceError):
 
 
 # a file's refusals name a bandwidth trace, a value's its direction
-BANDWIDTH = Kind("bandwidth", "Mbps", 0.0, MAX_MBPS, 0.0, FIELD, FORMAT_LIST, BandwidthError)
-UP = BANDWIDTH._replace(what="uplink rate")
-DOWN = BANDWIDTH._replace(what="downlink rate")
+BANDWIDTH, UP, DOWN = (
+    Kind(what, "Mbps", 0.0, MAX_MBPS, 0.0, FIELD, FORMAT_LIST, BandwidthError)
+    for what in ("bandwidth", "uplink rate", "downlink rate")
+)
 
 
 class BandwidthTrace(NamedTuple):
