@@ -235,8 +235,13 @@ def test_the_cached_product_integrates_as_segment_by_segment():
         assert fast == pytest.approx(loop, rel=1e-9, abs=1e-6)
         assert a.cache[("product", id(b))][1] is not None  # 168 h over 24 h: the product was built
     odd, four = Periodic(np.array([0.0, 3.0]), np.array([2.0, 0.0]), 10.0), Periodic(np.zeros(1), np.ones(1), 4.0)
-    assert product_integral(odd, four, 0.0, 20.0) == pytest.approx(12.0)
-    assert odd.cache[("product", id(four))][1] is None  # 10 s and 4 s: no common period tried, the loop ran
+    assert product_integral(odd, four, 0.0, 20.0) == pytest.approx(12.0)  # a constant scales the other's integral
+    a = Periodic(np.array([0.0, 3.7]), np.array([2.0, 0.5]), 10.0, 1.3)
+    b = Periodic(np.array([0.0, 1.1, 2.9]), np.array([5.0, 7.0, 1.0]), 4.0)
+    for t0, t1 in ((0.0, 20.0), (2.5, 97.3), (13.9, 14.2)):
+        loop = sum(a.value(t + dt / 2) * b.value(t + dt / 2) * dt for t, dt in _fine(a, b, t0, t1))
+        assert product_integral(a, b, t0, t1) == pytest.approx(loop, rel=1e-12)
+    assert a.cache[("product", id(b))][1] is None  # 10 s and 4 s: no common period tried, the coarse loop ran
     assert periodic.MAX_PRODUCT_SEGMENTS > 0
 
 

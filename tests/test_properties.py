@@ -409,7 +409,7 @@ def test_battery_never_negative_never_above_capacity_never_grows_without_chargin
     never below 0, never above capacity, never up without charging, and (G = 0) exactly E - S without a
     harvest; a battery that ran dry stays dead and spends nothing more."""
     fleet = one_device_fleet(cap, idle, harvest)
-    h = fleet.harvests[0]
+    h = fleet.source(0)
 
     def left(t: float) -> float:
         if h is None:

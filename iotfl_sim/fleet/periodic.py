@@ -105,9 +105,14 @@ MAX_PRODUCT_SEGMENTS = 200_000  # a product signal over the periods' common mult
 
 
 def product_integral(a: Periodic, b: Periodic, t0: float, t1: float) -> float:
-    """The integral of ``a x b`` over ``[t0, t1]`` (a charger's power times the grid's carbon intensity): through
-    their product over a common period when the periods have one of at most ``MAX_PRODUCT_SEGMENTS`` segments
-    (built once, cached on ``a``), else segment by segment, O(segments of either signal in the span)."""
+    """The integral of ``a x b`` over ``[t0, t1]`` (a charger's power times the grid's carbon intensity). A constant
+    signal scales the other's integral; else through their product over a common period when the periods have one of
+    at most ``MAX_PRODUCT_SEGMENTS`` segments (built once, cached on ``a``); else segment by segment over the signal
+    whose segments are longer, the other integrated in closed form over each: O(its segments in the span)."""
+    if a.offsets_s.size == 1:
+        return float(a.values[0]) * b.integral(t0, t1)
+    if b.offsets_s.size == 1:
+        return float(b.values[0]) * a.integral(t0, t1)
     key = ("product", id(b))
     got = a.cache.get(key)
     if got is None:
@@ -115,11 +120,11 @@ def product_integral(a: Periodic, b: Periodic, t0: float, t1: float) -> float:
     product = got[1]
     if product is not None:
         return product.integral(t0, t1)
+    x, y = (a, b) if a.period_s / a.offsets_s.size >= b.period_s / b.offsets_s.size else (b, a)
     total, t = 0.0, t0
     while t < t1:
-        end = min(a.next_change(t), b.next_change(t), t1)
-        mid = 0.5 * (t + end)  # not t: a span's start, rounded, may read the segment before it
-        total += a.value(mid) * b.value(mid) * (end - t)
+        end = min(x.next_change(t), t1)
+        total += x.value(0.5 * (t + end)) * y.integral(t, end)  # the middle: a span's start may round to the one before
         t = end
     return total
 
