@@ -12,9 +12,9 @@ import pytest
 from study_fixtures import make_study
 
 from analysis.study_plots import STUDY_FIGURES
+from iotfl_sim.cli import main
 
 SHOWN = tuple(f for f in STUDY_FIGURES if f != "carbon_to_accuracy")  # the fixture's runs have no fleet.carbon
-from iotfl_sim.cli import main
 
 SCREENSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "report_screenshot.png"
 TABLES = ("accuracy", "time_to_accuracy", "rounds_to_accuracy", "energy_to_accuracy", "download_to_accuracy",
