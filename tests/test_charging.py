@@ -252,3 +252,44 @@ def _fine(a: Periodic, b: Periodic, t0: float, t1: float):
         end = min(a.next_change(t), b.next_change(t), t1)
         yield t, end - t
         t = end
+
+
+def _traced(tmp_path, charger: dict) -> Fleet:
+    (tmp_path / "online.csv").write_text("device,online_from,online_until\n0,10,50\n0,100,150\n2,0,5\n")
+    profile = copy.deepcopy(TINY)
+    profile["battery"] = {"capacity_j": 1000.0}
+    profile["power"]["idle_w"] = 0.5
+    group = {
+        "name": "phone", "count": 2, "profile": profile, "harvest": {"kind": "charger", **charger},
+        "availability": {"kind": "trace", "format": "csv", "path": str(tmp_path / "online.csv")},
+    }  # fmt: skip
+    sc = load_scenario(text=yaml.safe_dump(base_scenario(fleet={"groups": [group]}, numerics="none")))
+    return Fleet.build(resolve_groups(sc), 0)
+
+
+def test_a_charger_plugged_in_whenever_the_trace_has_the_device_online(tmp_path):
+    fleet = _traced(tmp_path, {"power_w": 10.0, "plugged": "online"})
+    # device 0 replays trace client 0 (online 10-50 s and 100-150 s); device 1 client 1, never online
+    plugged = fleet.source(0)
+    assert plugged.offsets_s.tolist() == [0.0, 10.0, 50.0, 100.0, 150.0]
+    assert plugged.values.tolist() == [0.0, 10.0, 0.0, 10.0, 0.0]
+    assert fleet.on_power(20.0).tolist() == [True, False] and fleet.on_power(60.0).tolist() == [False, False]
+    assert fleet.on_power(1e7).tolist() == [False, False]  # a CSV trace does not repeat: unplugged after it
+    # online (charging) it trains without draining; the idle 0.5 W of 0-10 s is refilled there too
+    assert fleet.spend(0, 20.0, 20.0, 4.0, "compute") is None
+    assert fleet.level[0] == pytest.approx(1000.0)
+
+
+def test_plugged_online_needs_a_trace_and_no_schedule(tmp_path, capsys):
+    data = base_scenario(numerics="none")
+    data["fleet"]["groups"][0]["harvest"] = {"kind": "charger", "power_w": 5, "plugged": "online"}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "harvest.plugged: online follows the group's availability trace" in err and err.count("\n") == 1
+    data["fleet"]["groups"][0]["harvest"]["start_hour"] = 3
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "the schedule's start_hour would be ignored" in err and err.count("\n") == 1

@@ -18,8 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from iotfl_sim.fleet.periodic import Periodic
+from iotfl_sim.fleet.traces import TraceTable
 from iotfl_sim.scenario.model import ChargerConfig
 from iotfl_sim.seeding import stream
+
+NEVER_S = 1e15  # a period no run reaches (30 million years): a trace that does not repeat
 
 
 def schedule(cfg: ChargerConfig, seed: int, group: int, variant: int) -> Periodic:
@@ -64,6 +67,23 @@ def _on_off(spans: list[tuple[float, float]], power_w: float, period: float) -> 
             offsets.append(b)
             values.append(0.0)
     return Periodic(np.asarray(offsets), np.asarray(values), period)
+
+
+def plugged_when_online(
+    power_w: float, table: TraceTable, members: np.ndarray, mapping: str, seed: int
+) -> tuple[tuple[Periodic, ...], np.ndarray]:
+    """A charger plugged in whenever the availability trace has the device online: one source per trace client the
+    group's devices replay (the same client as their availability, by the same mapping), and which one each
+    follows. A trace that does not repeat (CSV) is one period of ``NEVER_S``: after its last interval, unplugged."""
+    slots = table.slots_for(members, mapping, seed)
+    distinct, which = np.unique(slots, return_inverse=True)
+    sources = []
+    for slot in distinct.tolist():
+        a, b, period, _, _ = table.info(slot)
+        period = period if period > 0 else NEVER_S
+        spans = sorted(zip(table.st[a:b].tolist(), np.minimum(table.en[a:b], period).tolist(), strict=True))
+        sources.append(_on_off([(s, e) for s, e in spans if e > s and s < period], power_w, period))
+    return tuple(sources), which.astype(np.int32)
 
 
 def schedules(

@@ -23,6 +23,7 @@ from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fleet import links as link_models
 from iotfl_sim.fleet.bandwidth import link_transfer_end
 from iotfl_sim.fleet.carbon import J_PER_KWH
+from iotfl_sim.fleet.charging import plugged_when_online
 from iotfl_sim.fleet.charging import schedules as charger_schedules
 from iotfl_sim.fleet.harvest import Cell, Harvest, Step, depletion_time, walk
 from iotfl_sim.fleet.irradiance import read_irradiance, solar_harvest
@@ -31,6 +32,8 @@ from iotfl_sim.fleet.network import RADIO_PRESETS, RadioPreset, transfer_power
 from iotfl_sim.fleet.observe import Observer
 from iotfl_sim.fleet.periodic import Periodic, product_integral
 from iotfl_sim.fleet.thermal import THERMAL_BOARDS, Phase, Thermal, cool, temperature_at, work_phases
+from iotfl_sim.fleet.traces import load_table
+from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
 from iotfl_sim.seeding import stream
@@ -173,7 +176,7 @@ class Fleet:
         fleet.harvests = []
         fleet.source_of = np.zeros(n, dtype=np.int32)
         for i, g in enumerate(groups):
-            sources, which = _sources(i, g, seed, base_dir)
+            sources, which = _sources(i, g, seed, base_dir, group_of)
             fleet.harvests.append(sources)
             if which is not None:
                 fleet.source_of[group_of == i] = which
@@ -838,12 +841,21 @@ def _running_sum(start: float, terms: np.ndarray) -> float:
 
 
 def _sources(
-    i: int, g: ResolvedGroup, seed: int, base_dir: Path | None
+    i: int, g: ResolvedGroup, seed: int, base_dir: Path | None, group_of: np.ndarray
 ) -> tuple[tuple[Harvest, ...] | None, np.ndarray | None]:
     """Group ``i``'s power sources, and which one each of its devices has (None: all the first)."""
     cfg = g.config.harvest
     if cfg is None or not np.isfinite(g.profile.battery.joules):
         return None, None
+    if cfg.kind == "charger" and cfg.plugged == "online":
+        avail = g.config.availability
+        if not isinstance(avail, TraceAvailability):
+            raise ScenarioError(
+                f"fleet.groups[{i}].harvest.plugged: online follows the group's availability trace, and its "
+                f"availability is {avail.kind}; give it availability: {{kind: trace, ...}} or drop plugged"
+            )
+        members = np.flatnonzero(group_of == i)
+        return plugged_when_online(cfg.power_w, load_table(avail, base_dir), members, avail.mapping, seed)
     if cfg.kind == "charger":
         return charger_schedules(cfg, seed, i, g.count)
     return (_harvest(g, base_dir),), None

@@ -208,6 +208,11 @@ class ChargerConfig(Strict):
 
     kind: Literal["charger"]
     power_w: float = Field(gt=0, le=1000, description="power the charger delivers while plugged in, W")
+    plugged: Literal["online"] | None = Field(
+        None,
+        description="null: the daily schedule below; online: whenever the group's availability trace has the device "
+        "online (FedScale's traces record devices charging and on Wi-Fi)",
+    )
     start_hour: float = Field(22.0, ge=0, lt=24, description="usual plug-in time, hours after the start of a simulated day")
     hours: float = Field(8.0, gt=0, le=24, description="usual time plugged in, hours")
     start_sd_hours: float = Field(1.0, ge=0, le=12, description="day-to-day spread (std) of the plug-in time, hours")
@@ -218,6 +223,16 @@ class ChargerConfig(Strict):
         64, ge=1, le=4096, description="distinct schedules drawn per group; each device follows one of them"
     )
     day_s: float = Field(86400.0, gt=0, description="length of a simulated day, s")
+
+    @model_validator(mode="after")
+    def _schedule_or_trace(self) -> ChargerConfig:
+        schedule = sorted(self.model_fields_set - {"kind", "power_w", "plugged"})
+        if self.plugged == "online" and schedule:
+            raise ValueError(
+                f"plugged: online follows the availability trace, so the schedule's {', '.join(schedule)} would be "
+                "ignored; drop them, or drop plugged"
+            )
+        return self
 
 
 HARVEST_KINDS: tuple[str, ...] = ("window", "solar", "charger")
