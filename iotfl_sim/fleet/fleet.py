@@ -194,8 +194,12 @@ class Fleet:
             if tracked:
                 members = group_of == i
                 cap, idle = float(fleet.capacity_j[members][0]), float(fleet.idle_w[members][0])
-                for k, h in enumerate(fleet.harvests[i] or (None,)):
-                    same = members & (fleet.source_of == k)
+                sources = fleet.harvests[i] or (None,)
+                ids = np.flatnonzero(members)
+                by_source = np.argsort(fleet.source_of[ids], kind="stable")  # a source's devices: one slice each
+                bounds = np.searchsorted(fleet.source_of[ids][by_source], np.arange(len(sources) + 1))
+                for k, h in enumerate(sources):
+                    same = ids[by_source[bounds[k] : bounds[k + 1]]]
                     fleet.depleted_at[same] = depletion_time(cap, cap, 0.0, idle, h, fleet.cells[i])
         fleet._init_thermal()
         fleet.busy = np.zeros(n, dtype=bool)
