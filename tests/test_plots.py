@@ -391,18 +391,24 @@ def test_plot_of_runs_that_declare_different_targets_draws_all_and_says_so(tmp_p
     assert sorted(ln.get_ydata()[0] for ln in fig.axes[0].lines if ln.get_linestyle() == ":") == [50.0, 70.0]
 
 
-def test_carbon_figure_only_for_runs_with_carbon(tmp_path: Path) -> None:
-    run = make_run_dir(tmp_path / "run")
-    assert "accuracy_vs_carbon.png" not in build_figures(load_runs([run]))
+def _add_columns(run: Path, columns) -> list[dict[str, str]]:
+    """Rewrite the run's rounds.csv with ``columns(i, row)``'s extra columns on each row; returns the rows."""
     rounds = run / "rounds.csv"
     with rounds.open(newline="") as fh:
         table = list(csv.DictReader(fh))
-    for r in table:
-        r["carbon_g"] = str(float(r["energy_j"]) * 0.25)  # a constant intensity: carbon proportional to energy
+    for i, r in enumerate(table):
+        r.update(columns(i, r))
     with rounds.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(table[0]))
         w.writeheader()
         w.writerows(table)
+    return table
+
+
+def test_carbon_figure_only_for_runs_with_carbon(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run")
+    assert "accuracy_vs_carbon.png" not in build_figures(load_runs([run]))
+    table = _add_columns(run, lambda i, r: {"carbon_g": str(float(r["energy_j"]) * 0.25)})  # carbon ~ energy
     fig = build_figures(load_runs([run]))["accuracy_vs_carbon.png"]
     ax = fig.axes[0]
     assert "grid carbon" in ax.get_xlabel() and ax.get_xlabel().endswith("(g CO2)")
@@ -414,17 +420,10 @@ def test_carbon_figure_only_for_runs_with_carbon(tmp_path: Path) -> None:
 def test_fleet_state_figure_draws_each_sampled_quantity(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path / "run")
     assert "fleet_state.png" not in build_figures(load_runs([run]))
-    rounds = run / "rounds.csv"
-    with rounds.open(newline="") as fh:
-        table = list(csv.DictReader(fh))
-    for i, r in enumerate(table):
-        r["soc_phone"] = str(1.0 - 0.1 * i)
-        r["harvest_w_phone"] = str(5.0 * (i % 2))
-        r["temp_c_sbc"] = str(60.0 + i)
-    with rounds.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
+    table = _add_columns(
+        run,
+        lambda i, r: {"soc_phone": str(1.0 - 0.1 * i), "harvest_w_phone": str(5.0 * (i % 2)), "temp_c_sbc": str(60.0 + i)},
+    )
     fig = build_figures(load_runs([run]))["fleet_state.png"]
     soc, temp = fig.axes[0], fig.axes[1]  # the panels in order (twin axes come after)
     assert "state of charge" in soc.get_ylabel() and "temperature" in temp.get_ylabel()

@@ -10,7 +10,10 @@ The device still draws the full model's compute time and energy. ``smallest``: e
 which is then the global model. ``upload_bits`` / ``download_bits`` < 32 send QSGD-quantized messages
 (``algorithms.wire``: quantized FedAvg). ``family`` trains another model family than ``model.family``
 (AdapterFL's "FedAvg S/M/L with exclusive learning": one prototype per run) and ``width`` narrows the
-all_large model.
+all_large model. ``prefer: on_power`` selects devices that report being on power first (mains, or a plugged-in
+charger; FedScale's selection of charging devices), uniformly among them, and fills the round uniformly from the
+others (``algorithms.base.select_on_power_first``); the server knows it only from what devices report
+(``fleet.reports: [power]``).
 """
 
 from __future__ import annotations
