@@ -181,10 +181,10 @@ class DeviceTasks:
         sent = retransmitted_bytes(nbytes, loss, rng) if rng is not None else nbytes
         self.traffic.resent += sent - nbytes
         jitter = float(rng.lognormal(0.0, sigma)) if rng is not None and sigma > 0 else 1.0
-        bps = f.rate_for(d, up, self.env.now, sent * 8.0)
         rtt = float(f.rtt_s[d])
         medium = host.medium(d, up)
         if medium is not None:
+            bps = f.rate_for(d, up, self.env.now, sent * 8.0)
             t0 = self.env.now
             task.hold = host.hold_log(t0)  # a failure found afterwards is at an instant >= t0: keep the log in order
             air = yield self.env.process(medium.transfer(sent * 8.0 * jitter, bps))
