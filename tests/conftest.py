@@ -472,3 +472,17 @@ def isolated_methods():
     yield
     methods._METHODS.clear()
     methods._METHODS.update(saved)
+
+
+def run_events(tmp_path: Path, data: dict, name: str) -> tuple[Path, list[dict]]:
+    """Run the scenario ``data`` (as ``iotfl-sim run``, into ``tmp_path / name``); its run folder and its events."""
+    import json
+
+    from iotfl_sim.cli import main
+
+    data = {**data, "name": name}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["run", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
+    (run,) = (tmp_path / name).iterdir()
+    return run, [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]

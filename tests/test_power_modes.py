@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY, base_scenario
+from conftest import TINY, base_scenario, run_events
 
 from iotfl_sim.cli import main
 
@@ -32,12 +32,7 @@ def _events(tmp_path, policy: dict | None, name: str) -> list[dict]:
     if policy is not None:
         group["power_policy"] = policy
     data = base_scenario(rounds=1, clients_per_round=1, numerics="none", fleet={"groups": [group]})
-    data["name"] = name
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert main(["run", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
-    run = next((tmp_path / name).iterdir())
-    return [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    return run_events(tmp_path, data, name)[1]
 
 
 def _at(events: list[dict], kind: str) -> float:

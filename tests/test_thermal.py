@@ -3,6 +3,7 @@ the averaged bang-bang rule), and the piecewise solution is checked against an i
 the ODE with the firmware's threshold rules."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -129,15 +130,15 @@ def test_hot_start_with_cool_full_clock_recovers_full_speed():
     assert res.energy_j == pytest.approx(3.5 * t1 + 5.0 * rest)
 
 
-@pytest.mark.parametrize(
-    "th,t0,idle,full,work",
-    [
-        (TH, 40.0, 2.0, 6.0, 400.0),
-        (TH2, 40.0, 2.0, 8.0, 300.0),
-        (TH2, 95.0, 2.0, 8.0, 100.0),
-        (TH, 82.0, 2.0, 5.0, 200.0),
-    ],
-)
+TRAJECTORIES = [  # (model, start, idle W, full W, work s): held at a limit, rising through both, starting hot
+    (TH, 40.0, 2.0, 6.0, 400.0),
+    (TH2, 40.0, 2.0, 8.0, 300.0),
+    (TH2, 95.0, 2.0, 8.0, 100.0),
+    (TH, 82.0, 2.0, 5.0, 200.0),
+]
+
+
+@pytest.mark.parametrize("th,t0,idle,full,work", TRAJECTORIES)
 def test_continuity_and_work_conservation(th, t0, idle, full, work):
     ph = work_phases(th, t0, AMB, idle, full, work)
     assert ph[0].start_c == t0
@@ -165,15 +166,7 @@ def _euler(th, t0, amb, idle, full, work, dt=0.005):
     return wall, energy, temp
 
 
-@pytest.mark.parametrize(
-    "th,t0,idle,full,work",
-    [
-        (TH, 40.0, 2.0, 6.0, 400.0),
-        (TH2, 40.0, 2.0, 8.0, 300.0),
-        (TH2, 95.0, 2.0, 8.0, 100.0),
-        (TH, 82.0, 2.0, 5.0, 200.0),
-    ],
-)
+@pytest.mark.parametrize("th,t0,idle,full,work", TRAJECTORIES)
 def test_against_euler_simulation(th, t0, idle, full, work):
     res = run_work(th, t0, AMB, idle, full, work)
     wall, energy, end = _euler(th, t0, AMB, idle, full, work)
@@ -236,14 +229,11 @@ def test_rpi4_profile_by_hand():
 # ---------------------------------------------------------------- in a run
 
 
-def _train_spans(tmp_path, thermal: dict | None, name: str) -> list[tuple[float, float]]:
+def _train_spans(tmp_path, thermal: dict | None, name: str) -> tuple[Path, list[tuple[float, float]]]:
+    """The run folder and the (start, end) of each training of a one-device run, with ``thermal`` on its group."""
     import copy
-    import json
 
-    import yaml
-    from conftest import TINY, base_scenario
-
-    from iotfl_sim.cli import main
+    from conftest import TINY, base_scenario, run_events
 
     profile = copy.deepcopy(TINY)
     profile["compute"]["flops"] = 2.0e5  # a task of minutes: long enough to heat up
@@ -254,21 +244,15 @@ def _train_spans(tmp_path, thermal: dict | None, name: str) -> list[tuple[float,
     if thermal is not None:
         group["thermal"] = thermal
     data = base_scenario(rounds=1, clients_per_round=1, numerics="none", fleet={"groups": [group]})
-    data["name"] = name
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert main(["run", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
-    run = next((tmp_path / name).iterdir())
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    run, events = run_events(tmp_path, data, name)
     start = [e["t"] for e in events if e["event"] == "train_start"]
     end = [e["t"] for e in events if e["event"] == "train_end"]
-    _train_spans.run = run
-    return list(zip(start, end, strict=True))
+    return run, list(zip(start, end, strict=True))
 
 
 def test_a_long_task_slows_as_the_closed_form_says(tmp_path):
-    (cold,) = _train_spans(tmp_path, None, "cold")
-    (hot,) = _train_spans(tmp_path, {"ambient_c": 25.0}, "hot")
+    _, (cold,) = _train_spans(tmp_path, None, "cold")
+    run, (hot,) = _train_spans(tmp_path, {"ambient_c": 25.0}, "hot")
     work = cold[1] - cold[0]
     # idle steady state 25 + 0.1 x 10 = 26 C; full power 6 W heads for 85 C: 80 C after 100 ln(59 / 5) s. The soft
     # clock (0.1 + 5.9 x 0.5 = 3.05 W, steady 55.5 C) would pull it back, so it holds at 80 C at the clock whose power
@@ -280,7 +264,7 @@ def test_a_long_task_slows_as_the_closed_form_says(tmp_path):
     # the row reports the mean clock of that training: its full-clock work over its wall time, and 80 C held
     import csv
 
-    (row,) = csv.DictReader((_train_spans.run / "rounds.csv").open())
+    (row,) = csv.DictReader((run / "rounds.csv").open())
     assert float(row["clock_mcu"]) == pytest.approx(work / (hot[1] - hot[0]), rel=1e-6)
     assert float(row["temp_c_mcu"]) < 80.0  # cooling since the task ended (the upload came after it)
 

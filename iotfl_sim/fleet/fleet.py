@@ -274,6 +274,8 @@ class Fleet:
         th = self.thermals[self.group_of[d]] if self.thermals else None
         if th is None:
             return math.nan
+        if t <= self.temp_at[d]:  # mid-task, or at its end: the temperature recorded then
+            return float(self.temp_c[d])
         g = self.group_of[d]
         return cool(th, float(self.temp_c[d]), self.ambient_c(g, t), float(self.idle_w[d]), t - float(self.temp_at[d]))
 
@@ -780,19 +782,26 @@ class Fleet:
             return phy
         return _with_sf(phy, int(self.lora_sf[d]))
 
+    def traced_link(self, d: int, up: bool) -> tuple[Periodic, float] | None:
+        """Device ``d``'s rate signal (bit/s) one way and where it is in it (its offset, s), or None: a fixed rate."""
+        links = self.bandwidth[self.group_of[d]] if self.bandwidth else None
+        if links is None:
+            return None
+        return links[0] if up else links[1], float(self.bw_offset[d]) if self.bw_offset.size else 0.0
+
     def air_time(self, d: int, up: bool, t: float, bits: float) -> float:
         """Seconds to move ``bits`` from ``t`` over device ``d``'s own link: at its fixed rate, or along its bandwidth
         trace (outages waited out)."""
-        links = self.bandwidth[self.group_of[d]] if self.bandwidth else None
-        if links is None:
+        traced = self.traced_link(d, up)
+        if traced is None:
             return bits / float(self.up_bps[d] if up else self.down_bps[d])
-        shift = float(self.bw_offset[d]) if self.bw_offset.size else 0.0
-        return link_transfer_end(links[0] if up else links[1], t + shift, bits) - (t + shift)
+        link, shift = traced
+        return link_transfer_end(link, t + shift, bits) - (t + shift)
 
     def rate_for(self, d: int, up: bool, t: float, bits: float) -> float:
         """Device ``d``'s mean link rate (bit/s) for ``bits`` sent from ``t``: its fixed rate, or what its trace gives
         over that transfer."""
-        if not self.bandwidth or self.bandwidth[self.group_of[d]] is None:
+        if self.traced_link(d, up) is None:
             return float(self.up_bps[d] if up else self.down_bps[d])
         return bits / max(self.air_time(d, up, t, bits), 1e-12)
 

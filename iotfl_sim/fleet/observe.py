@@ -86,19 +86,12 @@ class Observer:
         return math.nan if h is None else h.value(t)
 
     def _temp_c(self, d: int, t: float) -> float:
-        f = self.fleet
-        if f.thermals[f.group_of[d]] is None:
-            return math.nan
-        return f.temperature(d, t) if t >= f.temp_at[d] else float(f.temp_c[d])
+        return self.fleet.temperature(d, t)
 
     def _clock(self, d: int, t: float) -> float:
         """The mean clock share (0-1) of the device's last training, nan before its first."""
         return float(self.fleet.last_clock[d]) if self.fleet.thermals[self.fleet.group_of[d]] is not None else math.nan
 
     def _down_mbps(self, d: int, t: float) -> float:
-        f = self.fleet
-        links = f.bandwidth[f.group_of[d]]
-        if links is None:
-            return math.nan
-        shift = float(f.bw_offset[d]) if f.bw_offset.size else 0.0
-        return links[1].value(t + shift) / 1e6
+        traced = self.fleet.traced_link(d, up=False)
+        return math.nan if traced is None else traced[0].value(t + traced[1]) / 1e6
