@@ -17,6 +17,7 @@ from conftest import TINY, base_scenario
 from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.harvest import Cell, Harvest, depletion_time, walk
 from iotfl_sim.fleet.irradiance import IrradianceError, read_irradiance, solar_harvest
+from iotfl_sim.fleet.periodic import Periodic
 from iotfl_sim.scenario.loader import load_scenario, resolve_groups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,3 +251,92 @@ def test_bundled_sample_keeps_a_solar_sensor_alive(tmp_path):
     lit = Fleet.build(resolve_groups(load_scenario(text=yaml.safe_dump(data))), 0)
     # about 0.01 x 0.18 x 7.4 kWh/m2 = 48 kJ a day in: the sensor outlives the dark one (alive past a week)
     assert lit.depleted_at[0] > 7 * 86400.0
+
+
+def _mixed_fleet() -> Fleet:
+    """A charger group (an LTE-like tail is charged as lumps), a solar group that runs dry at night, a plain cell
+    and mains devices, with a carbon trace: every kind of battery the fleet tracks, and deaths."""
+    small = copy.deepcopy(TINY)
+    small["power"]["idle_w"] = 0.4  # a full battery lasts 3 hours at idle: deaths between tasks
+    small["battery"] = {"capacity_j": 5000.0, "charge_efficiency": 0.9, "discharge_efficiency": 0.95,
+                        "peukert": 1.05, "rated_hours": 1.0, "fade_per_cycle": 0.002}  # fmt: skip
+    big = copy.deepcopy(small)
+    big["battery"]["capacity_j"] = 20000.0  # lasts the night: the panel refills it
+    mains = copy.deepcopy(TINY)
+    mains["battery"] = {"capacity_j": None}
+    groups = [
+        {"name": "plugged", "count": 6, "profile": small,
+         "harvest": {"kind": "charger", "power_w": 3.0, "start_hour": 1, "hours": 10, "start_sd_hours": 1.5,
+                     "variants": 3, "days": 2}},
+        {"name": "panel", "count": 6, "profile": big,
+         "harvest": {"kind": "solar", "area_m2": 0.03, "efficiency": 0.18, "trace": str(SAMPLE)}},
+        {"name": "cell", "count": 4, "profile": small},
+        {"name": "wall", "count": 2, "profile": mains},
+    ]  # fmt: skip
+    data = base_scenario(fleet={"groups": groups}, numerics="none")
+    grid = Periodic(np.arange(24) * 3600.0, 200.0 + 20.0 * np.arange(24), 86400.0)
+    return Fleet.build(resolve_groups(load_scenario(text=yaml.safe_dump(data))), 0, carbon=grid)
+
+
+def test_a_depletion_found_late_is_the_one_found_at_once():
+    """A tracked battery's depletion instant is found when something needs it, not after each activity: on 200
+    random sequences of tasks, tails and reads, a fleet that finds each at once gives every answer and every
+    figure bit for bit as the lazy one does."""
+    rng = random.Random(7)
+    for _ in range(200):
+        lazy, eager = _mixed_fleet(), _mixed_fleet()
+        eager._defer_depletion = lambda d, t, f=eager: (f._unsolved.__setitem__(d, t), f._solve_depletion(d))
+        answers: list[list] = [[], []]
+        t = 0.0
+        for _ in range(80):
+            d, t = rng.randrange(lazy.n), t + rng.choice([0.0, rng.uniform(0, 60), rng.uniform(0, 2000)])
+            phases = [(rng.uniform(1, 30), rng.uniform(0.5, 3.0), "radio"), (rng.uniform(10, 300), 2.5, "compute"),
+                      (rng.uniform(1, 30), 1.2, "radio")]  # fmt: skip
+            tails, read = [rng.uniform(-0.2, 1.0) for _ in phases], rng.random()  # a tail < 0: one cut short
+            for f, out in zip((lazy, eager), answers, strict=True):
+                s = t
+                out.append(f.alive(d, s))
+                for (dur, w, kind), tail in zip(phases, tails, strict=True):
+                    dead = f.spend(d, s, dur, w, kind)
+                    out.append(dead)
+                    if dead is not None:
+                        break
+                    s += dur
+                    if kind == "radio":
+                        out.append(f.charge_lump(d, s, tail, "radio"))
+                if read < 0.3:
+                    out.append(f.alive_count(s))
+                elif read < 0.5:
+                    out.append(f.energy_left(s, np.arange(f.n)).tolist())
+        assert answers[0] == answers[1]
+        for name in ("depleted_at", "level", "capacity_j", "settled_at", "dead"):
+            assert np.array_equal(getattr(lazy, name), getattr(eager, name)), name
+        assert lazy.digest() == eager.digest() and lazy.carbon_g(t) == eager.carbon_g(t)
+
+
+def test_depletion_after_a_task_by_hand():
+    """A cell with 80 % discharge efficiency and nothing coming in: 4,000 J stored; a 100 s task at 2 W draws
+    250 J stored, so 3,750 J are left at t = 100 s, which idle draw of 0.4 W (0.5 W stored) empties 7,500 s later.
+    The instant is found after the task, when asked for."""
+    profile = copy.deepcopy(TINY)
+    profile["power"]["idle_w"] = 0.4
+    profile["battery"] = {"capacity_j": 4000.0, "discharge_efficiency": 0.8}
+    data = base_scenario(fleet={"groups": [{"name": "d", "count": 1, "profile": profile}]}, numerics="none")
+    f = Fleet.build(resolve_groups(load_scenario(text=yaml.safe_dump(data))), 0)
+    assert f.depleted_at[0] == pytest.approx(4000.0 / 0.5)
+    assert f.spend(0, 0.0, 100.0, 2.0, "compute") is None
+    assert f.level[0] == pytest.approx(4000.0 - 250.0)
+    assert f.alive(0, 100.0 + 7499.0) and not f.alive(0, 100.0 + 7501.0)
+    assert f.depleted_at[0] == pytest.approx(100.0 + 7500.0)
+
+
+def test_a_battery_left_with_a_rounding_of_charge_is_empty_at_once():
+    """A battery whose charge would last less than a rounding of the clock after an activity is dead at that
+    instant, as if its depletion had been found at once (white box: the lazy depletion's edge)."""
+    profile = copy.deepcopy(TINY)
+    profile["battery"] = {"capacity_j": 4000.0, "discharge_efficiency": 0.8}
+    data = base_scenario(fleet={"groups": [{"name": "d", "count": 1, "profile": profile}]}, numerics="none")
+    f = Fleet.build(resolve_groups(load_scenario(text=yaml.safe_dump(data))), 0)
+    f.level[0], f.settled_at[0] = 1e-300, 100.0  # what an activity ending at 100 s with that much left leaves
+    f._defer_depletion(0, 100.0)
+    assert not f.alive(0, 100.0)

@@ -104,7 +104,6 @@ class Fleet:
     # dynamic state
     energy: dict[str, np.ndarray] = field(default_factory=dict)  # J used, by kind
     settled_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    depleted_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
     busy: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     tasks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     completed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -172,7 +171,7 @@ class Fleet:
         fleet.ou_draws = np.zeros(n, dtype=np.int64)
         fleet.energy = {k: np.zeros(n) for k in ENERGY_KINDS}
         fleet.settled_at = np.zeros(n)
-        fleet.depleted_at = np.where(fleet.idle_w > 0, fleet.capacity_j / np.maximum(fleet.idle_w, 1e-300), np.inf)
+        fleet._depleted_at = np.where(fleet.idle_w > 0, fleet.capacity_j / np.maximum(fleet.idle_w, 1e-300), np.inf)
         fleet.harvests = []
         fleet.source_of = np.zeros(n, dtype=np.int32)
         for i, g in enumerate(groups):
@@ -200,7 +199,7 @@ class Fleet:
                 bounds = np.searchsorted(fleet.source_of[ids][by_source], np.arange(len(sources) + 1))
                 for k, h in enumerate(sources):
                     same = ids[by_source[bounds[k] : bounds[k + 1]]]
-                    fleet.depleted_at[same] = depletion_time(cap, cap, 0.0, idle, h, fleet.cells[i])
+                    fleet._depleted_at[same] = depletion_time(cap, cap, 0.0, idle, h, fleet.cells[i])
         fleet._init_thermal()
         fleet.busy = np.zeros(n, dtype=bool)
         fleet.tasks = np.zeros(n, dtype=np.int64)
@@ -239,12 +238,25 @@ class Fleet:
         self._idle_rate = np.bincount(class_of, weights=self.idle_w, minlength=num_classes)
         self._idle_settled = np.zeros(num_classes)  # sum of idle_w * settled_at over live devices
         self._alive = np.bincount(class_of, minlength=num_classes).astype(np.int64)
-        finite = np.flatnonzero(np.isfinite(self.depleted_at))
-        order = np.argsort(self.depleted_at[finite], kind="stable")  # by (instant, device)
+        finite = np.flatnonzero(np.isfinite(self._depleted_at))
+        order = np.argsort(self._depleted_at[finite], kind="stable")  # by (instant, device)
         self._due_d = finite[order]
-        self._due_t = self.depleted_at[self._due_d]
+        self._due_t = self._depleted_at[self._due_d]
         self._due_next = 0  # cursor into _due_t / _due_d
         self._heap: list[tuple[float, int]] = []  # instants set after build
+        self._unsolved: dict[int, float] = {}  # tracked batteries whose depletion instant is still to find, from when
+        no_input = np.zeros(1)
+        self._idle_drain = [  # per group: the fastest its idle draw empties a tracked battery (W of stored energy)
+            -float(cell.stored_rates(no_input, g.profile.power.idle_w)[0]) if tracked else 0.0
+            for g, cell, tracked in zip(self.groups, self.cells, self.tracked, strict=True)
+        ]
+
+    @property
+    def depleted_at(self) -> np.ndarray:
+        """When each device runs (or ran) dry (inf: never, at the draw it has now)."""
+        if self._unsolved:
+            self._solve_depletions()
+        return self._depleted_at
 
     # ------------------------------------------------------------ heat
     #
@@ -323,20 +335,17 @@ class Fleet:
         if self.grid[d]:
             self._carbon_used[self.class_of[d]] += joules * self.carbon.value(t) / J_PER_KWH
 
-    def _charger_carbon(self, d: int, t0: float, t1: float, draw_w: float, step: Step) -> None:
-        """Count the grid energy a charger delivered to device ``d`` over ``[t0, t1]`` (before its level is moved
-        to ``step``'s): what ran the device while plugged in, min(charger, draw), plus the energy stored, before
-        its charging losses; priced at the grid's mean intensity over the span's plugged-in time."""
-        g = self.group_of[d]
-        if self.carbon is None or not self.charger[g]:
-            return
+    def _charger_carbon(self, d: int, g: int, h: Harvest, level: float, t0: float, t1: float, draw_w: float,
+                        step: Step) -> None:
+        """Count the grid energy device ``d``'s charger ``h`` delivered over ``[t0, t1]``, the battery going from
+        ``level`` to ``step``'s: what ran the device while plugged in, min(charger, draw), plus the energy stored,
+        before its charging losses; priced at the grid's mean intensity over the span's plugged-in time."""
         end = t1 if step.dead_at is None else step.dead_at
-        h = self.source(d)
         plugged_j = h.integral(t0, end)  # the charger's full power x its time plugged in
         if plugged_j <= 0.0:
             return
         power = self.charger_w[g]
-        stored = max(step.level - self.level[d] + step.drawn_j, 0.0)
+        stored = max(step.level - level + step.drawn_j, 0.0)
         grid_j = stored / self.cells[g].charge_efficiency + min(power, draw_w) * plugged_j / power
         intensity = product_integral(h, self.carbon, t0, end) / plugged_j
         self._carbon_used[self.class_of[d]] += grid_j * intensity / J_PER_KWH
@@ -361,12 +370,50 @@ class Fleet:
         self.settled_at[d] = t
 
     def _set_depleted(self, d: int, when: float) -> None:
-        self.depleted_at[d] = when
-        if np.isfinite(when):
+        self._unsolved.pop(d, None)
+        self._depleted_at[d] = when
+        if math.isfinite(when):
             heapq.heappush(self._heap, (float(when), d))
 
+    # A tracked battery's depletion instant (a walk of its source to the end) is found only when something needs it:
+    # a task's phases follow each other at once, and each would otherwise find one that the next replaces. The
+    # level and the instant it holds at are those of the last activity (``_unsolved``); every reader of
+    # ``_depleted_at`` solves first, so the instants, and the order deaths are applied in, are those found at once.
+    # A question about an instant no later than that one is answered without solving where the answer is sure: the
+    # battery, not empty then, cannot run dry before it, nor at it unless its level would last less than a rounding
+    # of the clock at the fastest its idle draw can empty it (no harvest).
+
+    def _defer_depletion(self, d: int, t: float) -> None:
+        self._unsolved[d] = t
+
+    def _surely_alive(self, d: int, t: float) -> bool:
+        """Whether unsolved device ``d`` is sure to hold charge at ``t`` without solving its depletion."""
+        since = self._unsolved[d]
+        if t < since:
+            return True
+        if t > since:
+            return False
+        drain = self._idle_drain[self.group_of[d]]
+        return drain <= 0.0 or t + 0.25 * float(self.level[d]) / drain > t
+
+    def _solve_depletion(self, d: int) -> None:
+        t = self._unsolved.get(d)
+        if t is not None:
+            g = self.group_of[d]
+            self._set_depleted(
+                d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], self.source(d), self.cells[g])
+            )
+
+    def _solve_depletions(self) -> None:
+        for d in list(self._unsolved):
+            self._solve_depletion(d)
+
     def _kill_if_due(self, d: int, t: float) -> None:
-        dep = self.depleted_at[d]
+        if d in self._unsolved:
+            if self._surely_alive(d, t):
+                return
+            self._solve_depletion(d)
+        dep = self._depleted_at[d]
         if self.dead[d] or dep > t:
             return
         if dep > self.settled_at[d]:
@@ -382,6 +429,8 @@ class Fleet:
 
     def advance_to(self, t: float) -> None:
         """Process every death up to ``t`` (idle draw included) so fleet figures at ``t`` are exact."""
+        if self._unsolved:
+            self._solve_depletions()
         a = self._due_next
         b = a if a >= self._due_t.shape[0] or self._due_t[a] > t else int(np.searchsorted(self._due_t, t, side="right"))
         if b - a < self._BATCH_KILLS:
@@ -392,7 +441,7 @@ class Fleet:
                     self._due_next = a
                 else:
                     dep, d = heapq.heappop(self._heap)
-                if dep == self.depleted_at[d]:
+                if dep == self._depleted_at[d]:
                     self._kill_if_due(d, t)
             return
         popped = []
@@ -411,7 +460,7 @@ class Fleet:
         """``_kill_if_due`` for each (instant, device) in order, vectorised: stale entries (the device's
         instant has moved) and devices already dead are skipped, a device listed twice (possible only
         with ``repeats``) dies once."""
-        live = (dep == self.depleted_at[dev]) & ~self.dead[dev]
+        live = (dep == self._depleted_at[dev]) & ~self.dead[dev]
         dep, dev = dep[live], dev[live]
         if repeats:
             _, first = np.unique(dev, return_index=True)
@@ -453,15 +502,24 @@ class Fleet:
             return
         g = self.group_of[d]
         if self.tracked[g]:
-            h = self.source(d)
-            step = walk(self.level[d], self.capacity_j[d], last, t, self.idle_w[d], h, self.cells[g])
-            self._charger_carbon(d, last, t, self.idle_w[d], step)
-            self.level[d] = step.level
-            self._age(d, step.drawn_j)
+            self._step(d, g, float(last), t, float(self.idle_w[d]))
         self._add(d, "idle", self.idle_w[d] * (t - last))
         if self.carbon is not None:
             self._grid_draw(d, self.idle_w[d], last, t)
         self._move_settled(d, t)
+
+    def _step(self, d: int, g: int, t0: float, t1: float, draw_w: float) -> Step:
+        """Move device ``d``'s tracked battery from ``t0`` to ``t1`` at ``draw_w`` (group ``g``), its charger's grid
+        energy and its ageing counted; returns the walk's step. Python floats in: numpy scalars cost several
+        times as much in the walk's arithmetic, for the same IEEE results."""
+        h = self.source(d)
+        level = float(self.level[d])
+        step = walk(level, float(self.capacity_j[d]), t0, t1, draw_w, h, self.cells[g])
+        if self.carbon is not None and self.charger[g]:
+            self._charger_carbon(d, g, h, level, t0, t1, draw_w, step)
+        self.level[d] = step.level
+        self._age(d, g, step.drawn_j)
+        return step
 
     def source(self, d: int) -> Harvest | None:
         """Device ``d``'s power source (None: none)."""
@@ -469,7 +527,11 @@ class Fleet:
         return None if sources is None else sources[self.source_of[d]]
 
     def alive(self, d: int, t: float) -> bool:
-        return bool(self.depleted_at[d] > t)
+        if d in self._unsolved:
+            if self._surely_alive(d, t):
+                return True
+            self._solve_depletion(d)
+        return bool(self._depleted_at[d] > t)
 
     def spend(self, d: int, t0: float, duration: float, power_w: float, kind: str) -> float | None:
         """Run an activity of ``duration`` s drawing ``power_w`` from ``t0``.
@@ -481,7 +543,7 @@ class Fleet:
         """
         self.settle(d, t0)
         if self.dead[d]:
-            return float(max(t0, self.depleted_at[d]))
+            return float(max(t0, self._depleted_at[d]))
         base = self.idle_w[d] if kind == "radio" else 0.0
         total_w = power_w + base
         if self.tracked[self.group_of[d]]:
@@ -508,19 +570,14 @@ class Fleet:
         return float(dead)
 
     def _spend_tracked(self, d: int, t0: float, duration: float, power_w: float, base: float, kind: str):
-        g = self.group_of[d]
-        h, cell = self.source(d), self.cells[g]
-        step = walk(self.level[d], self.capacity_j[d], t0, t0 + duration, power_w + base, h, cell)
+        step = self._step(d, self.group_of[d], t0, t0 + duration, float(power_w + base))
         dead = step.dead_at
         end = t0 + duration if dead is None else dead
-        self._charger_carbon(d, t0, t0 + duration, power_w + base, step)
         self._add(d, kind, power_w * (end - t0))
         self._add(d, "idle", base * (end - t0))
         self._move_settled(d, end)
-        self.level[d] = step.level
-        self._age(d, step.drawn_j)
         if dead is None:
-            self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], end, self.idle_w[d], h, cell))
+            self._defer_depletion(d, end)
             return None
         self._set_depleted(d, dead)
         self._kill_if_due(d, dead)
@@ -530,19 +587,19 @@ class Fleet:
         """Charge energy that overlaps other activity (an LTE tail); returns the depletion instant if it empties the battery."""
         self.settle(d, t)
         if self.dead[d]:
-            return float(max(t, self.depleted_at[d]))
+            return float(max(t, self._depleted_at[d]))
         g = self.group_of[d]
         if self.tracked[g]:
-            h, cell = self.source(d), self.cells[g]
+            cell = self.cells[g]
             stored = joules / cell.discharge_efficiency  # a lump has no rate: no Peukert effect
             self.level[d] = min(self.level[d] - stored, self.capacity_j[d])  # a refund (< 0) never overfills
             if self.level[d] > 0:
                 self._add(d, kind, joules)
-                self._age(d, stored)  # a refund (< 0) takes back the cycles its tail was charged
-                self._set_depleted(d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], h, cell))
+                self._age(d, g, stored)  # a refund (< 0) takes back the cycles its tail was charged
+                self._defer_depletion(d, t)
                 return None
             self._add(d, kind, joules + self.level[d] * cell.discharge_efficiency)
-            self._age(d, stored + self.level[d])
+            self._age(d, g, stored + float(self.level[d]))
             self.level[d] = 0.0
             self._set_depleted(d, t)
             self._kill_if_due(d, t)
@@ -651,15 +708,18 @@ class Fleet:
                 out[members] = plugged[self.source_of[members]]
         return out
 
-    def _age(self, d: int, drawn_j: float) -> None:
+    def _age(self, d: int, g: int, drawn_j: float) -> None:
         """Capacity fade: ``fade_per_cycle`` of the nominal capacity per equivalent full cycle drawn."""
-        fade = self.cells[self.group_of[d]].fade_per_cycle
+        fade = self.cells[g].fade_per_cycle
         if fade <= 0.0 or drawn_j == 0.0:
             return
-        self.drawn_j[d] = max(0.0, self.drawn_j[d] + drawn_j)  # < 0: the unspent part of an LTE tail given back
-        nominal = self.nominal_j[d]
-        self.capacity_j[d] = nominal * max(0.0, 1.0 - fade * self.drawn_j[d] / nominal)
-        self.level[d] = min(self.level[d], self.capacity_j[d])
+        drawn = max(0.0, float(self.drawn_j[d]) + drawn_j)  # < 0: the unspent part of an LTE tail given back
+        self.drawn_j[d] = drawn
+        nominal = float(self.nominal_j[d])
+        cap = nominal * max(0.0, 1.0 - fade * drawn / nominal)
+        self.capacity_j[d] = cap
+        if self.level[d] > cap:
+            self.level[d] = cap
 
     def task_energy(self, devices: np.ndarray) -> np.ndarray:
         """Energy (J) the index array ``devices`` have drawn for tasks so far: compute and radio, no idle."""

@@ -23,9 +23,11 @@ it does so at each of the device's events (a task's phase, a read), and holds it
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,8 +57,7 @@ class Cell:
 Harvest = Periodic  # incoming power, W
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):  # a tuple: built at every step of every walk, where a frozen dataclass costs 3x the time
     """Where ``walk`` left a battery: its level at the end, the instant it emptied (None: it did not), and the
     stored energy drawn out of it on the way (for ageing)."""
 
@@ -94,12 +95,46 @@ def _one(level: float, cap: float, t0: float, dt: float, rate: float) -> Step:
 SMALL_SPAN = 8  # spans of up to this many segments are walked in scalars
 
 
-class _Period:
-    """One period of a source under one draw, over two periods' segments (a span may cross into the next): what
-    ``walk`` needs again at every call with the same source, cell and draw (cached on the source)."""
+class _Rates:
+    """A source's segments under one draw, over two periods (a span may cross into the next): the level's rate on
+    each, which is all a span inside a period or two needs (cached on the source per cell and draw; a draw that
+    varies from task to task, as a radio's with its rate, makes one each, so this is kept small). The figures
+    of whole periods are built the first time a walk needs them (``period``)."""
 
     def __init__(self, h: Harvest, cell: Cell, draw_w: float) -> None:
+        self.h, self.cell = h, cell  # the cell held: the cache's key is its id, which stays its own while it lives
         self.rates = cell.stored_rates(h.values, draw_w)
+        self.rates2_list = self.rates.tolist() * 2
+        self.starts2_list = _starts2(h)
+
+    @functools.cached_property
+    def period(self) -> _Period:
+        return _Period(self.h, self.rates)
+
+    @staticmethod
+    def of(h: Harvest, cell: Cell, draw_w: float) -> _Rates:
+        key = (id(cell), draw_w)  # not the cell: hashing a dataclass's fields at every call cost more than the rest
+        r = h.cache.get(key)
+        if r is None:
+            if len(h.cache) >= 1024:  # draws are few (idle, training, radio per profile); bound it anyway
+                h.cache.clear()
+            r = h.cache[key] = _Rates(h, cell, draw_w)
+        return r
+
+
+def _starts2(h: Harvest) -> list[float]:
+    """The segments' starts over two periods, from the start of the first (cached on the source)."""
+    got = h.cache.get("starts2")
+    if got is None:
+        got = h.cache["starts2"] = np.concatenate([h.offsets_s, h.offsets_s + h.period_s]).tolist()
+    return got
+
+
+class _Period:
+    """One whole period of a source under one draw: what ``walk`` needs to cross periods in closed form."""
+
+    def __init__(self, h: Harvest, rates: np.ndarray) -> None:
+        self.rates = rates
         deltas = self.rates * h.lengths_s
         sums = np.cumsum(deltas)
         self.per_period, self.lowest, self.highest = float(sums[-1]), float(np.min(sums)), float(np.max(sums))
@@ -107,8 +142,6 @@ class _Period:
         self.starts2 = np.concatenate([h.offsets_s, h.offsets_s + h.period_s])
         self.ends2 = np.append(self.starts2[1:], 2.0 * h.period_s)
         self.rates2 = np.concatenate([self.rates, self.rates])
-        self.starts2_list = self.starts2.tolist()
-        self.rates2_list = self.rates2.tolist()
         # a period that touches the capacity ends at E = cap + per_period - max_k S_k whatever it started from,
         # and one started at E never falls below M = cap + m_off (S: the period's running sum of level changes)
         self.e_off = self.per_period - float(np.max(sums))
@@ -130,35 +163,26 @@ class _Period:
         k = bisect_right(self.offsets_list, phase) - 1
         return min(cap, cap + self.steady_starts[k] + self.rates_list[k] * (phase - self.offsets_list[k]))
 
-    @staticmethod
-    def of(h: Harvest, cell: Cell, draw_w: float) -> _Period:
-        key = (cell, draw_w)
-        p = h.cache.get(key)
-        if p is None:
-            if len(h.cache) >= 1024:  # draws are few (idle, training, radio per profile); bound it anyway
-                h.cache.clear()
-            p = h.cache[key] = _Period(h, cell, draw_w)
-        return p
 
-
-def _through(level: float, cap: float, t0: float, t1: float, h: Harvest, p: _Period) -> Step:
-    """The level from ``t0`` to ``t1``, ``t1`` at most the end of the period after ``t0``'s."""
-    p0 = h.period_start(t0)
+def _through(level: float, cap: float, t0: float, p0: float, t1: float, r: _Rates) -> Step:
+    """The level from ``t0`` to ``t1``, ``t1`` at most the end of the period after ``t0``'s, which starts at ``p0``."""
     a, b = t0 - p0, t1 - p0
-    k0 = bisect_right(p.starts2_list, a) - 1
-    k1 = bisect_left(p.starts2_list, b)  # segments k0 .. k1 - 1 cover [a, b]
+    starts = r.starts2_list
+    k0 = bisect_right(starts, a) - 1
+    k1 = bisect_left(starts, b)  # segments k0 .. k1 - 1 cover [a, b]
     if k1 - k0 == 1:
-        return _one(level, cap, t0, t1 - t0, p.rates2_list[k0])
+        return _one(level, cap, t0, t1 - t0, r.rates2_list[k0])
     if k1 - k0 <= SMALL_SPAN:  # a task crossing a segment boundary or two: scalars beat numpy's overhead
-        starts, drawn, t = p.starts2_list, 0.0, t0
+        drawn, t = 0.0, t0
         for k in range(k0, k1):
             end = min(b, starts[k + 1] if k + 1 < len(starts) else b)
-            s = _one(level, cap, t, end - (t - p0), p.rates2_list[k])
+            s = _one(level, cap, t, end - (t - p0), r.rates2_list[k])
             drawn += s.drawn_j
             if s.dead_at is not None:
                 return Step(0.0, s.dead_at, drawn)
             level, t = s.level, p0 + end
         return Step(level, None, drawn)
+    p = r.period
     lengths = np.minimum(p.ends2[k0:k1], b) - np.maximum(p.starts2[k0:k1], a)
     return _span(level, cap, t0, lengths, p.rates2[k0:k1])
 
@@ -173,23 +197,25 @@ def walk(
         if t1 == math.inf:
             return Step(level, t0 + level / -rate if rate < 0 else None, level if rate < 0 else 0.0)
         return _one(level, cap, t0, t1 - t0, rate)
-    p = _Period.of(h, cell, draw_w)
-    if t1 == math.inf and p.per_period >= 0:
-        lowest = p.steady(cap)[1]
+    r = _Rates.of(h, cell, draw_w)
+    p0 = h.period_start(t0)
+    if t1 == math.inf and r.period.per_period >= 0:
+        lowest = r.period.steady(cap)[1]
         # the level never drifts further from the steady path (which repeats every period and never falls below
         # M): a battery behind it by less than M never empties
-        if lowest > 0 and level > p.steady_at(cap, t0 - h.period_start(t0)) - lowest:
+        if lowest > 0 and level > r.period.steady_at(cap, t0 - p0) - lowest:
             return Step(level, None, 0.0)
     drawn = 0.0
     t = t0
     # to the end of t0's period, then whole periods, then the rest
-    first_end = min(t1, h.period_start(t0) + h.period_s)
+    first_end = min(t1, p0 + h.period_s)
     if first_end > t:
-        s = _through(level, cap, t, first_end, h, p)
+        s = _through(level, cap, t, p0, first_end, r)
         drawn += s.drawn_j
         if s.dead_at is not None or first_end >= t1:
             return Step(s.level, s.dead_at, drawn)
         level, t = s.level, first_end
+    p = r.period
     previous_end = math.nan
     while t + h.period_s <= t1:
         if t1 == math.inf and p.per_period >= 0:
@@ -228,7 +254,7 @@ def walk(
         previous_end, level, t = s.level, s.level, t + h.period_s
     if t >= t1:
         return Step(level, None, drawn)
-    s = _through(level, cap, t, min(t1, t + h.period_s), h, p)  # the rest, or the period it empties in
+    s = _through(level, cap, t, h.period_start(t), min(t1, t + h.period_s), r)  # the rest, or the period it empties in
     return Step(s.level, s.dead_at, drawn + s.drawn_j)
 
 

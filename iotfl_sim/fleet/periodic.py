@@ -60,7 +60,7 @@ class Periodic:
         spans between a device's events are), else through ``cumulative``."""
         if t1 <= t0:
             return 0.0
-        offsets, values, _, _ = self._scalars()
+        offsets, values, _, _ = self.__dict__.get("_scalar_cache") or self._scalars()
         phase = (t0 - self.origin_s) % self.period_s
         k = bisect_right(offsets, phase) - 1
         end = offsets[k + 1] if k + 1 < len(offsets) else self.period_s
