@@ -245,6 +245,8 @@ class Fleet:
         self._due_next = 0  # cursor into _due_t / _due_d
         self._heap: list[tuple[float, int]] = []  # instants set after build
         self._unsolved: dict[int, float] = {}  # tracked batteries whose depletion instant is still to find, from when
+        self._deferred: dict[int, None] = {}  # devices deferred since the last _solve_due (a dict: each once)
+        self._may_die: list[tuple[float, int, float]] = []  # (earliest death, device, since) of unsolved devices
         no_input = np.zeros(1)
         self._idle_drain = [  # per group: the fastest its idle draw empties a tracked battery (W of stored energy)
             -float(cell.stored_rates(no_input, g.profile.power.idle_w)[0]) if tracked else 0.0
@@ -376,25 +378,27 @@ class Fleet:
             heapq.heappush(self._heap, (float(when), d))
 
     # A tracked battery's depletion instant (a walk of its source to the end) is found only when something needs it:
-    # a task's phases follow each other at once, and each would otherwise find one that the next replaces. The
-    # level and the instant it holds at are those of the last activity (``_unsolved``); every reader of
-    # ``_depleted_at`` solves first, so the instants, and the order deaths are applied in, are those found at once.
-    # A question about an instant no later than that one is answered without solving where the answer is sure: the
-    # battery, not empty then, cannot run dry before it, nor at it unless its level would last less than a rounding
-    # of the clock at the fastest its idle draw can empty it (no harvest).
+    # a task's phases follow each other at once, and each would otherwise find one that the next replaces, and a
+    # battery that lasts days need not be walked to its end at every round. The level and the instant it holds at
+    # are those of the last activity (``_unsolved``; ``_depleted_at`` is inf meanwhile, so no earlier instant on the
+    # heap matches it). Nothing can run a battery dry faster than its idle draw with nothing coming in: it holds
+    # charge at least up to ``_earliest_death`` (half the time that rate would take, margin enough for any rounding
+    # of the clock), and a question about an instant before that is answered without solving. ``advance_to`` solves
+    # those that may die by its instant (a heap of those bounds), so the instants, and the order deaths are applied
+    # in, are those found at once.
 
     def _defer_depletion(self, d: int, t: float) -> None:
         self._unsolved[d] = t
+        self._depleted_at[d] = math.inf
+        self._deferred[d] = None
+
+    def _earliest_death(self, d: int, since: float) -> float:
+        drain = self._idle_drain[self.group_of[d]]
+        return math.inf if drain <= 0.0 else since + float(self.level[d]) / (2.0 * drain)
 
     def _surely_alive(self, d: int, t: float) -> bool:
         """Whether unsolved device ``d`` is sure to hold charge at ``t`` without solving its depletion."""
-        since = self._unsolved[d]
-        if t < since:
-            return True
-        if t > since:
-            return False
-        drain = self._idle_drain[self.group_of[d]]
-        return drain <= 0.0 or t + 0.25 * float(self.level[d]) / drain > t
+        return t < self._earliest_death(d, self._unsolved[d])
 
     def _solve_depletion(self, d: int) -> None:
         t = self._unsolved.get(d)
@@ -407,6 +411,27 @@ class Fleet:
     def _solve_depletions(self) -> None:
         for d in list(self._unsolved):
             self._solve_depletion(d)
+        self._deferred.clear()
+        self._may_die.clear()
+
+    def _solve_due(self, t: float) -> None:
+        """Solve every deferred depletion that may fall at or before ``t``: after it, an unsolved device is alive
+        at ``t``."""
+        unsolved, heap = self._unsolved, self._may_die
+        for d in self._deferred:  # since the last call: their bounds onto the heap (once per device and call)
+            since = unsolved.get(d)
+            if since is not None:
+                heapq.heappush(heap, (self._earliest_death(d, since), d, since))
+        self._deferred.clear()
+        while heap and heap[0][0] <= t:
+            _, d, since = heapq.heappop(heap)
+            if unsolved.get(d) == since:
+                self._solve_depletion(d)
+
+    def depleted_by(self, t: float) -> np.ndarray:
+        """Each device's depletion instant where it is at or before ``t``, inf where it is later (or never)."""
+        self._solve_due(t)
+        return self._depleted_at  # an unsolved device's entry is inf, and it is alive at t
 
     def _kill_if_due(self, d: int, t: float) -> None:
         if d in self._unsolved:
@@ -430,7 +455,7 @@ class Fleet:
     def advance_to(self, t: float) -> None:
         """Process every death up to ``t`` (idle draw included) so fleet figures at ``t`` are exact."""
         if self._unsolved:
-            self._solve_depletions()
+            self._solve_due(t)
         a = self._due_next
         b = a if a >= self._due_t.shape[0] or self._due_t[a] > t else int(np.searchsorted(self._due_t, t, side="right"))
         if b - a < self._BATCH_KILLS:
@@ -631,7 +656,7 @@ class Fleet:
         with small_pages():  # two arrays of the fleet's size instead of six (same operations, same bits)
             used = self.energy["compute"] + self.energy["radio"]
             used += self.energy["idle"]
-            idle_more = np.minimum(self.depleted_at, t)
+            idle_more = np.minimum(self.depleted_by(t), t)
             idle_more -= self.settled_at
             np.clip(idle_more, 0.0, None, out=idle_more)
             idle_more *= self.idle_w
@@ -662,7 +687,8 @@ class Fleet:
 
     def alive_mask(self, t: float, devices: np.ndarray | None = None) -> np.ndarray:
         """Which devices (all, or those of the index array ``devices``) still have energy at ``t``."""
-        return self.depleted_at > t if devices is None else self.depleted_at[devices] > t
+        dep = self.depleted_by(t)
+        return dep > t if devices is None else dep[devices] > t
 
     def energy_left(self, t: float, devices: np.ndarray) -> np.ndarray:
         """Battery energy (J) the index array ``devices`` have left at ``t``: capacity minus every joule
@@ -670,12 +696,13 @@ class Fleet:
         figure is its battery level at its last settled instant (harvest and idle draw since then not
         counted). Reads state only."""
         used = self.energy["compute"][devices] + self.energy["radio"][devices] + self.energy["idle"][devices]
-        idle_more = np.clip(np.minimum(self.depleted_at[devices], t) - self.settled_at[devices], 0.0, None)
+        dep = self.depleted_by(t)[devices]
+        idle_more = np.clip(np.minimum(dep, t) - self.settled_at[devices], 0.0, None)
         left = self.capacity_j[devices] - (used + idle_more * self.idle_w[devices])
         tracked = np.asarray(self.tracked, dtype=bool)
         if tracked.any():
             left = np.where(tracked[self.group_of[devices]], self.level[devices], left)
-        return np.where(self.depleted_at[devices] > t, np.maximum(left, 0.0), 0.0)
+        return np.where(dep > t, np.maximum(left, 0.0), 0.0)
 
     def battery_left(self, d: int) -> float:
         """Device ``d``'s own reading of its battery at its last settled instant (J; inf: mains powered): its stored

@@ -69,7 +69,7 @@ class Observer:
         cap = float(f.capacity_j[d])
         if not math.isfinite(cap):
             return math.nan
-        if f.depleted_at[d] <= t or cap <= 0.0:
+        if not f.alive(d, t) or cap <= 0.0:
             return 0.0
         g = f.group_of[d]
         last = float(f.settled_at[d])
