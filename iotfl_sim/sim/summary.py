@@ -135,8 +135,7 @@ def device_columns(run: RunFigures) -> dict[str, Any]:
     t = float(run.rows[-1]["sim_time_s"]) if run.rows else 0.0
     groups = np.array([g.name for g in f.groups], dtype=object)[f.group_of]
     classes = np.array([g.profile.device_class for g in f.groups], dtype=object)[f.group_of]
-    depleted = f.depleted_by(t)  # the fleet's own array: read only
-    idle_more = f.idle_w * np.clip(np.minimum(t, depleted) - f.settled_at, 0.0, None)
+    idle_more = f.idle_w * np.clip(np.minimum(t, f.depleted_by(t)) - f.settled_at, 0.0, None)
     cols: dict[str, Any] = {
         "device": np.arange(f.n),
         "group": groups,
@@ -149,7 +148,7 @@ def device_columns(run: RunFigures) -> dict[str, Any]:
         "energy_compute_j": f.energy["compute"],
         "energy_radio_j": f.energy["radio"],
         "energy_idle_j": f.energy["idle"] + idle_more,
-        "depleted_at_s": np.where(depleted <= t, depleted, np.nan),
+        "depleted_at_s": np.where(f.depleted_by(t) <= t, f.depleted_by(t), np.nan),
     }
     return cols
 
