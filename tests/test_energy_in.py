@@ -285,7 +285,7 @@ def test_a_depletion_found_late_is_the_one_found_at_once():
     rng = random.Random(7)
     for _ in range(200):
         lazy, eager = _mixed_fleet(), _mixed_fleet()
-        eager._defer_depletion = lambda d, t, f=eager: (f._unsolved.__setitem__(d, t), f._solve_depletion(d))
+        eager._defer_depletion = lambda d, t, f=eager: (f._unsolved.__setitem__(d, (t, math.inf)), f._solve_depletion(d))
         answers: list[list] = [[], []]
         t = 0.0
         for _ in range(80):

@@ -36,7 +36,7 @@ from iotfl_sim.fleet.traces import load_table
 from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
-from iotfl_sim.seeding import stream
+from iotfl_sim.seeding import momentary, stream
 
 MB = 1024.0 * 1024.0
 ENERGY_KINDS = ("compute", "radio", "idle")
@@ -244,9 +244,10 @@ class Fleet:
         self._due_t = self._depleted_at[self._due_d]
         self._due_next = 0  # cursor into _due_t / _due_d
         self._heap: list[tuple[float, int]] = []  # instants set after build
-        self._unsolved: dict[int, float] = {}  # tracked batteries whose depletion instant is still to find, from when
+        # tracked batteries whose depletion instant is still to find: (from when, surely alive before)
+        self._unsolved: dict[int, tuple[float, float]] = {}
         self._deferred: dict[int, None] = {}  # devices deferred since the last _solve_due (a dict: each once)
-        self._may_die: list[tuple[float, int, float]] = []  # (earliest death, device, since) of unsolved devices
+        self._may_die: list[tuple[float, int, tuple[float, float]]] = []  # (bound, device, entry) of unsolved ones
         no_input = np.zeros(1)
         self._idle_drain = [  # per group: the fastest its idle draw empties a tracked battery (W of stored energy)
             -float(cell.stored_rates(no_input, g.profile.power.idle_w)[0]) if tracked else 0.0
@@ -320,6 +321,7 @@ class Fleet:
 
     def _init_carbon(self, carbon: Periodic | None) -> None:
         self.carbon = carbon
+        self._charger_carbon_on = [carbon is not None and c for c in self.charger]  # per group
         if carbon is None:
             return
         self.grid = ~np.isfinite(self.capacity_j)
@@ -329,9 +331,14 @@ class Fleet:
         # sum of idle_w x C(settled_at) over mains devices, every settled_at 0 now
         self._idle_settled_c = self._idle_rate_grid * carbon.cumulative(0.0)
 
-    def _grid_draw(self, d: int, power_w: float, t0: float, t1: float) -> None:
+    def _grid_draw(self, d: int, power_w: float, t0: float, t1: float) -> float | None:
+        """Count the carbon of ``power_w`` drawn by mains-powered ``d`` over ``[t0, t1]``; returns the intensity's
+        integral over the span (None where nothing was counted), which ``_move_settled`` reuses."""
         if self.grid[d] and t1 > t0:
-            self._carbon_used[self.class_of[d]] += power_w * self.carbon.integral(t0, t1) / J_PER_KWH
+            integral = self.carbon.integral(t0, t1)
+            self._carbon_used[self.class_of[d]] += power_w * integral / J_PER_KWH
+            return integral
+        return None
 
     def _grid_lump(self, d: int, t: float, joules: float) -> None:
         if self.grid[d]:
@@ -364,11 +371,15 @@ class Fleet:
         self.energy[kind][d] += joules
         self._used[kind][self.class_of[d]] += joules
 
-    def _move_settled(self, d: int, t: float) -> None:
+    def _move_settled(self, d: int, t: float, intensity_integral: float | None = None) -> None:
+        """Move ``d``'s settled instant to ``t``; ``intensity_integral``: the carbon intensity's integral from the
+        settled instant to ``t`` where the caller has it."""
         if not self.dead[d]:
             self._idle_settled[self.class_of[d]] += self.idle_w[d] * (t - self.settled_at[d])
             if self.carbon is not None and self.grid[d]:
-                self._idle_settled_c[self.class_of[d]] += self.idle_w[d] * self.carbon.integral(self.settled_at[d], t)
+                if intensity_integral is None:
+                    intensity_integral = self.carbon.integral(self.settled_at[d], t)
+                self._idle_settled_c[self.class_of[d]] += self.idle_w[d] * intensity_integral
         self.settled_at[d] = t
 
     def _set_depleted(self, d: int, when: float) -> None:
@@ -382,30 +393,24 @@ class Fleet:
     # battery that lasts days need not be walked to its end at every round. The level and the instant it holds at
     # are those of the last activity (``_unsolved``; ``_depleted_at`` is inf meanwhile, so no earlier instant on the
     # heap matches it). Nothing can run a battery dry faster than its idle draw with nothing coming in: it holds
-    # charge at least up to ``_earliest_death`` (half the time that rate would take, margin enough for any rounding
-    # of the clock), and a question about an instant before that is answered without solving. ``advance_to`` solves
-    # those that may die by its instant (a heap of those bounds), so the instants, and the order deaths are applied
-    # in, are those found at once.
+    # charge at least up to the bound kept beside that instant (half the time that rate would take, margin enough
+    # for any rounding of the clock), and a question about an instant before it is answered without solving.
+    # ``advance_to`` solves those that may die by its instant (a heap of those bounds), so the instants, and the
+    # order deaths are applied in, are those found at once.
 
     def _defer_depletion(self, d: int, t: float) -> None:
-        self._unsolved[d] = t
+        drain = self._idle_drain[self.group_of[d]]
+        self._unsolved[d] = (t, math.inf if drain <= 0.0 else t + float(self.level[d]) / (2.0 * drain))
         self._depleted_at[d] = math.inf
         self._deferred[d] = None
 
-    def _earliest_death(self, d: int, since: float) -> float:
-        drain = self._idle_drain[self.group_of[d]]
-        return math.inf if drain <= 0.0 else since + float(self.level[d]) / (2.0 * drain)
-
-    def _surely_alive(self, d: int, t: float) -> bool:
-        """Whether unsolved device ``d`` is sure to hold charge at ``t`` without solving its depletion."""
-        return t < self._earliest_death(d, self._unsolved[d])
-
     def _solve_depletion(self, d: int) -> None:
-        t = self._unsolved.get(d)
-        if t is not None:
+        entry = self._unsolved.get(d)
+        if entry is not None:
             g = self.group_of[d]
             self._set_depleted(
-                d, depletion_time(self.level[d], self.capacity_j[d], t, self.idle_w[d], self.source(d), self.cells[g])
+                d,
+                depletion_time(self.level[d], self.capacity_j[d], entry[0], self.idle_w[d], self.source(d), self.cells[g]),
             )
 
     def _solve_depletions(self) -> None:
@@ -419,13 +424,13 @@ class Fleet:
         at ``t``."""
         unsolved, heap = self._unsolved, self._may_die
         for d in self._deferred:  # since the last call: their bounds onto the heap (once per device and call)
-            since = unsolved.get(d)
-            if since is not None:
-                heapq.heappush(heap, (self._earliest_death(d, since), d, since))
+            entry = unsolved.get(d)
+            if entry is not None:
+                heapq.heappush(heap, (entry[1], d, entry))
         self._deferred.clear()
         while heap and heap[0][0] <= t:
-            _, d, since = heapq.heappop(heap)
-            if unsolved.get(d) == since:
+            _, d, entry = heapq.heappop(heap)
+            if unsolved.get(d) is entry:  # else deferred again since (a new entry) or solved
                 self._solve_depletion(d)
 
     def depleted_by(self, t: float) -> np.ndarray:
@@ -434,8 +439,9 @@ class Fleet:
         return self._depleted_at  # an unsolved device's entry is inf, and it is alive at t
 
     def _kill_if_due(self, d: int, t: float) -> None:
-        if d in self._unsolved:
-            if self._surely_alive(d, t):
+        entry = self._unsolved.get(d)
+        if entry is not None:
+            if t < entry[1]:  # surely alive at t
                 return
             self._solve_depletion(d)
         dep = self._depleted_at[d]
@@ -529,21 +535,23 @@ class Fleet:
         if self.tracked[g]:
             self._step(d, g, float(last), t, float(self.idle_w[d]))
         self._add(d, "idle", self.idle_w[d] * (t - last))
-        if self.carbon is not None:
-            self._grid_draw(d, self.idle_w[d], last, t)
-        self._move_settled(d, t)
+        integral = None if self.carbon is None else self._grid_draw(d, self.idle_w[d], last, t)
+        self._move_settled(d, t, integral)
 
     def _step(self, d: int, g: int, t0: float, t1: float, draw_w: float) -> Step:
         """Move device ``d``'s tracked battery from ``t0`` to ``t1`` at ``draw_w`` (group ``g``), its charger's grid
         energy and its ageing counted; returns the walk's step. Python floats in: numpy scalars cost several
         times as much in the walk's arithmetic, for the same IEEE results."""
-        h = self.source(d)
+        sources = self.harvests[g]
+        h = None if sources is None else sources[self.source_of[d]]
         level = float(self.level[d])
-        step = walk(level, float(self.capacity_j[d]), t0, t1, draw_w, h, self.cells[g])
-        if self.carbon is not None and self.charger[g]:
+        cell = self.cells[g]
+        step = walk(level, float(self.capacity_j[d]), t0, t1, draw_w, h, cell)
+        if self._charger_carbon_on[g]:
             self._charger_carbon(d, g, h, level, t0, t1, draw_w, step)
         self.level[d] = step.level
-        self._age(d, g, step.drawn_j)
+        if cell.fade_per_cycle > 0.0 and step.drawn_j != 0.0:
+            self._age(d, g, step.drawn_j)
         return step
 
     def source(self, d: int) -> Harvest | None:
@@ -552,8 +560,9 @@ class Fleet:
         return None if sources is None else sources[self.source_of[d]]
 
     def alive(self, d: int, t: float) -> bool:
-        if d in self._unsolved:
-            if self._surely_alive(d, t):
+        entry = self._unsolved.get(d)
+        if entry is not None:
+            if t < entry[1]:
                 return True
             self._solve_depletion(d)
         return bool(self._depleted_at[d] > t)
@@ -579,9 +588,12 @@ class Fleet:
             self._add(d, kind, power_w * duration)
             self._add(d, "idle", base * duration)
             end = t0 + duration
+            integral = None
             if self.carbon is not None:
-                self._grid_draw(d, total_w, t0, end)
-            self._move_settled(d, end)
+                integral = self._grid_draw(d, total_w, t0, end)
+                if integral is not None and self.settled_at[d] != t0:
+                    integral = None  # settled after t0 (an activity overlapping one before): its own span
+            self._move_settled(d, end, integral)
             left = remaining - need
             self._set_depleted(d, end + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
             return None
@@ -765,7 +777,7 @@ class Fleet:
         sigma = self.mem_sigma[d]
         if sigma <= 0:
             return float(self.mem_free[d])
-        u = stream(self.seed, "memory", d, rnd).normal(0.0, sigma)
+        u = momentary(self.seed, "memory", d, rnd).normal(0.0, sigma)
         return float(max(0.0, self.mem_free[d] - abs(u)))
 
     def max_free_memory(self) -> np.ndarray:
@@ -777,7 +789,7 @@ class Fleet:
 
     def _ou_advance(self, d: int, t: float) -> float:
         mean, sd, tau = self.mem_free[d], self.mem_sigma[d], self.ou_tau[d]
-        rng = stream(self.seed, "memory_ou", d, int(self.ou_draws[d]))
+        rng = momentary(self.seed, "memory_ou", d, int(self.ou_draws[d]))
         self.ou_draws[d] += 1
         if np.isnan(self.ou_value[d]):
             x = mean + sd * rng.standard_normal()  # stationary start
@@ -854,7 +866,7 @@ class Fleet:
         sigma = self.jitter_sigma[d]
         if sigma <= 0:
             return float(base)
-        rng = stream(self.seed, "compute", d, rnd)
+        rng = momentary(self.seed, "compute", d, rnd)
         dist = self.jitter_dist[self.group_of[d]]
         if dist == "lognormal":
             return float(base * rng.lognormal(0.0, sigma))

@@ -197,8 +197,20 @@ def walk(
         if t1 == math.inf:
             return Step(level, t0 + level / -rate if rate < 0 else None, level if rate < 0 else 0.0)
         return _one(level, cap, t0, t1 - t0, rate)
-    r = _Rates.of(h, cell, draw_w)
-    p0 = h.period_start(t0)
+    r = h.cache.get((id(cell), draw_w)) or _Rates.of(h, cell, draw_w)
+    p0 = t0 - ((t0 - h.origin_s) % h.period_s)  # h.period_start(t0), inline: this runs at every activity
+    if t0 < t1 <= p0 + h.period_s:  # most spans (a task's phase, the idle time before it) lie in one segment
+        starts = r.starts2_list
+        a, b = t0 - p0, t1 - p0
+        k = bisect_right(starts, a) - 1
+        if k >= 0 and starts[k] < b <= starts[k + 1]:  # _through's one-segment case, the same arithmetic
+            rate = r.rates2_list[k]
+            if rate >= 0.0:
+                return Step(min(cap, level + rate * (t1 - t0)), None, 0.0)
+            end = level + rate * (t1 - t0)
+            if end > 0.0:
+                return Step(end, None, -rate * (t1 - t0))
+            return _one(level, cap, t0, t1 - t0, rate)
     if t1 == math.inf and r.period.per_period >= 0:
         lowest = r.period.steady(cap)[1]
         # the level never drifts further from the steady path (which repeats every period and never falls below

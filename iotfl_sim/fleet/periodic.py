@@ -109,6 +109,9 @@ def product_integral(a: Periodic, b: Periodic, t0: float, t1: float) -> float:
     signal scales the other's integral; else through their product over a common period when the periods have one of
     at most ``MAX_PRODUCT_SEGMENTS`` segments (built once, cached on ``a``); else segment by segment over the signal
     whose segments are longer, the other integrated in closed form over each: O(its segments in the span)."""
+    got = a.cache.get(("product", id(b)))  # cached only for two signals that are not constant (below)
+    if got is not None and got[1] is not None:
+        return got[1].integral(t0, t1)
     if a.offsets_s.size == 1:
         return float(a.values[0]) * b.integral(t0, t1)
     if b.offsets_s.size == 1:

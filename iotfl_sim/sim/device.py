@@ -18,7 +18,7 @@ from iotfl_sim.fleet.fleet import Fleet
 from iotfl_sim.fleet.lora import message
 from iotfl_sim.fleet.network import SharedMedium, duty_cycled_duration, lorawan_frames, retransmitted_bytes
 from iotfl_sim.fleet.thermal import power_at
-from iotfl_sim.seeding import stream
+from iotfl_sim.seeding import momentary
 from iotfl_sim.sim.round import Task
 from iotfl_sim.sim.traffic import Traffic
 from iotfl_sim.sim.training_time import TrainingTime
@@ -177,7 +177,7 @@ class DeviceTasks:
             f.cut_tail(d, self.env.now, preset.tail_w)
         loss, sigma = float(f.link_loss[d]), float(f.link_jitter[d])
         # the stream only when a draw is made: building a generator is most of a clean link's cost
-        rng = stream(host.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
+        rng = momentary(host.seed, "link", d, task.rnd, int(up)) if loss > 0 or sigma > 0 else None
         sent = retransmitted_bytes(nbytes, loss, rng) if rng is not None else nbytes
         self.traffic.resent += sent - nbytes
         jitter = float(rng.lognormal(0.0, sigma)) if rng is not None and sigma > 0 else 1.0
