@@ -221,6 +221,25 @@ def test_rows_report_the_sampled_state_of_charge_by_hand():
     assert obs.row(120.0) == {"soc_mcu": pytest.approx(1.0), "harvest_w_mcu": 10.0}
 
 
+def test_a_rows_state_of_charge_does_not_depend_on_the_rows_before():
+    """The observer continues each sampled battery from where its last row left it: a row read after many others, or
+    alone on a fresh observer (a resumed run's first), gives the same bits, and agrees with one walk from the device's
+    last activity. Hand check: 2,000 J, 0.5 W idle from 90 s, plugged in [0, 50) of each 100 s at 10 W (9.5 W net)."""
+    from iotfl_sim.fleet.observe import Observer
+
+    fleet = _phone({"power_w": 10.0, "start_hour": 0, "hours": 12, **FIXED}, battery=2000.0)
+    assert fleet.spend(0, 60.0, 30.0, 50.0, "compute") is None  # 5 J idle + 1,500 J: 495 J at 90 s
+    steady = fleet.observer
+    times = [95.0 + 7.3 * k for k in range(60)]
+    read_in_turn = [steady.row(t)["soc_mcu"] for t in times]
+    for k in (0, 13, 59):
+        assert Observer(fleet).row(times[k])["soc_mcu"] == read_in_turn[k]
+    # by hand at 300 s: idle 90-100 s (-5 J), +9.5 W x 50 s each plug-in of 100-150 and 200-250 s, idle 0.5 W the
+    # other 100 s: 490 + 475 + 475 - 50 = 1,390 J at 300 s
+    assert steady.row(300.0)["soc_mcu"] == pytest.approx(1390.0 / 2000.0)
+    assert fleet.settled_at[0] == 90.0 and fleet.level[0] == pytest.approx(495.0)  # the device itself did not move
+
+
 def test_the_cached_product_integrates_as_segment_by_segment():
     from iotfl_sim.fleet import periodic
 

@@ -57,3 +57,19 @@ def test_each_call_reseeds():
 def test_negative_ids_fail_as_numpy_does():
     with pytest.raises(ValueError):
         momentary(0, "memory", -1, 3)
+
+
+def test_primed_states_are_the_ones_computed_one_by_one():
+    """A round's keys primed in one vectorised pass give numpy's states, each used once; keys never primed, or out
+    of one word, still come out right."""
+    from iotfl_sim import seeding
+
+    rng = np.random.default_rng(4)
+    for seed, concern, rnd in ((0, "memory", 0), (2**32 - 1, "compute", 2**32 - 1), (77, "memory", 12345)):
+        devices = np.concatenate([[0, 2**32 - 1], rng.integers(0, 2**32, 40)])
+        seeding.prime(seed, concern, devices, rnd)
+        for d in devices.tolist():
+            assert momentary(seed, concern, d, rnd).bit_generator.state == _numpy_state(seed, concern, [d, rnd])
+            assert (seed, concern, d, rnd) not in seeding._primed  # used up
+        seeding.prime(seed, concern, np.array([2**32, 5]), rnd)  # a key beyond one word: nothing primed
+        assert momentary(seed, concern, 5, rnd).bit_generator.state == _numpy_state(seed, concern, [5, rnd])

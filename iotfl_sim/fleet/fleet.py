@@ -36,7 +36,7 @@ from iotfl_sim.fleet.traces import load_table
 from iotfl_sim.scenario.availability import TraceAvailability
 from iotfl_sim.scenario.loader import ResolvedGroup
 from iotfl_sim.scenario.profile import Battery, KernelRates, MeasuredSteps, Rates
-from iotfl_sim.seeding import momentary, stream
+from iotfl_sim.seeding import momentary, prime, stream
 
 MB = 1024.0 * 1024.0
 ENERGY_KINDS = ("compute", "radio", "idle")
@@ -76,7 +76,7 @@ class Fleet:
     tracked: list[bool] = field(default_factory=list)  # per group: the battery is a level (harvest, or a real cell)
     level: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy at settled_at (tracked groups)
     nominal_j: np.ndarray = field(default_factory=lambda: np.zeros(0))  # capacity before any ageing
-    drawn_j: np.ndarray = field(default_factory=lambda: np.zeros(0))  # stored energy drawn so far (ageing)
+    _drawn: dict[int, float] = field(default_factory=dict)  # stored energy drawn so far (ageing), where not 0
     radio: list[RadioPreset] = field(default_factory=list)  # per group
     preset_power: list[bool] = field(default_factory=list)  # per group: radio power from the preset
     lora: list[LoraPhy | None] = field(default_factory=list)  # per group: frames timed on air (radio lorawan)
@@ -188,7 +188,6 @@ class Fleet:
         ]
         fleet.level = fleet.capacity_j.copy()
         fleet.nominal_j = fleet.capacity_j.copy()
-        fleet.drawn_j = np.zeros(n)
         for i, tracked in enumerate(fleet.tracked):
             if tracked:
                 members = group_of == i
@@ -549,9 +548,10 @@ class Fleet:
         step = walk(level, float(self.capacity_j[d]), t0, t1, draw_w, h, cell)
         if self._charger_carbon_on[g]:
             self._charger_carbon(d, g, h, level, t0, t1, draw_w, step)
-        self.level[d] = step.level
+        level = step.level
         if cell.fade_per_cycle > 0.0 and step.drawn_j != 0.0:
-            self._age(d, g, step.drawn_j)
+            level = min(level, self._aged(d, cell.fade_per_cycle, step.drawn_j))
+        self.level[d] = level
         return step
 
     def source(self, d: int) -> Harvest | None:
@@ -752,13 +752,22 @@ class Fleet:
         fade = self.cells[g].fade_per_cycle
         if fade <= 0.0 or drawn_j == 0.0:
             return
-        drawn = max(0.0, float(self.drawn_j[d]) + drawn_j)  # < 0: the unspent part of an LTE tail given back
-        self.drawn_j[d] = drawn
+        cap = self._aged(d, fade, drawn_j)
+        if self.level[d] > cap:
+            self.level[d] = cap
+
+    def _aged(self, d: int, fade: float, drawn_j: float) -> float:
+        """Count ``drawn_j`` more stored energy drawn from ``d``'s battery (< 0: the unspent part of an LTE tail given
+        back) and fade its capacity; returns the new capacity. The energy drawn so far is kept per device in a dict:
+        read and written at every activity, where a numpy element costs several times a dict's."""
+        drawn = self._drawn.get(d, 0.0) + drawn_j
+        if drawn < 0.0:
+            drawn = 0.0
+        self._drawn[d] = drawn
         nominal = float(self.nominal_j[d])
         cap = nominal * max(0.0, 1.0 - fade * drawn / nominal)
         self.capacity_j[d] = cap
-        if self.level[d] > cap:
-            self.level[d] = cap
+        return cap
 
     def task_energy(self, devices: np.ndarray) -> np.ndarray:
         """Energy (J) the index array ``devices`` have drawn for tasks so far: compute and radio, no idle."""
@@ -779,6 +788,20 @@ class Fleet:
             return float(self.mem_free[d])
         u = momentary(self.seed, "memory", d, rnd).normal(0.0, sigma)
         return float(max(0.0, self.mem_free[d] - abs(u)))
+
+    PRIME_FROM = 8  # a batch of fewer tasks than this draws one by one (priming has a fixed cost of ~60 us)
+
+    def prime_draws(self, devices: np.ndarray, rnd: int) -> None:
+        """Compute ahead, for a round's tasks, the states of the streams their memory and compute-jitter draws will
+        use (``seeding.prime``): the same draws, several times cheaper than one by one."""
+        if devices.size < self.PRIME_FROM:
+            return
+        memory = devices[(self.mem_sigma[devices] > 0) & ~(self.ou_tau[devices] > 0)]
+        if memory.size:
+            prime(self.seed, "memory", memory, rnd)
+        jittered = devices[self.jitter_sigma[devices] > 0]
+        if jittered.size:
+            prime(self.seed, "compute", jittered, rnd)
 
     def max_free_memory(self) -> np.ndarray:
         """The most free memory each device can ever have when a task arrives (memory units): the declared

@@ -31,6 +31,7 @@ class Observer:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
+        self._reached: dict[int, tuple[tuple[float, float, float], float, float]] = {}  # _tracked_level's
         self.samples: dict[str, np.ndarray] = {}
         self.kinds: dict[str, list[str]] = {}
         for c, name in enumerate(fleet.class_names):
@@ -76,10 +77,33 @@ class Observer:
         if f.tracked[g]:
             level = float(f.level[d])
             if t > last:
-                level = walk(level, cap, last, t, float(f.idle_w[d]), f.source(d), f.cells[g]).level
+                level = self._tracked_level(d, g, last, level, cap, t)
         else:
             level = cap - f.used(d) - float(f.idle_w[d]) * max(t - last, 0.0)
         return min(max(level / cap, 0.0), 1.0)
+
+    def _tracked_level(self, d: int, g: int, last: float, level: float, cap: float, t: float) -> float:
+        """Device ``d``'s battery at ``t``, idle since ``last`` at ``level``: walked one segment of its source at a
+        time, up to the last segment start at or before ``t``, then to ``t``. Where the walk stopped is kept
+        (``_reached``) while the device's state is unchanged, so each row walks only what the clock moved through
+        since the last; the answer is the same whether or not it was kept (the same steps from the same start), so
+        it does not depend on which rows came before, or on a resume."""
+        f = self.fleet
+        h, cell, draw = f.source(d), f.cells[g], float(f.idle_w[d])
+        if h is None:
+            return walk(level, cap, last, t, draw, h, cell).level
+        at, at_level = last, level
+        kept = self._reached.get(d)
+        if kept is not None and kept[0] == (last, level, cap) and kept[1] <= t:
+            at, at_level = kept[1], kept[2]
+        while at_level > 0.0:
+            nxt = h.next_change(at)
+            if nxt > t or nxt <= at:
+                break
+            at_level = walk(at_level, cap, at, nxt, draw, h, cell).level
+            at = nxt
+        self._reached[d] = ((last, level, cap), at, at_level)
+        return walk(at_level, cap, at, t, draw, h, cell).level if t > at and at_level > 0.0 else at_level
 
     def _harvest_w(self, d: int, t: float) -> float:
         h = self.fleet.source(d)

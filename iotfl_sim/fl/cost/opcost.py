@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -184,8 +184,8 @@ class StepTrace:
     def n_ops(self) -> int:
         return len(self.names)
 
-    @property
-    def total_flops(self) -> float:
+    @cached_property
+    def total_flops(self) -> float:  # cached: every task's FLOPs count asks for it (a frozen instance: one sum)
         return float(self.flops.sum())
 
     def time(self, flops_per_s: float, bytes_per_s: float, overhead_s: float, kernels: KernelRates = ()) -> float:
