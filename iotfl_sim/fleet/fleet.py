@@ -791,15 +791,16 @@ class Fleet:
 
     PRIME_FROM = 8  # a batch of fewer tasks than this draws one by one (priming has a fixed cost of ~60 us)
 
-    def prime_draws(self, devices: np.ndarray, rnd: int) -> None:
-        """Compute ahead, for a round's tasks, the states of the streams their memory and compute-jitter draws will
-        use (``seeding.prime``): the same draws, several times cheaper than one by one."""
-        if devices.size < self.PRIME_FROM:
+    def prime_draws(self, devices: list[int], rnd: int) -> None:
+        """Compute ahead, for a round's tasks on ``devices``, the states of the streams their memory and compute-jitter
+        draws will use (``seeding.prime``): the same draws, several times cheaper than one by one."""
+        if len(devices) < self.PRIME_FROM:
             return
-        memory = devices[(self.mem_sigma[devices] > 0) & ~(self.ou_tau[devices] > 0)]
+        ids = np.asarray(devices, dtype=np.int64)
+        memory = ids[(self.mem_sigma[ids] > 0) & ~(self.ou_tau[ids] > 0)]
         if memory.size:
             prime(self.seed, "memory", memory, rnd)
-        jittered = devices[self.jitter_sigma[devices] > 0]
+        jittered = ids[self.jitter_sigma[ids] > 0]
         if jittered.size:
             prime(self.seed, "compute", jittered, rnd)
 

@@ -114,7 +114,6 @@ class Round:
     def dispatch(self, assignments: list[Assignment], fleet: Fleet, run: Callable[[Task], Generator]) -> None:
         """Start one device process (``run``) per assignment; the devices are busy until it ends."""
         self.enough = self.env.event()
-        fleet.prime_draws(np.fromiter((a.device for a in assignments), dtype=np.int64, count=len(assignments)), self.rnd)
         for a in assignments:
             self.tasks.append(start_task(self.env, a, self, fleet, run))
 

@@ -142,6 +142,7 @@ class Toolkit:
 
     def dispatch(self, rd: Round, assignments: list[Assignment]) -> None:
         sim = self.sim
+        sim.fleet.prime_draws([a.device for a in assignments], rd.rnd)
         rd.dispatch(assignments, sim.fleet, sim.system.tasks.run)
 
     def close(self, rd: Round) -> Generator[Any, Any, list[Outcome]]:
