@@ -240,6 +240,25 @@ def test_a_rows_state_of_charge_does_not_depend_on_the_rows_before():
     assert fleet.settled_at[0] == 90.0 and fleet.level[0] == pytest.approx(495.0)  # the device itself did not move
 
 
+def test_a_battery_read_a_million_days_later_walks_only_the_days_until_it_repeats(monkeypatch):
+    """The observer walks whole days once the first day after the device's last activity starts, and stops when a
+    day ends where the one before ended (a charger refilling the battery): a row a million days on costs a handful
+    of days. By hand (the charger of the test above: 10 W over [0, 50) of each 100 s day, 0.5 W idle, 2,000 J): 490 J
+    at 100 s, then +450 J a day (475 J plugged in, 25 J idle) to 940, 1,390 and 1,840 J; the day from 400 s fills it
+    (1,975 J at 500 s after 25 J idle), and so does every day after. At 10^8 + 75 s: full at 10^8 + 50 s, then
+    25 s of 0.5 W idle: 1,987.5 J."""
+    from iotfl_sim.fleet import observe
+
+    fleet = _phone({"power_w": 10.0, "start_hour": 0, "hours": 12, **FIXED}, battery=2000.0)
+    assert fleet.spend(0, 60.0, 30.0, 50.0, "compute") is None  # 495 J at 90 s
+    days = []
+    real = observe.period_level
+    monkeypatch.setattr(observe, "period_level", lambda level, *a: days.append(level) or real(level, *a))
+    assert fleet.observer.row(1e8 + 75.0)["soc_mcu"] == pytest.approx(1987.5 / 2000.0)
+    assert days == pytest.approx([490.0, 940.0, 1390.0, 1840.0, 1975.0])  # the fifth day ends where it began
+    assert observe.Observer(fleet).row(1e8 + 75.0)["soc_mcu"] == fleet.observer.row(1e8 + 75.0)["soc_mcu"]
+
+
 def test_the_cached_product_integrates_as_segment_by_segment():
     from iotfl_sim.fleet import periodic
 

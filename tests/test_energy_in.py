@@ -5,6 +5,7 @@ integrator against a segment-by-segment one, and the bundled sample trace on a r
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import random
 from pathlib import Path
@@ -256,6 +257,13 @@ def test_bundled_sample_keeps_a_solar_sensor_alive(tmp_path):
 def _mixed_fleet() -> Fleet:
     """A charger group (an LTE-like tail is charged as lumps), a solar group that runs dry at night, a plain cell
     and mains devices, with a carbon trace: every kind of battery the fleet tracks, and deaths."""
+    grid = Periodic(np.arange(24) * 3600.0, 200.0 + 20.0 * np.arange(24), 86400.0)
+    return Fleet.build(_mixed_groups(), 0, carbon=grid)
+
+
+@functools.cache
+def _mixed_groups() -> list:
+    """``_mixed_fleet``'s groups, read once (the scenario's validation costs five times the fleet's build)."""
     small = copy.deepcopy(TINY)
     small["power"]["idle_w"] = 0.4  # a full battery lasts 3 hours at idle: deaths between tasks
     small["battery"] = {"capacity_j": 5000.0, "charge_efficiency": 0.9, "discharge_efficiency": 0.95,
@@ -274,8 +282,7 @@ def _mixed_fleet() -> Fleet:
         {"name": "wall", "count": 2, "profile": mains},
     ]  # fmt: skip
     data = base_scenario(fleet={"groups": groups}, numerics="none")
-    grid = Periodic(np.arange(24) * 3600.0, 200.0 + 20.0 * np.arange(24), 86400.0)
-    return Fleet.build(resolve_groups(load_scenario(text=yaml.safe_dump(data))), 0, carbon=grid)
+    return resolve_groups(load_scenario(text=yaml.safe_dump(data)))
 
 
 def test_a_depletion_found_late_is_the_one_found_at_once():

@@ -270,6 +270,15 @@ def walk(
     return Step(s.level, s.dead_at, drawn + s.drawn_j)
 
 
+def period_level(level: float, cap: float, draw_w: float, h: Harvest, cell: Cell) -> float:
+    """The level after one whole period of ``h`` begun at one of its period starts at ``level`` (0 if it empties):
+    the same function of ``level`` for every period, since a period's segments and rates do not depend on when it
+    starts."""
+    r = h.cache.get((id(cell), draw_w)) or _Rates.of(h, cell, draw_w)
+    s = _span(level, cap, 0.0, h.lengths_s, r.period.rates)
+    return 0.0 if s.dead_at is not None else s.level
+
+
 def depletion_time(
     level: float, cap: float, t0: float, draw_w: float, h: Harvest | None, cell: Cell
 ) -> float:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from iotfl_sim.fleet.harvest import walk
+from iotfl_sim.fleet.harvest import Cell, Harvest, period_level, walk
 from iotfl_sim.seeding import stream
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class Observer:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
-        self._reached: dict[int, tuple[tuple[float, float, float], float, float]] = {}  # _tracked_level's
+        self._reached: dict[int, tuple] = {}  # _tracked_level's
         self.samples: dict[str, np.ndarray] = {}
         self.kinds: dict[str, list[str]] = {}
         for c, name in enumerate(fleet.class_names):
@@ -83,27 +83,54 @@ class Observer:
         return min(max(level / cap, 0.0), 1.0)
 
     def _tracked_level(self, d: int, g: int, last: float, level: float, cap: float, t: float) -> float:
-        """Device ``d``'s battery at ``t``, idle since ``last`` at ``level``: walked one segment of its source at a
-        time, up to the last segment start at or before ``t``, then to ``t``. Where the walk stopped is kept
-        (``_reached``) while the device's state is unchanged, so each row walks only what the clock moved through
-        since the last; the answer is the same whether or not it was kept (the same steps from the same start), so
-        it does not depend on which rows came before, or on a resume."""
+        """Device ``d``'s battery at ``t``, idle since ``last`` at ``level``, along one fixed path: one segment of its
+        source at a time up to the first period start after ``last`` (B0), whole periods from there (each the same
+        function of the level it starts at: ``period_level``; once a period ends where it began, every later one
+        does), then one segment at a time from the last period start at or before ``t`` to the last segment start
+        before it, then to ``t``. Where the path stopped is kept (``_reached``) while the device's state is
+        unchanged, so each row walks only what the clock moved through since the last, and whole days of a
+        battery that a charger refills cost nothing; the steps and their order do not depend on where the walk
+        starts, so the answer does not depend on which rows came before, or on a resume."""
         f = self.fleet
         h, cell, draw = f.source(d), f.cells[g], float(f.idle_w[d])
         if h is None:
             return walk(level, cap, last, t, draw, h, cell).level
-        at, at_level = last, level
+        period = h.period_s
+        b0 = h.period_start(last) + period
+        k_t = -1 if t < b0 else math.floor((t - b0) / period)  # the last period start at or before t: b0 + k_t P
         kept = self._reached.get(d)
-        if kept is not None and kept[0] == (last, level, cap) and kept[1] <= t:
-            at, at_level = kept[1], kept[2]
-        while at_level > 0.0:
-            nxt = h.next_change(at)
-            if nxt > t or nxt <= at:
-                break
-            at_level = walk(at_level, cap, at, nxt, draw, h, cell).level
-            at = nxt
-        self._reached[d] = ((last, level, cap), at, at_level)
+        if kept is None or kept[0] != (last, level, cap) or kept[1] > k_t:
+            kept = ((last, level, cap), -1, level, False, last, level)
+        _, k, k_level, fixed, at, at_level = kept
+        if k < k_t:  # to the period start b0 + k_t P: the segments up to b0 first, then whole periods
+            if k == -1:
+                at, at_level = self._segments(at, at_level, cap, b0, draw, h, cell)
+                k, k_level = 0, at_level
+            while k < k_t and k_level > 0.0 and not fixed:
+                after = period_level(k_level, cap, draw, h, cell)
+                fixed, k, k_level = after == k_level, k + 1, after
+            k = k_t
+            at, at_level = b0 + k * period, k_level
+        elif at > t:  # kept past t (a row read out of order): this period's segments again from its start
+            at, at_level = (b0 + k * period if k >= 0 else last), (k_level if k >= 0 else level)
+        at, at_level = self._segments(at, at_level, cap, t, draw, h, cell, stop_before=True)
+        self._reached[d] = ((last, level, cap), k, k_level, fixed, at, at_level)
         return walk(at_level, cap, at, t, draw, h, cell).level if t > at and at_level > 0.0 else at_level
+
+    @staticmethod
+    def _segments(
+        at: float, level: float, cap: float, until: float, draw: float, h: Harvest, cell: Cell, stop_before: bool = False
+    ) -> tuple[float, float]:
+        """The battery walked one segment of ``h`` at a time from ``at``: to ``until`` (a period start), or with
+        ``stop_before`` to the last segment start at or before ``until``."""
+        while level > 0.0:
+            nxt = h.next_change(at)
+            if nxt <= at or (nxt > until if stop_before else nxt >= until):
+                break
+            level, at = walk(level, cap, at, nxt, draw, h, cell).level, nxt
+        if not stop_before and level > 0.0 and until > at:
+            level, at = walk(level, cap, at, until, draw, h, cell).level, until
+        return at, level
 
     def _harvest_w(self, d: int, t: float) -> float:
         h = self.fleet.source(d)
