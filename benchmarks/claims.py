@@ -27,7 +27,19 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from claims_figures import DataError, collect, parse_csv, to_csv  # noqa: E402
 from claims_groups import GROUPS  # noqa: E402
-from claims_report import DATA_DIR, MD_PATH, SCALES, columns, data_path, group_module, read_all, render  # noqa: E402
+from claims_report import (  # noqa: E402
+    DATA_DIR,
+    MD_PATH,
+    README_PATH,
+    SCALES,
+    columns,
+    data_path,
+    group_module,
+    read_all,
+    render,
+    verdict_block,
+    with_verdict_block,
+)
 
 from analysis.compare import build_tables, write_tables  # noqa: E402
 from analysis.study import select  # noqa: E402
@@ -54,12 +66,25 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _readme_text(readme: Path | None, datasets: dict) -> str | None:
+    """``readme``'s text with its verdict list rebuilt from ``datasets`` (None: no README to update)."""
+    if readme is None:
+        return None
+    return with_verdict_block(readme.read_text(encoding="utf-8"), verdict_block(datasets), readme)
+
+
 def report(
-    group: str, scale: str, folders: list[Path], data_dir: Path, md: Path, by: tuple[str, ...] = ("name",)
+    group: str,
+    scale: str,
+    folders: list[Path],
+    data_dir: Path,
+    md: Path,
+    by: tuple[str, ...] = ("name",),
+    readme: Path | None = None,
 ) -> str:
     """Extract the figures of the group's study ``folders`` (the main one and its extras) into the group's CSV
-    and rewrite claims.md; returns the CSV's path. Raises DataError (another CSV unreadable, a variant in two
-    folders) before writing anything."""
+    and rewrite claims.md (and ``readme``'s verdict list); returns the CSV's path. Raises DataError (another CSV
+    unreadable, a variant in two folders, the README without its markers) before writing anything."""
     data: dict = {}
     excluded: list[str] = []
     for folder in folders:
@@ -76,11 +101,14 @@ def report(
     csv_path = data_path(group, scale, data_dir)
     datasets[(group, scale)] = parse_csv(text, csv_path)  # as it will be read back, not the in-memory floats
     md_text = render(datasets, data_dir)
+    readme_text = _readme_text(readme, datasets)
     for folder in folders:
         sel = select([folder], by=list(by))
         write_tables(sel, build_tables(sel), folder / "compare")
     _write(csv_path, text)
     _write(md, md_text)
+    if readme_text is not None:
+        _write(readme, readme_text)
     if excluded:
         print(f"claims: {len(excluded)} runs left out: " + "; ".join(excluded[:3]), file=sys.stderr)
     return str(csv_path)
@@ -102,7 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--md", type=Path, default=MD_PATH, help="the report written (default: benchmarks/claims.md)"
     )
+    ap.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help="the README whose verdict list is rewritten (default: README.md with the default --md, else none)",
+    )
     args = ap.parse_args(argv)
+    readme = args.readme or (README_PATH if args.md.resolve() == MD_PATH.resolve() else None)
 
     try:
         if args.from_data:
@@ -112,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            _write(args.md, render(read_all(args.data), args.data))
-            print(f"claims: wrote {args.md}")
+            datasets = read_all(args.data)
+            md_text, readme_text = render(datasets, args.data), _readme_text(readme, datasets)
+            _write(args.md, md_text)
+            if readme_text is not None:
+                _write(readme, readme_text)
+            print(f"claims: wrote {args.md}" + (f" and the verdicts in {readme}" if readme_text is not None else ""))
             return 0
         if not args.group:
             print("error: give --group (or --from-data to rebuild claims.md from the CSVs)", file=sys.stderr)
@@ -137,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         for extra in [f for f in folders[1:] if not (f / "study.json").is_file()]:
             print(f"claims: no study folder {extra} yet: its variants' claims stay without seeds", file=sys.stderr)
         folders = [f for f in folders if (f / "study.json").is_file()]
-        csv_path = report(args.group, args.scale, folders, args.data, args.md)
+        csv_path = report(args.group, args.scale, folders, args.data, args.md, readme=readme)
         print(f"claims: wrote {csv_path} and {args.md}")
         return 0
     except DataError as e:

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-from claims_figures import HOST, Data, read_csv
+from claims_figures import HOST, Data, DataError, read_csv
 from claims_groups import GROUPS, Claim
 
 from analysis import claims_rule as rule
@@ -20,6 +20,9 @@ from analysis import claims_rule as rule
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "benchmarks" / "claims_data"
 MD_PATH = ROOT / "benchmarks" / "claims.md"
+README_PATH = ROOT / "README.md"
+README_BEGIN = "<!-- claim verdicts: written by benchmarks/claims.py from the same data as claims.md; do not edit -->"
+README_END = "<!-- end of claim verdicts -->"
 SCALES = ("smoke", "hour", "paper")
 DEFAULT_SCALE = "hour"  # the scale a group without a CSV is pending at, unless its module sets SCALE
 PENDING = "pending"
@@ -372,8 +375,8 @@ def read_all(data_dir: Path = DATA_DIR) -> dict[tuple[str, str], Data]:
     return {(g, s): read_csv(p) for g in GROUPS for s in SCALES if (p := data_path(g, s, data_dir)).is_file()}
 
 
-def render(datasets: dict[tuple[str, str], Data], data_dir: Path = DATA_DIR) -> str:
-    """The whole of claims.md from the group modules and ``datasets`` ((group, scale) -> per-seed figures)."""
+def decide_all(datasets: dict[tuple[str, str], Data]) -> list[tuple[str, str, Data | None, list[Row]]]:
+    """(group, scale, its figures or None, its claims decided), in claims.md's section order."""
     parts: list[tuple[str, str, Data | None, list[Row]]] = []
     for g in GROUPS:
         mod = group_module(g)
@@ -381,6 +384,53 @@ def render(datasets: dict[tuple[str, str], Data], data_dir: Path = DATA_DIR) -> 
         for s in scales:
             data = datasets.get((g, s))
             parts.append((g, s, data, decide_group(mod, data, s)))
+    return parts
+
+
+def _gist(claim: Claim) -> str:
+    """The compared sides of a claim, as its sentence ends (``AdaptiveFL full > HeteroFL full``)."""
+    return claim.sentence.rsplit(": ", 1)[-1].strip()
+
+
+def _tag(claim: Claim) -> str:
+    return "" if claim.section == "paper" else f" [{claim.section}]"
+
+
+def verdict_block(datasets: dict[tuple[str, str], Data]) -> str:
+    """The README's list of verdicts per method (between ``README_BEGIN`` and ``README_END``): each group's counts,
+    the claims decided either way with what they compare, and the ids of the rest."""
+    lines = []
+    for i, (g, s, data, rows) in enumerate(decide_all(datasets), start=1):
+        name = (group_module(g).TITLE or g).split(" (")[0].split(":")[0]
+        head = f"- **{name}**, scale {s} (section {i} of claims.md): {len(rows)} claims"
+        if data is None:
+            lines.append(f"{head}, pending: its study is not finished.")
+            continue
+        said = []
+        for v in VERDICTS:
+            these = [r for r in rows if r.verdict.verdict == v]
+            if not these:
+                continue
+            if v in (rule.REPRODUCED, rule.NOT_REPRODUCED):
+                said.append(f"{v} {len(these)}: " + "; ".join(f"{r.claim.cid} ({_gist(r.claim)}){_tag(r.claim)}" for r in these))
+            else:
+                said.append(f"{v} {len(these)}: " + ", ".join(r.claim.cid + _tag(r.claim) for r in these))
+        lines.append(f"{head}. " + ". ".join(said) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def with_verdict_block(readme: str, block: str, where: Path = README_PATH) -> str:
+    """``readme`` with the text between its verdict markers replaced by ``block`` (DataError without them)."""
+    begin, end = readme.find(README_BEGIN), readme.find(README_END)
+    if begin < 0 or end < begin:
+        raise DataError(f"{where}: no claim-verdict markers ({README_BEGIN} ... {README_END}); put them back")
+    start = begin + len(README_BEGIN) + 1
+    return readme[:start] + block + readme[end:]
+
+
+def render(datasets: dict[tuple[str, str], Data], data_dir: Path = DATA_DIR) -> str:
+    """The whole of claims.md from the group modules and ``datasets`` ((group, scale) -> per-seed figures)."""
+    parts = decide_all(datasets)
     out = [header(), "## Overall", ""]
     out += [
         "| group | scale | claims | " + " | ".join(VERDICTS) + " |",

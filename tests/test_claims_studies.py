@@ -163,6 +163,47 @@ def test_claims_md_rows_from_a_hand_made_csv(monkeypatch, tmp_path):
     assert "(15 runs, 0.04 h of host time" in text  # 15 runs x 10 s = 150 s = 0.0417 h
 
 
+def test_the_readme_verdict_list_from_a_hand_made_csv(monkeypatch, tmp_path, capsys):
+    """The README's list says per method what claims.md decides: counts, the decided claims with what they compare
+    and their section tag, the ids of the rest; only between its markers, and only where asked (--readme, or the
+    default claims.md); a README without its markers is refused before anything is written."""
+    _fake_group(
+        monkeypatch,
+        [
+            gt("up", "A beats B: a > b", "x.txt:1", "acc_full", "a", "b"),
+            gt("own", "our option: a > c", "", "acc_full", "a", "c", section="extension"),
+            gt("cant", "cannot be set up", "x.txt:4", "acc_full", "a", "b", untestable="no such dataset"),
+        ],
+    )
+    data_dir, md, readme = tmp_path / "data", tmp_path / "claims.md", tmp_path / "README.md"
+    data_dir.mkdir()
+    _csv(data_dir / "fedx_hour.csv", {"a": [0.8, 0.82, 0.81, 0.83, 0.84], "b": [0.7, 0.71, 0.7, 0.72, 0.73],
+                                      "c": [0.8, 0.821, 0.809, 0.83, 0.84]})  # fmt: skip
+    readme.write_text(f"# Intro\n{claims_report.README_BEGIN}\nstale\n{claims_report.README_END}\nafter\n")
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md), "--readme", str(readme)]) == 0
+    block = (
+        "- **Fake**, scale hour (section 1 of claims.md): 3 claims. reproduced 1: up (a > b). "
+        "not reproduced 1: own (a > c) [extension]. not testable 1: cant.\n"
+    )
+    assert readme.read_text() == f"# Intro\n{claims_report.README_BEGIN}\n{block}{claims_report.README_END}\nafter\n"
+    before = claims_report.README_PATH.read_bytes()
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 0  # no --readme, md elsewhere
+    assert claims_report.README_PATH.read_bytes() == before
+    readme.write_text("no markers\n")
+    md.write_text("before")
+    capsys.readouterr()
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no claim-verdict markers" in err and err.count("\n") == 1
+    assert (md.read_text(), readme.read_text()) == ("before", "no markers\n")
+
+
+def test_committed_readme_verdicts_are_the_generated_ones():
+    text = claims_report.README_PATH.read_text(encoding="utf-8")
+    expected = claims_report.with_verdict_block(text, claims_report.verdict_block(claims_report.read_all()))
+    assert text == expected, "README.md's claim verdicts differ from benchmarks/claims.py --from-data's: rerun it"
+
+
 def test_near_chance_and_pending(monkeypatch, tmp_path):
     _fake_group(monkeypatch, [gt("low", "A beats B", "x.txt:1", "acc_full", "a", "b"),
                               gt("cant", "no", "x.txt:2", "acc_full", "a", "b", untestable="stated")])  # fmt: skip
