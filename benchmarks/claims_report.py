@@ -339,6 +339,12 @@ A single paper-scale run of one variant: `iotfl-sim run scenarios/adaptivefl_cif
   reproduced** when the adjusted p_fails < {alpha}; else **inconclusive**, with the effect, its CI, and the number
   of paired seeds a t-test would need at {power:.0%} power for the observed mean and sd (at {alpha} / the family
   size).
+- **More seeds** (fixed 2026-11-30, before any run beyond seed 4): a group whose five-seed verdicts leave claims
+  inconclusive that about ten paired seeds would decide (the power estimate beside each) is extended to seeds
+  0-9, every variant, and then decided on all its seeds by this same rule, **every claim anew**, those decided at
+  five seeds included: no claim gets a second look of its own, so the extension cannot turn a chance result into
+  a verdict. Until the ten-seed study is complete the five-seed verdicts stand; the group's section says which
+  seeds its verdicts rest on, and the five-seed ones stay in git (`benchmarks/claims_data/` at commit c391b3f).
 - **Effect size** beside every verdict: the mean paired difference (positive = the claim's direction) with its
   two-sided 95 % t interval, and d_z = mean / sd. Accuracies, utility and waste are shown in points.
 - **Not testable**, decided before any test and outside the Holm families: the claim states why the paper's
