@@ -595,7 +595,8 @@ class Fleet:
                     integral = None  # settled after t0 (an activity overlapping one before): its own span
             self._move_settled(d, end, integral)
             left = remaining - need
-            self._set_depleted(d, end + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
+            idle = float(self.idle_w[d])  # Python floats: a tiny draw gives inf without numpy's overflow warning
+            self._set_depleted(d, end + float(left) / idle if idle > 0 else np.inf)
             return None
         dead = t0 + (remaining / total_w if total_w > 0 else 0.0)
         share = power_w / total_w if total_w > 0 else 1.0
@@ -647,7 +648,8 @@ class Fleet:
             if self.carbon is not None:
                 self._grid_lump(d, t, joules)
             left = remaining - joules
-            self._set_depleted(d, self.settled_at[d] + left / self.idle_w[d] if self.idle_w[d] > 0 else np.inf)
+            idle = float(self.idle_w[d])
+            self._set_depleted(d, float(self.settled_at[d]) + float(left) / idle if idle > 0 else np.inf)
             return None
         self._add(d, kind, max(remaining, 0.0))
         self._set_depleted(d, t)
