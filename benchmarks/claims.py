@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from claims_figures import DataError, collect, parse_csv, to_csv  # noqa: E402
+from claims_figures import DataError, collect, parse_csv, rerun_check, to_csv  # noqa: E402
 from claims_groups import GROUPS  # noqa: E402
 from claims_report import (  # noqa: E402
     DATA_DIR,
@@ -99,7 +99,9 @@ def report(
     text = to_csv(data, columns(group_module(group), set(data)))
     datasets = read_all(data_dir)
     csv_path = data_path(group, scale, data_dir)
+    before = datasets.get((group, scale))
     datasets[(group, scale)] = parse_csv(text, csv_path)  # as it will be read back, not the in-memory floats
+    rerun = None if before is None else rerun_check(before, datasets[(group, scale)])
     md_text = render(datasets, data_dir)
     readme_text = _readme_text(readme, datasets)
     for folder in folders:
@@ -109,6 +111,8 @@ def report(
     _write(md, md_text)
     if readme_text is not None:
         _write(readme, readme_text)
+    if rerun is not None:
+        print(f"claims: {csv_path.name}: {rerun}", file=sys.stderr)
     if excluded:
         print(f"claims: {len(excluded)} runs left out: " + "; ".join(excluded[:3]), file=sys.stderr)
     return str(csv_path)

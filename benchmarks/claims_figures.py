@@ -137,6 +137,29 @@ def collect(folder: Path, by: Sequence[str] = ("name",)) -> tuple[Data, list[str
     return data, [f"{e.id}: {e.reason}" for e in sel.excluded]
 
 
+def _first_difference(a: dict[str, float], b: dict[str, float]) -> str | None:
+    """The first figure (host time aside) whose value differs between ``a`` and ``b`` (NaN equals NaN)."""
+    for k in sorted((set(a) | set(b)) - {HOST}):
+        x, y = a.get(k, math.nan), b.get(k, math.nan)
+        if x != y and not (math.isnan(x) and math.isnan(y)):
+            return f"{k} {x!r} -> {y!r}"
+    return None
+
+
+def rerun_check(before: Data, now: Data) -> str | None:
+    """What a report says of the runs it shares with the CSV it replaces: how many of them (variant and seed) give
+    the same figures bit for bit, and the first that does not; None when they share none."""
+    shared = [(v, s) for v, per in now.items() for s in per if s in before.get(v, {})]
+    if not shared:
+        return None
+    differ = [(v, s, d) for v, s in shared if (d := _first_difference(before[v][s], now[v][s])) is not None]
+    text = f"{len(shared) - len(differ)} of the {len(shared)} runs the replaced CSV also holds give the same figures"
+    if differ:
+        v, s, d = differ[0]
+        text += f"; {len(differ)} differ, the first {v} seed {s}: {d}"
+    return text
+
+
 def to_csv(data: Data, columns: Iterable[str]) -> str:
     """The CSV text of ``data`` restricted to ``columns`` (and ``host_time_s``)."""
     cols = [c for c in dict.fromkeys(columns) if c != HOST] + [HOST]

@@ -306,6 +306,9 @@ The script runs the study `scenarios/claims/GROUP_SCALE.yaml` with `iotfl_sim.ap
 folder without running anything (the same folder gives the same file, byte for byte); `--from-data` rebuilds
 this file from the committed CSVs alone. Each variant is one row of the study's `zip`; its label is the
 run's `name` (so `iotfl-sim compare <out>/<study>` and `iotfl-sim report` show the same labels).
+A report that replaces a group's CSV says how many of the runs both hold (variant and seed) give the same
+figures bit for bit, and names the first that does not: a study folder lost and run again is a check that the
+simulator still gives its numbers.
 
 Scales: `smoke` checks the machinery only (tiny data, a few rounds: not a verdict); `hour` fits about an hour
 per group on 2 CPU cores; `paper` is the paper's setting, one run at a time with `executor: {{kind: auto}}`

@@ -73,7 +73,7 @@ def _same(a: dict, b: dict) -> bool:
     return True
 
 
-def test_report_from_a_study_folder_round_trips_and_reproduces(monkeypatch, tmp_path):
+def test_report_from_a_study_folder_round_trips_and_reproduces(monkeypatch, tmp_path, capsys):
     mod = _fake_group(monkeypatch, [gt("x", "heterofl beats fedavg", "x.txt:1", "acc_avg", "heterofl", "fedavg")],
                       cols=("acc_full", "comm_waste", "acc_a"))  # fmt: skip
     monkeypatch.setattr(claims, "group_module", lambda g: mod)
@@ -96,11 +96,30 @@ def test_report_from_a_study_folder_round_trips_and_reproduces(monkeypatch, tmp_
     assert list(back) == ["fedavg", "heterofl"] and list(back["fedavg"]) == [0, 1, 2]
     first_csv, first_md = csv_path.read_bytes(), md.read_bytes()
     assert (study / "compare").is_dir()
+    capsys.readouterr()
     claims.report("fedx", "smoke", [study], data_dir, md, by)  # the report rebuilt from the folder
     assert (csv_path.read_bytes(), md.read_bytes()) == (first_csv, first_md)
+    # the six runs the replaced CSV held were rerun (here: read again) and said to give the same figures
+    assert "fedx_smoke.csv: 6 of the 6 runs the replaced CSV also holds give the same figures\n" in capsys.readouterr().err
     md.unlink()
     assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 0
     assert md.read_bytes() == first_md
+
+
+def test_a_rerun_is_compared_with_the_csv_it_replaces():
+    """Seeds rerun (a lost study folder run again) are checked bit for bit against the committed figures: the host
+    time may differ, a NaN equals a NaN, one changed figure is named; seeds only one side has are not compared."""
+    nan = math.nan
+    before = {"a": {0: {"acc_full": 0.5, "acc_x": nan, "host_time_s": 1.0}, 1: {"acc_full": 0.6, "acc_x": nan}}}
+    same = {"a": {0: {"acc_full": 0.5, "acc_x": nan, "host_time_s": 9.0}, 1: {"acc_full": 0.6, "acc_x": nan},
+                  2: {"acc_full": 0.1}}, "b": {0: {"acc_full": 0.2}}}  # fmt: skip
+    assert claims_figures.rerun_check(before, same) == "2 of the 2 runs the replaced CSV also holds give the same figures"
+    moved = {"a": {0: {"acc_full": 0.5, "acc_x": nan}, 1: {"acc_full": 0.6000000000000001, "acc_x": nan}}}
+    assert claims_figures.rerun_check(before, moved) == (
+        "1 of the 2 runs the replaced CSV also holds give the same figures; 1 differ, the first a seed 1: "
+        "acc_full 0.6 -> 0.6000000000000001"
+    )
+    assert claims_figures.rerun_check(before, {"a": {5: {"acc_full": 0.5}}}) is None
 
 
 def test_a_corrupt_csv_is_refused_and_nothing_written(tmp_path, capsys):
