@@ -234,6 +234,10 @@ def test_a_rows_state_of_charge_does_not_depend_on_the_rows_before():
     read_in_turn = [steady.row(t)["soc_mcu"] for t in times]
     for k in (0, 13, 59):
         assert Observer(fleet).row(times[k])["soc_mcu"] == read_in_turn[k]
+    for k in (57, 5, 0):  # read again, out of order, after the last: the walk kept is past these instants
+        assert steady.row(times[k])["soc_mcu"] == read_in_turn[k]
+    alone = Observer(fleet).row(520.0)["soc_mcu"]
+    assert steady.row(560.0) and steady.row(520.0)["soc_mcu"] == alone  # kept at 550 s, in 520 s's own day
     # by hand at 300 s: idle 90-100 s (-5 J), +9.5 W x 50 s each plug-in of 100-150 and 200-250 s, idle 0.5 W the
     # other 100 s: 490 + 475 + 475 - 50 = 1,390 J at 300 s
     assert steady.row(300.0)["soc_mcu"] == pytest.approx(1390.0 / 2000.0)
