@@ -70,7 +70,11 @@ def _readme_text(readme: Path | None, datasets: dict) -> str | None:
     """``readme``'s text with its verdict list rebuilt from ``datasets`` (None: no README to update)."""
     if readme is None:
         return None
-    return with_verdict_block(readme.read_text(encoding="utf-8"), verdict_block(datasets), readme)
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{readme}: cannot read it ({e})") from None
+    return with_verdict_block(text, verdict_block(datasets), readme)
 
 
 def report(

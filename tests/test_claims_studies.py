@@ -215,6 +215,11 @@ def test_the_readme_verdict_list_from_a_hand_made_csv(monkeypatch, tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no claim-verdict markers" in err and err.count("\n") == 1
     assert (md.read_text(), readme.read_text()) == ("before", "no markers\n")
+    readme.write_bytes(b"\xff\xfe not text")
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "README.md: cannot read it" in err and err.count("\n") == 1
+    assert md.read_text() == "before"
 
 
 def test_committed_readme_verdicts_are_the_generated_ones():
