@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from claims_figures import DataError, collect, parse_csv, rerun_check, to_csv  # noqa: E402
 from claims_groups import GROUPS  # noqa: E402
+from claims_plot import PLOT_NAME, forest  # noqa: E402
 from claims_report import (  # noqa: E402
     DATA_DIR,
     MD_PATH,
@@ -34,6 +35,7 @@ from claims_report import (  # noqa: E402
     SCALES,
     columns,
     data_path,
+    decide_all,
     group_module,
     read_all,
     render,
@@ -115,6 +117,7 @@ def report(
     _write(md, md_text)
     if readme_text is not None:
         _write(readme, readme_text)
+    forest(decide_all(datasets), md.with_name(PLOT_NAME))
     if rerun is not None:
         print(f"claims: {csv_path.name}: {rerun}", file=sys.stderr)
     if excluded:
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             _write(args.md, md_text)
             if readme_text is not None:
                 _write(readme, readme_text)
+            forest(decide_all(datasets), args.md.with_name(PLOT_NAME))
             print(f"claims: wrote {args.md}" + (f" and the verdicts in {readme}" if readme_text is not None else ""))
             return 0
         if not args.group:

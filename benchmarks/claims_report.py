@@ -306,6 +306,8 @@ The script runs the study `scenarios/claims/GROUP_SCALE.yaml` with `iotfl_sim.ap
 folder without running anything (the same folder gives the same file, byte for byte); `--from-data` rebuilds
 this file from the committed CSVs alone. Each variant is one row of the study's `zip`; its label is the
 run's `name` (so `iotfl-sim compare <out>/<study>` and `iotfl-sim report` show the same labels).
+`claims_effects.png`, beside this file, draws every tested claim's paired effect and 95 % interval in units of
+its margin, coloured by verdict (the intervals are not Holm-corrected, the verdicts are).
 A report that replaces a group's CSV says how many of the runs both hold (variant and seed) give the same
 figures bit for bit, and names the first that does not: a study folder lost and run again is a check that the
 simulator still gives its numbers.
@@ -401,6 +403,11 @@ def _gist(claim: Claim) -> str:
     return claim.sentence.rsplit(": ", 1)[-1].strip()
 
 
+def group_name(group: str) -> str:
+    """The method a group is named after (its TITLE up to the authors or the colon: ``AdaptiveFL``)."""
+    return (group_module(group).TITLE or group).split(" (")[0].split(":")[0]
+
+
 def _tag(claim: Claim) -> str:
     return "" if claim.section == "paper" else f" [{claim.section}]"
 
@@ -410,7 +417,7 @@ def verdict_block(datasets: dict[tuple[str, str], Data]) -> str:
     the claims decided either way with what they compare, and the ids of the rest."""
     lines = []
     for i, (g, s, data, rows) in enumerate(decide_all(datasets), start=1):
-        name = (group_module(g).TITLE or g).split(" (")[0].split(":")[0]
+        name = group_name(g)
         head = f"- **{name}**, scale {s} (section {i} of claims.md): {len(rows)} claims"
         if data is None:
             lines.append(f"{head}, pending: its study is not finished.")

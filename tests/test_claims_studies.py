@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import claims  # noqa: E402
 import claims_figures  # noqa: E402
+import claims_plot  # noqa: E402
 import claims_report  # noqa: E402
 from claims_groups import Claim, gt  # noqa: E402
 from study_fixtures import make_study  # noqa: E402
@@ -205,6 +206,11 @@ def test_the_readme_verdict_list_from_a_hand_made_csv(monkeypatch, tmp_path, cap
         "not reproduced 1: own (a > c) [extension]. not testable 1: cant.\n"
     )
     assert readme.read_text() == f"# Intro\n{claims_report.README_BEGIN}\n{block}{claims_report.README_END}\nafter\n"
+    assert (tmp_path / "claims_effects.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # beside claims.md
+    drawn = claims_plot.plotted(claims_report.decide_all(claims_report.read_all(data_dir)))
+    assert [(name, r.claim.cid) for name, r in drawn] == [("Fake", "up"), ("Fake", "own")]  # not "cant": no effect
+    assert claims_plot.forest(claims_report.decide_all({}), tmp_path / "none.png") is None  # nothing run: no figure
+    assert not (tmp_path / "none.png").exists()
     before = claims_report.README_PATH.read_bytes()
     assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 0  # no --readme, md elsewhere
     assert claims_report.README_PATH.read_bytes() == before
