@@ -418,10 +418,12 @@ def verdict_block(datasets: dict[tuple[str, str], Data]) -> str:
     lines = []
     for i, (g, s, data, rows) in enumerate(decide_all(datasets), start=1):
         name = group_name(g)
-        head = f"- **{name}**, scale {s} (section {i} of claims.md): {len(rows)} claims"
+        where = f"section {i} of claims.md"
         if data is None:
-            lines.append(f"{head}, pending: its study is not finished.")
+            lines.append(f"- **{name}**, scale {s} ({where}): {len(rows)} claims, pending: its study is not finished.")
             continue
+        seeds = _seeds(sorted({x for per_seed in data.values() for x in per_seed}))
+        head = f"- **{name}**, scale {s}, seeds {seeds} ({where}): {len(rows)} claims"
         said = []
         for v in VERDICTS:
             these = [r for r in rows if r.verdict.verdict == v]

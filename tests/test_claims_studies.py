@@ -202,11 +202,13 @@ def test_the_readme_verdict_list_from_a_hand_made_csv(monkeypatch, tmp_path, cap
     readme.write_text(f"# Intro\n{claims_report.README_BEGIN}\nstale\n{claims_report.README_END}\nafter\n")
     assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md), "--readme", str(readme)]) == 0
     block = (
-        "- **Fake**, scale hour (section 1 of claims.md): 3 claims. reproduced 1: up (a > b). "
+        "- **Fake**, scale hour, seeds 0-4 (section 1 of claims.md): 3 claims. reproduced 1: up (a > b). "
         "not reproduced 1: own (a > c) [extension]. not testable 1: cant.\n"
     )
     assert readme.read_text() == f"# Intro\n{claims_report.README_BEGIN}\n{block}{claims_report.README_END}\nafter\n"
     assert (tmp_path / "claims_effects.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # beside claims.md
+    pending = "- **Fake**, scale hour (section 1 of claims.md): 3 claims, pending: its study is not finished.\n"
+    assert claims_report.verdict_block({}) == pending
     drawn = claims_plot.plotted(claims_report.decide_all(claims_report.read_all(data_dir)))
     assert [(name, r.claim.cid) for name, r in drawn] == [("Fake", "up"), ("Fake", "own")]  # not "cant": no effect
     assert claims_plot.forest(claims_report.decide_all({}), tmp_path / "none.png") is None  # nothing run: no figure
