@@ -44,6 +44,7 @@ from claims_report import (  # noqa: E402
 )
 
 from analysis.compare import build_tables, write_tables  # noqa: E402
+from analysis.rundir import PlotInputError  # noqa: E402
 from analysis.study import select  # noqa: E402
 
 CLAIMS_DIR = ROOT / "scenarios" / "claims"
@@ -61,11 +62,33 @@ def study_files(group: str, scale: str) -> list[Path]:
 
 
 def _write(path: Path, text: str) -> None:
-    """Whole or not at all: a temporary file beside it, then a rename."""
+    """Whole or not at all: a temporary file beside it, then a rename (the temporary file gone if either fails)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _data_error(data: Path, from_data: bool, md_given: bool) -> str | None:
+    """Why ``--data`` cannot be used as given (None: it can). A folder that is missing or holds no CSV would
+    rebuild claims.md with every group pending; another folder than the committed one, written into the
+    committed claims.md, would silently replace the committed groups' verdicts."""
+    if data.exists() and not data.is_dir():
+        return f"--data {data}: not a folder; give the folder that holds the per-seed CSVs"
+    if from_data and not any(data_path(g, s, data).is_file() for g in GROUPS for s in SCALES):
+        return (f"--data {data}: no per-seed CSV (<group>_<scale>.csv) there, so nothing to rebuild claims.md "
+                "from; give the folder that holds them")  # fmt: skip
+    if not md_given and data.resolve() != DATA_DIR.resolve():
+        return (f"--data {data} is not {DATA_DIR.relative_to(ROOT)}, whose report is {MD_PATH.relative_to(ROOT)}: "
+                "give --md too, so the committed report is not replaced by another folder's")  # fmt: skip
+    return None
 
 
 def _readme_text(readme: Path | None, datasets: dict) -> str | None:
@@ -90,18 +113,32 @@ def report(
 ) -> str:
     """Extract the figures of the group's study ``folders`` (the main one and its extras) into the group's CSV
     and rewrite claims.md (and ``readme``'s verdict list); returns the CSV's path. Raises DataError (another CSV
-    unreadable, a variant in two folders, the README without its markers) before writing anything."""
+    unreadable, a variant in two folders, the README without its markers, a run not done while writing into the
+    committed ``DATA_DIR``) before writing anything."""
     data: dict = {}
     excluded: list[str] = []
     for folder in folders:
         part, left_out = collect(folder, by)
         if clash := set(part) & set(data):
-            raise DataError(f"{folder}: variant {sorted(clash)[0]!r} is in another study of the group too")
+            raise DataError(
+                f"{folder}: variant {sorted(clash)[0]!r} is in another study of the group too",
+                "give each study of the group its own run names",
+            )
         data.update(part)
         excluded += left_out
     if not data:
         where = ", ".join(str(f) for f in folders)
-        raise DataError(f"{where}: no finished run" + (f" ({'; '.join(excluded[:3])})" if excluded else ""))
+        raise DataError(
+            f"{where}: no finished run" + (f" ({'; '.join(excluded[:3])})" if excluded else ""),
+            "run the group without --report-only first",
+        )
+    if excluded and data_dir.resolve() == DATA_DIR.resolve():
+        raise DataError(
+            f"{len(excluded)} runs of the study are not done ({'; '.join(excluded[:2])}): the committed verdicts "
+            "rest on whole studies, never on the seeds finished so far",
+            "run the group without --report-only until every run is done (a failed run: see its error), or "
+            "write a preview elsewhere with --data and --md",
+        )
     text = to_csv(data, columns(group_module(group), set(data)))
     datasets = read_all(data_dir)
     csv_path = data_path(group, scale, data_dir)
@@ -139,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "--data", type=Path, default=DATA_DIR, help="the per-seed CSVs (default: benchmarks/claims_data)"
     )
     ap.add_argument(
-        "--md", type=Path, default=MD_PATH, help="the report written (default: benchmarks/claims.md)"
+        "--md", type=Path, default=None, help="the report written (default: benchmarks/claims.md)"
     )
     ap.add_argument(
         "--readme",
@@ -148,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the README whose verdict list is rewritten (default: README.md with the default --md, else none)",
     )
     args = ap.parse_args(argv)
+    if problem := _data_error(args.data, args.from_data, args.md is not None):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    args.md = args.md or MD_PATH
     readme = args.readme or (README_PATH if args.md.resolve() == MD_PATH.resolve() else None)
 
     try:
@@ -164,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             if readme_text is not None:
                 _write(readme, readme_text)
             forest(decide_all(datasets), args.md.with_name(PLOT_NAME))
-            print(f"claims: wrote {args.md}" + (f" and the verdicts in {readme}" if readme_text is not None else ""))
+            print(
+                f"claims: wrote {args.md}"
+                + (f" and the verdicts in {readme}" if readme_text is not None else "")
+            )
             return 0
         if not args.group:
             print("error: give --group (or --from-data to rebuild claims.md from the CSVs)", file=sys.stderr)
@@ -186,17 +230,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no study folder {folders[0]}: run without --report-only first", file=sys.stderr)
             return 2
         for extra in [f for f in folders[1:] if not (f / "study.json").is_file()]:
-            print(f"claims: no study folder {extra} yet: its variants' claims stay without seeds", file=sys.stderr)
+            print(
+                f"claims: no study folder {extra} yet: its variants' claims stay without seeds",
+                file=sys.stderr,
+            )
         folders = [f for f in folders if (f / "study.json").is_file()]
         csv_path = report(args.group, args.scale, folders, args.data, args.md, readme=readme)
         print(f"claims: wrote {csv_path} and {args.md}")
         return 0
     except DataError as e:
-        print(f"error: {e}; restore the file from git or rebuild it with --report-only from its study folder",
-              file=sys.stderr)  # fmt: skip
+        print(f"error: {e}; {e.fix}", file=sys.stderr)
+        return 2
+    except PlotInputError as e:  # the study folder's own index, unreadable
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}; check that the path exists and is writable", file=sys.stderr)
         return 2
 
 

@@ -30,23 +30,59 @@ Data = dict[str, dict[int, dict[str, float]]]
 HOST = "host_time_s"
 
 
+CSV_FIX = "restore the file from git or rebuild it with --report-only from its study folder"
+RUN_FIX = "delete that run folder and run the group again without --report-only: the study recomputes that run alone"
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line (a YAML error's text spans several)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 class DataError(Exception):
-    """A claims CSV that cannot be read back: the message names the file and line."""
+    """A claims input that cannot be read back: the message names the file (and line); ``fix`` says what to do."""
+
+    def __init__(self, message: str, fix: str = CSV_FIX) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 def dispatches(run: Run) -> list[tuple[int, int, str]]:
-    """(round, device, level) of every task sent (events.jsonl's ``dispatch`` events; needs output.events: all)."""
+    """(round, device, level) of every task sent (events.jsonl's ``dispatch`` events; needs output.events: all).
+    Raises DataError naming the line of a damaged event."""
     out = []
     p = run.path / "events.jsonl"
     if p.is_file():
-        with open(p) as f:
-            for line in f:
-                if '"dispatch"' not in line:
-                    continue
-                e = json.loads(line)
-                if e.get("event") == "dispatch":
-                    out.append((int(e["round"]), int(e["device"]), str(e.get("level", ""))))
+        with open(p, encoding="utf-8", errors="replace") as f:
+            for i, line in enumerate(f, 1):
+                try:  # every line, so that a line cut short is found, not skipped
+                    e = json.loads(line)
+                    if e.get("event") == "dispatch":
+                        out.append((int(e["round"]), int(e["device"]), str(e.get("level", ""))))
+                except (ValueError, TypeError, KeyError, AttributeError) as err:
+                    raise DataError(f"{p} line {i}: not a whole event ({one_line(err)})", RUN_FIX) from None
     return out
+
+
+def damage(run: Run) -> str | None:
+    """Why a run its study calls done cannot be read whole (None: it can): summary.json not a complete run's, or
+    rounds.csv cut short (a last line without its end, a row with another number of fields than the header, fewer
+    or more rows than summary.json's ``rounds``). The plots tolerate such a folder; a verdict must not."""
+    if run.summary.get("status") != "complete" or not isinstance(run.summary.get("rounds"), int):
+        return "summary.json: missing, unreadable or not a complete run's"
+    p = run.path / "rounds.csv"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return f"rounds.csv: cannot read it ({e})"
+    if not text.endswith("\n"):
+        return "rounds.csv: its last line is cut short"
+    rows = list(csv.reader(io.StringIO(text)))
+    if bad := next((i for i, r in enumerate(rows[1:], 2) if len(r) != len(rows[0])), None):
+        return f"rounds.csv line {bad}: {len(rows[bad - 1])} fields where the header has {len(rows[0])}"
+    if len(rows) - 1 != run.summary["rounds"]:
+        return f"rounds.csv: {len(rows) - 1} rounds where summary.json says {run.summary['rounds']}"
+    return None
 
 
 def level_mix(run: Run) -> dict[int, Counter]:
@@ -123,15 +159,27 @@ def host_time(run: Run) -> float:
     return float(v) if isinstance(v, int | float) else math.nan
 
 
+def _run_figures(run: Run) -> dict[str, float]:
+    """``figures`` of a run its study calls done; DataError naming the folder when it is damaged."""
+    if why := damage(run):
+        raise DataError(f"{run.path}: the study says it is done, but {why}", RUN_FIX)
+    try:
+        return figures(run)
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as e:
+        raise DataError(f"{run.path}: cannot read its figures ({one_line(e)})", RUN_FIX) from None
+
+
 def collect(folder: Path, by: Sequence[str] = ("name",)) -> tuple[Data, list[str]]:
     """The figures of every finished run of a study folder, by variant (the ``by`` keys: the run's ``name``)
     and seed; and the excluded runs, with why."""
     sel = select([folder], by=list(by))
+    if bad := next((e for e in sel.excluded if e.reason.startswith("unreadable")), None):
+        raise DataError(f"{bad.path}: the study says it is done, but it is {bad.reason}", RUN_FIX)
     data: Data = {}
     for m in sel.methods:
         name = str(dict(m.key)[by[0]]) if len(by) == 1 else m.label
         data[name] = {
-            int(s): {**figures(r), HOST: host_time(r)}
+            int(s): {**_run_figures(r), HOST: host_time(r)}
             for s, r in sorted(zip(m.seeds, m.runs, strict=True), key=lambda sr: int(sr[0]))
         }
     return data, [f"{e.id}: {e.reason}" for e in sel.excluded]

@@ -45,7 +45,9 @@ def forest(parts: list[tuple[str, str, object, list[Row]]], path: Path) -> Path 
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.axvline(-1.0, color="black", linewidth=0.5, linestyle=":")
     ax.set_xscale("symlog", linthresh=10.0)
-    ax.set_xlabel("paired effect, claim's direction, in margins (95 % interval; log scale past ±10)", fontsize=8)
+    ax.set_xlabel(
+        "paired effect, claim's direction, in margins (95 % interval; log scale past ±10)", fontsize=8
+    )
     ax.grid(True, axis="x", alpha=0.3, linewidth=0.6)
     handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in COLORS.items() if v in VERDICTS]
     ax.legend(handles=handles, loc="lower right", fontsize=7)

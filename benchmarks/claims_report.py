@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "benchmarks" / "claims_data"
 MD_PATH = ROOT / "benchmarks" / "claims.md"
 README_PATH = ROOT / "README.md"
-README_BEGIN = "<!-- claim verdicts: written by benchmarks/claims.py from the same data as claims.md; do not edit -->"
+README_BEGIN = (
+    "<!-- claim verdicts: written by benchmarks/claims.py from the same data as claims.md; do not edit -->"
+)
 README_END = "<!-- end of claim verdicts -->"
 SCALES = ("smoke", "hour", "paper")
 DEFAULT_SCALE = "hour"  # the scale a group without a CSV is pending at, unless its module sets SCALE
@@ -310,7 +312,10 @@ run's `name` (so `iotfl-sim compare <out>/<study>` and `iotfl-sim report` show t
 its margin, coloured by verdict (the intervals are not Holm-corrected, the verdicts are).
 A report that replaces a group's CSV says how many of the runs both hold (variant and seed) give the same
 figures bit for bit, and names the first that does not: a study folder lost and run again is a check that the
-simulator still gives its numbers.
+simulator still gives its numbers. Into the committed CSVs a report is written only from a whole study (every
+run done: the verdicts never rest on the seeds finished so far; a preview of a study under way goes elsewhere
+with `--data` and `--md`), and a run folder the study calls done whose files are cut short or unreadable is
+named, to be deleted and recomputed, never read in part.
 
 Scales: `smoke` checks the machinery only (tiny data, a few rounds: not a verdict); `hour` fits about an hour
 per group on 2 CPU cores; `paper` is the paper's setting, one run at a time with `executor: {{kind: auto}}`
@@ -420,7 +425,9 @@ def verdict_block(datasets: dict[tuple[str, str], Data]) -> str:
         name = group_name(g)
         where = f"section {i} of claims.md"
         if data is None:
-            lines.append(f"- **{name}**, scale {s} ({where}): {len(rows)} claims, pending: its study is not finished.")
+            lines.append(
+                f"- **{name}**, scale {s} ({where}): {len(rows)} claims, pending: its study is not finished."
+            )
             continue
         seeds = _seeds(sorted({x for per_seed in data.values() for x in per_seed}))
         head = f"- **{name}**, scale {s}, seeds {seeds} ({where}): {len(rows)} claims"
@@ -430,7 +437,10 @@ def verdict_block(datasets: dict[tuple[str, str], Data]) -> str:
             if not these:
                 continue
             if v in (rule.REPRODUCED, rule.NOT_REPRODUCED):
-                said.append(f"{v} {len(these)}: " + "; ".join(f"{r.claim.cid} ({_gist(r.claim)}){_tag(r.claim)}" for r in these))
+                said.append(
+                    f"{v} {len(these)}: "
+                    + "; ".join(f"{r.claim.cid} ({_gist(r.claim)}){_tag(r.claim)}" for r in these)
+                )
             else:
                 said.append(f"{v} {len(these)}: " + ", ".join(r.claim.cid + _tag(r.claim) for r in these))
         lines.append(f"{head}. " + ". ".join(said) + ".")
@@ -441,7 +451,10 @@ def with_verdict_block(readme: str, block: str, where: Path = README_PATH) -> st
     """``readme`` with the text between its verdict markers replaced by ``block`` (DataError without them)."""
     begin, end = readme.find(README_BEGIN), readme.find(README_END)
     if begin < 0 or end < begin:
-        raise DataError(f"{where}: no claim-verdict markers ({README_BEGIN} ... {README_END}); put them back")
+        raise DataError(
+            f"{where}: no claim-verdict markers ({README_BEGIN} ... {README_END})",
+            "put them back (git shows where they were)",
+        )
     start = begin + len(README_BEGIN) + 1
     return readme[:start] + block + readme[end:]
 

@@ -92,6 +92,7 @@ def write_run(path: Path, algorithm: str, seed: int, accs: list[float], levels: 
         "status": status,
         "name": "study",
         "algorithm": algorithm,
+        "rounds": len(accs),  # as the simulator's summary: rounds.csv's rows
         "comm_waste": 0.1 * (seed + 1),
         "failures": failures if failures is not None else {"oom": 5 + seed, "depleted": seed},
     }

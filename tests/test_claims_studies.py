@@ -276,3 +276,88 @@ def test_paced_is_never_a_paper_claim():
     for c in claims_report.group_module("heterofl_iot").CLAIMS:
         if "paced" in claims_report.variants_of(c, {"paced"}):
             assert c.section != "paper", c.cid
+
+
+def _cut_last_line(p: Path) -> None:
+    p.write_text("".join(p.read_text().splitlines(keepends=True)[:-1]))
+
+
+DAMAGE = {  # what a damaged run folder looks like -> the words the refusal must say
+    "a last line cut short": (lambda run: run.joinpath("rounds.csv").write_text(run.joinpath("rounds.csv").read_text()[:-7]),
+                              "its last line is cut short"),
+    "a round missing": (lambda run: _cut_last_line(run / "rounds.csv"), "4 rounds where summary.json says 5"),
+    "a row short of fields": (lambda run: run.joinpath("rounds.csv").write_text(
+        run.joinpath("rounds.csv").read_text().replace("\n", "\n1,2\n", 1)), "line 2: 2 fields"),
+    "no summary": (lambda run: run.joinpath("summary.json").unlink(), "summary.json"),
+    "undecodable rounds": (lambda run: run.joinpath("rounds.csv").write_bytes(b"\xff\xfe\x00"), "unreadable"),
+    "an event cut short": (lambda run: run.joinpath("events.jsonl").write_text(
+        '{"event": "dispatch", "round": 0, "device": 1, "level": "a"}\n{"event": "dispatch", "rou\n'), "line 2"),
+    "a broken scenario": (lambda run: (  # read for the level quotas when the run has dispatch events
+        run.joinpath("events.jsonl").write_text('{"event": "dispatch", "round": 0, "device": 1, "level": "a"}\n'),
+        run.joinpath("scenario.resolved.yaml").write_text("algorithm: [\n")), "cannot read its figures"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+def test_a_damaged_run_the_study_calls_done_is_refused_and_nothing_written(monkeypatch, tmp_path, kind):
+    """The plots tolerate a half-written run folder; a verdict must not rest on one: the report names the folder
+    and says how to recompute that run, before writing anything."""
+    mod = _fake_group(monkeypatch, [gt("x", "heterofl beats fedavg", "x.txt:1", "acc_avg", "heterofl", "fedavg")])
+    monkeypatch.setattr(claims, "group_module", lambda g: mod)
+    study = make_study(tmp_path / "study", with_failed=False)
+    damage, words = DAMAGE[kind]
+    damage(study / "runs" / "heterofl-s1")
+    data_dir, md = tmp_path / "data", tmp_path / "claims.md"
+    with pytest.raises(claims_figures.DataError) as e:
+        claims.report("fedx", "smoke", [study], data_dir, md, ("algorithm.name",))
+    assert "heterofl-s1" in str(e.value) and words in str(e.value) and "\n" not in str(e.value)
+    assert e.value.fix == claims_figures.RUN_FIX
+    assert not data_dir.exists() and not md.exists() and not (study / "compare").exists()
+
+
+def test_a_study_not_done_is_refused_into_the_committed_data_only(monkeypatch, tmp_path, capsys):
+    """Committed verdicts rest on whole studies (claims.md's rule "More seeds"): a report into the committed
+    folder with a run not done is refused; elsewhere it is a preview that says what it left out."""
+    mod = _fake_group(monkeypatch, [gt("x", "heterofl beats fedavg", "x.txt:1", "acc_avg", "heterofl", "fedavg")])
+    monkeypatch.setattr(claims, "group_module", lambda g: mod)
+    study = make_study(tmp_path / "study", with_failed=True)  # fedavg seed 3 failed
+    committed = tmp_path / "committed"
+    monkeypatch.setattr(claims, "DATA_DIR", committed)
+    with pytest.raises(claims_figures.DataError, match="1 runs of the study are not done .*fedavg-s3: status failed"):
+        claims.report("fedx", "smoke", [study], committed, tmp_path / "claims.md", ("algorithm.name",))
+    assert not committed.exists() and not (tmp_path / "claims.md").exists()
+    claims.report("fedx", "smoke", [study], tmp_path / "preview", tmp_path / "claims.md", ("algorithm.name",))
+    assert "1 runs left out: fedavg-s3: status failed" in capsys.readouterr().err
+    assert (tmp_path / "preview" / "fedx_smoke.csv").is_file()
+
+
+def test_data_folder_that_would_rewrite_claims_md_wrongly_is_refused(tmp_path, capsys):
+    """A --data that is a file, or holds no CSV to rebuild from, or is not the committed folder while claims.md
+    (the committed report) would be written: one line naming --data, exit 2, nothing written."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "empty").mkdir()
+    md = tmp_path / "claims.md"
+    cases = [
+        (["--from-data", "--data", str(tmp_path / "afile"), "--md", str(md)], "not a folder"),
+        (["--from-data", "--data", str(tmp_path / "empty"), "--md", str(md)], "no per-seed CSV"),
+        (["--from-data", "--data", str(tmp_path / "missing"), "--md", str(md)], "no per-seed CSV"),
+        (["--group", "fedx", "--report-only", "--data", str(tmp_path / "empty")], "give --md too"),
+    ]
+    before = claims_report.MD_PATH.read_bytes()
+    for argv, words in cases:
+        assert claims.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --data ") and words in err and err.count("\n") == 1, err
+    assert not md.exists() and claims_report.MD_PATH.read_bytes() == before
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_an_unwritable_report_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "fedx_hour.csv").write_text("variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\n")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "claims.md").mkdir()  # a folder where the file should go: the rename fails
+    assert claims.main(["--from-data", "--data", str(tmp_path / "data"), "--md", str(tmp_path / "ro" / "claims.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'ro' / 'claims.md'}: ") and err.count("\n") == 1
+    assert not list((tmp_path / "ro").glob("*.tmp"))  # the temporary file is gone
