@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -310,3 +311,24 @@ def test_public_fraction_gives_the_server_a_share_of_the_devices_classes_too():
     assert len(proxy0) == int(np.isin(y, [8, 9]).sum())  # default: the server's classes only
     with pytest.raises(ValueError, match="public_fraction > 0 .* proxy_classes"):
         FedXConfig(name="fedx", public_fraction=0.1)
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"mix": {"medium": 0.7, "small": 0.7}}, "the shares sum to 1.4"),  # a typo, not 50/50 in disguise
+        ({"proxy_classes": []}, "[] names no class"),
+        ({"proxy_classes": [4, 5, 4]}, "class 4 is named twice"),
+    ],
+)
+def test_a_mix_or_server_classes_that_say_two_things_are_refused(bad, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        FedXConfig(name="fedx", **bad)
+    FedXConfig(name="fedx", assign="eq2", mix={"small": 1.0, "medium": 1.0})  # eq2 reads only the names
+
+
+def test_dadaquant_server_classes_named_once():
+    from iotfl_sim.scenario.algorithms.quantized import DAdaQuantConfig
+
+    with pytest.raises(ValueError, match="class 3 is named twice"):
+        DAdaQuantConfig(name="dadaquant", proxy_classes=[3, 3])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES
@@ -12,8 +12,19 @@ from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_IND
 # The server's own data (a class hold-out) and its per-round fine-tuning: FedX's, and the setting FedX gives its
 # quantization baselines (Section IV-D: "the server has data, fine-tunes without regularization"). One
 # definition each, used by FedXConfig and DAdaQuantConfig.
+
+
+def _classes_named_once(v: list[int] | None) -> list[int] | None:
+    if v is not None and not v:
+        raise ValueError("[] names no class: name the classes the server holds (e.g. [8, 9]), or null for none")
+    if v is not None and (twice := sorted({c for c in v if v.count(c) > 1})):
+        raise ValueError(f"class {twice[0]} is named twice: name each class once")
+    return v
+
+
 ProxyClasses = Annotated[
     list[Annotated[int, Field(ge=0, le=MAX_INDEX)]] | None,
+    AfterValidator(_classes_named_once),
     Field(
         description="classes held by the server only (FedX's disjoint split, e.g. CIFAR-10 [8, 9]); every train "
         "sample of these classes goes to the server and none to the devices",
@@ -63,7 +74,7 @@ class FedXConfig(MethodConfig):
     name: Literal["fedx"]
     mix: dict[Literal["small", "medium", "large"], float] = Field(
         default_factory=lambda: {"medium": 0.5, "small": 0.5},
-        description="share of devices per sub-network (the paper's default: half medium, half small); a device "
+        description="share of devices per sub-network, the shares summing to 1 (the paper's default: half medium, half small); a device "
         "keeps its sub-network (assigned once, by a seeded permutation of the devices)",
     )
     bits: dict[Literal["small", "medium", "large"], int] = Field(
@@ -141,6 +152,11 @@ class FedXConfig(MethodConfig):
     def _eq2_needs_server_data(self) -> FedXConfig:
         if self.public_fraction > 0 and not self.proxy_classes:
             raise ValueError(_PUBLIC_NEEDS_CLASSES)
+        if self.assign == "shuffle" and abs((total := sum(self.mix.values())) - 1.0) > 1e-6:
+            raise ValueError(
+                f"mix: the shares sum to {total:g}; they are the shares of the devices per sub-network: make them "
+                "sum to 1 (with assign: eq2 only the names count)"
+            )
         if self.assign == "eq2" and not (self.server_data and (self.proxy_fraction > 0 or self.proxy_classes)):
             raise ValueError(
                 "assign: eq2 scores the sub-networks on the server's data: set server_data: true and proxy_fraction "
