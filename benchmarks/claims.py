@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in study_files(args.group, args.scale):
                 folders.append(Path(args.out) / read_study(path, check=False).spec.name)
                 if not args.report_only:
-                    sweep(path, out=args.out, workers=args.workers)
+                    sweep(path, out=args.out, workers=args.workers, progress=True)  # hours: say how far
         except ScenarioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
