@@ -61,6 +61,29 @@ def study_files(group: str, scale: str) -> list[Path]:
     return [study_file(group, scale)] + [CLAIMS_DIR / f"{group}_{scale}_{x}.yaml" for x in extra]
 
 
+def stale_folder(study, folder: Path) -> str | None:
+    """Why a study folder read with --report-only is not the study its file defines now (None: it is, or there is
+    no folder yet): its index lists a run the file no longer defines (a variant's options changed: the run id
+    hashes them) or lacks one the file defines (the sweep brings such a folder up to date), or its base scenario
+    differs. A report from it as it is would mix two versions of the study under one variant name."""
+    from analysis.study import load_study
+    from iotfl_sim.study.folder import base_difference
+
+    if not (folder / "study.json").is_file():
+        return None
+    recorded = load_study(folder)
+    fix = "run the group without --report-only: the sweep brings the folder up to date, keeping the runs still in it"
+    now, was = {p.id for p in study.points}, {r.id for r in recorded.runs}
+    if gone := sorted(was - now):
+        return f"{folder}: its index lists run {gone[0]}, which {study.source} no longer defines; {fix}"
+    if new := sorted(now - was):
+        return f"{folder}: its index lacks run {new[0]}, which {study.source} defines; {fix}"
+    if recorded.base is not None and (where := base_difference(recorded.base, study.base_resolved)):
+        return (f"{folder}: its base scenario differs from {study.source}'s ({where}), so its runs are another "
+                "study's; give another --out (the sweep refuses this folder too)")  # fmt: skip
+    return None
+
+
 def _write(path: Path, text: str) -> None:
     """Whole or not at all: a temporary file beside it, then a rename (the temporary file gone if either fails)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,9 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         folders = []
         try:
             for path in study_files(args.group, args.scale):
-                folders.append(Path(args.out) / read_study(path, check=False).spec.name)
+                study = read_study(path, check=False)
+                folders.append(Path(args.out) / study.spec.name)
                 if not args.report_only:
                     sweep(path, out=args.out, workers=args.workers, progress=True)  # hours: say how far
+                elif problem := stale_folder(study, folders[-1]):
+                    print(f"error: {problem}", file=sys.stderr)
+                    return 2
         except ScenarioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -315,7 +315,8 @@ figures bit for bit, and names the first that does not: a study folder lost and 
 simulator still gives its numbers. Into the committed CSVs a report is written only from a whole study (every
 run done: the verdicts never rest on the seeds finished so far; a preview of a study under way goes elsewhere
 with `--data` and `--md`), and a run folder the study calls done whose files are cut short or unreadable is
-named, to be deleted and recomputed, never read in part.
+named, to be deleted and recomputed, never read in part; `--report-only` refuses a folder that another version
+of the study file made (a run it no longer defines or lacks, another base scenario): the sweep updates it.
 
 Scales: `smoke` checks the machinery only (tiny data, a few rounds: not a verdict); `hour` fits about an hour
 per group on 2 CPU cores; `paper` is the paper's setting, one run at a time with `executor: {{kind: auto}}`

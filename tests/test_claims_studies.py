@@ -4,6 +4,7 @@ modules and the CSVs alone, byte for byte the committed file. The decision rule 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -361,3 +362,24 @@ def test_an_unwritable_report_is_one_line_naming_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'ro' / 'claims.md'}: ") and err.count("\n") == 1
     assert not list((tmp_path / "ro").glob("*.tmp"))  # the temporary file is gone
+
+
+def test_a_study_folder_from_another_version_of_the_study_file_is_named(tmp_path):
+    """--report-only reads the folder as the last sweep left it: a run the file no longer defines (a variant's
+    options changed), one it adds, or another base scenario is said, never mixed into the figures."""
+    folder = make_study(tmp_path / "study", with_failed=False)
+    recorded = json.loads((folder / "study.json").read_text())
+    ids = [r["id"] for r in recorded["runs"]]
+    base = recorded["base"]
+
+    def study(point_ids, base=base):
+        points = [SimpleNamespace(id=i, overrides={}) for i in point_ids]
+        return SimpleNamespace(points=points, source=Path("claims/g_hour.yaml"), base_resolved=base)
+
+    assert claims.stale_folder(study(ids), folder) is None
+    assert claims.stale_folder(study(ids), tmp_path / "none yet") is None
+    gone = claims.stale_folder(study(ids[1:]), folder)
+    assert f"lists run {ids[0]}, which claims/g_hour.yaml no longer defines" in gone and "without --report-only" in gone
+    assert "lacks run fedavg-s9, which" in claims.stale_folder(study([*ids, "fedavg-s9"]), folder)
+    other = claims.stale_folder(study(ids, {**base, "rounds": 6}), folder)
+    assert "base scenario differs" in other and "(rounds: 5 -> 6)" in other and "another --out" in other
