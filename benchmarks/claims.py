@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -47,6 +48,9 @@ from analysis.compare import build_tables, write_tables  # noqa: E402
 from analysis.rundir import PlotInputError  # noqa: E402
 from analysis.study import select  # noqa: E402
 
+if TYPE_CHECKING:
+    from iotfl_sim.study.spec import Study
+
 CLAIMS_DIR = ROOT / "scenarios" / "claims"
 
 
@@ -61,7 +65,7 @@ def study_files(group: str, scale: str) -> list[Path]:
     return [study_file(group, scale)] + [CLAIMS_DIR / f"{group}_{scale}_{x}.yaml" for x in extra]
 
 
-def stale_folder(study, folder: Path) -> str | None:
+def stale_folder(study: Study, folder: Path) -> str | None:
     """Why a study folder read with --report-only is not the study its file defines now (None: it is, or there is
     no folder yet): its index lists a run the file no longer defines (a variant's options changed: the run id
     hashes them) or lacks one the file defines (the sweep brings such a folder up to date), or its base scenario
