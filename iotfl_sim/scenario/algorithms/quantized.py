@@ -9,10 +9,6 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
 from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES
 
-# The server's own data (a class hold-out) and its per-round fine-tuning: FedX's, and the setting FedX gives its
-# quantization baselines (Section IV-D: "the server has data, fine-tunes without regularization"). One
-# definition each, used by FedXConfig and DAdaQuantConfig.
-
 
 def _classes_named_once(v: list[int] | None) -> list[int] | None:
     if v is not None and not v:
@@ -22,6 +18,9 @@ def _classes_named_once(v: list[int] | None) -> list[int] | None:
     return v
 
 
+# The server's own data (a class hold-out) and its per-round fine-tuning: FedX's, and the setting FedX gives its
+# quantization baselines (Section IV-D: "the server has data, fine-tunes without regularization"). One
+# definition each, used by FedXConfig and DAdaQuantConfig.
 ProxyClasses = Annotated[
     list[Annotated[int, Field(ge=0, le=MAX_INDEX)]] | None,
     AfterValidator(_classes_named_once),
@@ -149,7 +148,7 @@ class FedXConfig(MethodConfig):
         return v
 
     @model_validator(mode="after")
-    def _eq2_needs_server_data(self) -> FedXConfig:
+    def _options_agree(self) -> FedXConfig:
         if self.public_fraction > 0 and not self.proxy_classes:
             raise ValueError(_PUBLIC_NEEDS_CLASSES)
         if self.assign == "shuffle" and abs((total := sum(self.mix.values())) - 1.0) > 1e-6:
