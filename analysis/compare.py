@@ -25,6 +25,7 @@ Conventions (also in the README):
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ import numpy as np
 from analysis.rundir import Run
 from analysis.study import EXAMPLES, Selection, excluded_counts, excluded_examples, fmt_value, short
 from analysis.targets import Targets, resolve_targets, target_label
+from analysis.write_files import write_all
 
-__all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "write_tables", "crossing", "CROSSING_FIELDS"]
+__all__ = ["Cell", "Table", "RunMetrics", "run_metrics", "build_tables", "table_files", "write_tables", "crossing", "CROSSING_FIELDS"]
 
 # what a crossing reports: the row's round, clock, cumulative traffic, energy and communication waste
 CROSSING_FIELDS = (
@@ -583,26 +585,27 @@ def compare_markdown(sel: Selection, tables: Sequence[Table]) -> str:
     return "\n".join(parts)
 
 
-def write_tables(sel: Selection, tables: Sequence[Table], out: Path) -> list[Path]:
-    """``compare.md`` plus one ``<table>.csv`` per table (and ``excluded.csv`` when runs were left out)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    md = out / "compare.md"
-    md.write_text(compare_markdown(sel, tables))
-    written.append(md)
+def table_files(sel: Selection, tables: Sequence[Table]) -> dict[str, str]:
+    """The text of ``compare.md`` and of one ``<table>.csv`` per table (and ``excluded.csv`` when runs were left
+    out), by file name."""
+    files = {"compare.md": compare_markdown(sel, tables)}
     for t in tables:
-        head, rows = t.csv_rows()
-        p = out / f"{t.name}.csv"
-        with open(p, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(head)
-            w.writerows(rows)
-        written.append(p)
+        files[f"{t.name}.csv"] = _csv_text(*t.csv_rows())
     if sel.excluded:
-        p = out / "excluded.csv"
-        with open(p, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["id", "run_dir", "reason"])
-            w.writerows([[e.id, str(e.path), e.reason] for e in sel.excluded])
-        written.append(p)
-    return written
+        files["excluded.csv"] = _csv_text(
+            ["id", "run_dir", "reason"], [[e.id, str(e.path), e.reason] for e in sel.excluded]
+        )
+    return files
+
+
+def _csv_text(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(head)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_tables(sel: Selection, tables: Sequence[Table], out: Path) -> list[Path]:
+    """Write :func:`table_files` into the folder ``out``, every file or none."""
+    return write_all({out / name: text for name, text in table_files(sel, tables).items()})

@@ -11,13 +11,13 @@ by the run's ``name``); ``iotfl_sim.api.sweep`` runs them (complete runs in the 
 folder, ``analysis.compare`` writes the usual comparison tables into <out>/<study>/compare/, every finished run's
 figures go to benchmarks/claims_data/<group>_<scale>.csv (``claims_figures``), and benchmarks/claims.md is
 rewritten whole from the claim groups and every CSV there (``claims_report``; the decision rule is
-``analysis/claims_rule.py``). Nothing is written until everything has been read and computed.
+``analysis/claims_rule.py``). Nothing is written until everything has been read and computed, and then every
+file or none (``analysis.write_files``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from claims_figures import DataError, collect, parse_csv, rerun_check, to_csv  # noqa: E402
+from claims_figures import DataError, collect, parse_csv, read_csv, rerun_check, to_csv  # noqa: E402
 from claims_groups import GROUPS  # noqa: E402
 from claims_plot import PLOT_NAME, forest  # noqa: E402
 from claims_report import (  # noqa: E402
@@ -44,9 +44,10 @@ from claims_report import (  # noqa: E402
     with_verdict_block,
 )
 
-from analysis.compare import build_tables, write_tables  # noqa: E402
+from analysis.compare import build_tables, table_files  # noqa: E402
 from analysis.rundir import PlotInputError  # noqa: E402
 from analysis.study import select  # noqa: E402
+from analysis.write_files import write_all  # noqa: E402
 
 if TYPE_CHECKING:
     from iotfl_sim.study.spec import Study
@@ -86,21 +87,6 @@ def stale_folder(study: Study, folder: Path) -> str | None:
         return (f"{folder}: its base scenario differs from {study.source}'s ({where}), so its runs are another "
                 "study's; give another --out (the sweep refuses this folder too)")  # fmt: skip
     return None
-
-
-def _write(path: Path, text: str) -> None:
-    """Whole or not at all: a temporary file beside it, then a rename (the temporary file gone if either fails)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _data_error(data: Path, from_data: bool, md_given: bool) -> str | None:
@@ -167,21 +153,28 @@ def report(
             "write a preview elsewhere with --data and --md",
         )
     text = to_csv(data, columns(group_module(group), set(data)))
-    datasets = read_all(data_dir)
     csv_path = data_path(group, scale, data_dir)
-    before = datasets.get((group, scale))
+    datasets = read_all(data_dir, but=(group, scale))
+    before, unreadable = None, None
+    if csv_path.is_file():
+        try:
+            before = read_csv(csv_path)
+        except DataError as e:  # the file this report rebuilds: said, then replaced
+            unreadable = str(e)
     datasets[(group, scale)] = parse_csv(text, csv_path)  # as it will be read back, not the in-memory floats
     rerun = None if before is None else rerun_check(before, datasets[(group, scale)])
-    md_text = render(datasets, data_dir)
-    readme_text = _readme_text(readme, datasets)
+    files: dict[Path, str | bytes] = {csv_path: text, md: render(datasets, data_dir)}
+    if (readme_text := _readme_text(readme, datasets)) is not None:
+        files[readme] = readme_text
+    if (png := forest(decide_all(datasets))) is not None:
+        files[md.with_name(PLOT_NAME)] = png
     for folder in folders:
         sel = select([folder], by=list(by))
-        write_tables(sel, build_tables(sel), folder / "compare")
-    _write(csv_path, text)
-    _write(md, md_text)
-    if readme_text is not None:
-        _write(readme, readme_text)
-    forest(decide_all(datasets), md.with_name(PLOT_NAME))
+        files.update({folder / "compare" / name: t for name, t in table_files(sel, build_tables(sel)).items()})
+    write_all(files)
+    if unreadable is not None:
+        print(f"claims: {csv_path.name}: the CSV it replaced was unreadable ({unreadable}), so no run was compared "
+              "with it", file=sys.stderr)  # fmt: skip
     if rerun is not None:
         print(f"claims: {csv_path.name}: {rerun}", file=sys.stderr)
     if excluded:
@@ -227,11 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 2
             datasets = read_all(args.data)
-            md_text, readme_text = render(datasets, args.data), _readme_text(readme, datasets)
-            _write(args.md, md_text)
-            if readme_text is not None:
-                _write(readme, readme_text)
-            forest(decide_all(datasets), args.md.with_name(PLOT_NAME))
+            files: dict[Path, str | bytes] = {args.md: render(datasets, args.data)}
+            if (readme_text := _readme_text(readme, datasets)) is not None:
+                files[readme] = readme_text
+            if (png := forest(decide_all(datasets))) is not None:
+                files[args.md.with_name(PLOT_NAME)] = png
+            write_all(files)
             print(
                 f"claims: wrote {args.md}"
                 + (f" and the verdicts in {readme}" if readme_text is not None else "")

@@ -5,7 +5,7 @@ The verdicts are Holm-corrected and the intervals are not, so an interval clear 
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 import claims_report
 from claims_report import VERDICTS, Row
@@ -27,8 +27,8 @@ def plotted(parts: list[tuple[str, str, object, list[Row]]]) -> list[tuple[str, 
     return out
 
 
-def forest(parts: list[tuple[str, str, object, list[Row]]], path: Path) -> Path | None:
-    """Write the figure to ``path`` (None, nothing written, when no claim has an effect yet)."""
+def forest(parts: list[tuple[str, str, object, list[Row]]]) -> bytes | None:
+    """The figure as PNG bytes (None when no claim has an effect yet)."""
     rows = plotted(parts)
     if not rows:
         return None
@@ -52,7 +52,6 @@ def forest(parts: list[tuple[str, str, object, list[Row]]], path: Path) -> Path 
     handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in COLORS.items() if v in VERDICTS]
     ax.legend(handles=handles, loc="lower right", fontsize=7)
     ax.set_title("The seed papers' claims: effects and verdicts (benchmarks/claims.md)", fontsize=9)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    tmp.replace(path)
-    return path
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    return buf.getvalue()

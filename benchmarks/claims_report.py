@@ -391,9 +391,15 @@ def header() -> str:
     )
 
 
-def read_all(data_dir: Path = DATA_DIR) -> dict[tuple[str, str], Data]:
-    """Every group's CSV in ``data_dir`` (raises claims_figures.DataError on a bad one)."""
-    return {(g, s): read_csv(p) for g in GROUPS for s in SCALES if (p := data_path(g, s, data_dir)).is_file()}
+def read_all(data_dir: Path = DATA_DIR, but: tuple[str, str] | None = None) -> dict[tuple[str, str], Data]:
+    """Every group's CSV in ``data_dir``, the (group, scale) ``but`` aside (raises claims_figures.DataError on a
+    bad one)."""
+    return {
+        (g, s): read_csv(p)
+        for g in GROUPS
+        for s in SCALES
+        if (g, s) != but and (p := data_path(g, s, data_dir)).is_file()
+    }
 
 
 def decide_all(datasets: dict[tuple[str, str], Data]) -> list[tuple[str, str, Data | None, list[Row]]]:

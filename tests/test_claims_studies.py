@@ -212,8 +212,7 @@ def test_the_readme_verdict_list_from_a_hand_made_csv(monkeypatch, tmp_path, cap
     assert claims_report.verdict_block({}) == pending
     drawn = claims_plot.plotted(claims_report.decide_all(claims_report.read_all(data_dir)))
     assert [(name, r.claim.cid) for name, r in drawn] == [("Fake", "up"), ("Fake", "own")]  # not "cant": no effect
-    assert claims_plot.forest(claims_report.decide_all({}), tmp_path / "none.png") is None  # nothing run: no figure
-    assert not (tmp_path / "none.png").exists()
+    assert claims_plot.forest(claims_report.decide_all({})) is None  # nothing run: no figure
     before = claims_report.README_PATH.read_bytes()
     assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 0  # no --readme, md elsewhere
     assert claims_report.README_PATH.read_bytes() == before
@@ -361,7 +360,56 @@ def test_an_unwritable_report_is_one_line_naming_it(tmp_path, capsys):
     assert claims.main(["--from-data", "--data", str(tmp_path / "data"), "--md", str(tmp_path / "ro" / "claims.md")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'ro' / 'claims.md'}: ") and err.count("\n") == 1
-    assert not list((tmp_path / "ro").glob("*.tmp"))  # the temporary file is gone
+    assert [p.name for p in (tmp_path / "ro").iterdir()] == ["claims.md"]  # the temporary files are gone
+
+
+@pytest.mark.parametrize("blocked", ["md", "compare"])
+def test_a_report_with_one_target_it_cannot_write_changes_no_file(monkeypatch, tmp_path, capsys, blocked):
+    """The CSV, claims.md, its figure and the study's comparison tables are written as one: when one target cannot
+    be written (here a file where its folder should be), every file stays as it was and no temporary file is
+    left."""
+    mod = _fake_group(monkeypatch, [gt("x", "heterofl beats fedavg", "x.txt:1", "acc_avg", "heterofl", "fedavg")])
+    monkeypatch.setattr(claims, "group_module", lambda g: mod)
+    study = make_study(tmp_path / "study", with_failed=False)
+    data_dir, out = tmp_path / "data", tmp_path / "out"
+    data_dir.mkdir()
+    out.mkdir()
+    csv_path = data_dir / "fedx_smoke.csv"
+    csv_path.write_text("variant,seed,acc_full,host_time_s\nfedavg,0,0.5,1.0\n")
+    if blocked == "md":
+        (out / "sub").write_text("a file, not a folder")
+        md = out / "sub" / "claims.md"
+    else:
+        md = out / "claims.md"
+        (study / "compare").write_text("a file, not a folder")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(OSError) as e:
+        claims.report("fedx", "smoke", [study], data_dir, md, ("algorithm.name",))
+    assert e.value.filename == str(out / "sub" if blocked == "md" else study / "compare")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_the_groups_own_csv_unreadable_is_rebuilt_and_said(monkeypatch, tmp_path, capsys):
+    """A report rebuilds its group's CSV from the study folder: a damaged copy of that CSV (whose error message
+    says to do exactly this) is replaced, and the report says no run could be compared with it. Another group's
+    damaged CSV still stops the report."""
+    mod = _fake_group(monkeypatch, [gt("x", "heterofl beats fedavg", "x.txt:1", "acc_avg", "heterofl", "fedavg")])
+    monkeypatch.setattr(claims, "group_module", lambda g: mod)
+    study = make_study(tmp_path / "study", with_failed=False)
+    data_dir, md = tmp_path / "data", tmp_path / "claims.md"
+    data_dir.mkdir()
+    csv_path = data_dir / "fedx_smoke.csv"
+    csv_path.write_text("variant,seed,acc_full,host_time_s\nfedavg,0,0.5\n")  # a row cut short
+    claims.report("fedx", "smoke", [study], data_dir, md, ("algorithm.name",))
+    err = capsys.readouterr().err
+    assert "fedx_smoke.csv: the CSV it replaced was unreadable (" in err and "line 2" in err
+    assert "so no run was compared with it" in err and "give the same figures" not in err
+    assert set(claims_figures.read_csv(csv_path)) == {"fedavg", "heterofl"}
+    (data_dir / "fedx_hour.csv").write_text("variant,seed,utility,host_time_s\nfedx,x,0.5,1.0\n")
+    before = csv_path.read_bytes()
+    with pytest.raises(claims_figures.DataError, match="fedx_hour.csv line 2"):
+        claims.report("fedx", "smoke", [study], data_dir, md, ("algorithm.name",))
+    assert csv_path.read_bytes() == before
 
 
 def test_a_study_folder_from_another_version_of_the_study_file_is_named(tmp_path):
