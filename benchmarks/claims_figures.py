@@ -30,6 +30,7 @@ Data = dict[str, dict[int, dict[str, float]]]
 HOST = "host_time_s"
 
 
+MAX_CSV_BYTES = 16 * 2**20
 CSV_FIX = "restore the file from git or rebuild it with --report-only from its study folder"
 RUN_FIX = "delete that run folder and run the group again without --report-only: the study recomputes that run alone"
 
@@ -223,6 +224,8 @@ def to_csv(data: Data, columns: Iterable[str]) -> str:
 def read_csv(path: Path) -> Data:
     """A claims CSV read back; raises DataError naming the file and line of the first problem."""
     try:
+        if (size := path.stat().st_size) > MAX_CSV_BYTES:  # a group's CSV is tens of kB
+            raise DataError(f"{path}: {size:,} bytes, more than a claims CSV holds ({MAX_CSV_BYTES:,} at most)")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read it ({e})") from None
@@ -247,6 +250,8 @@ def parse_csv(text: str, path: Path) -> Data:
             values = [float(v) for v in vals]
         except ValueError as e:
             raise DataError(f"{path} line {i}: {e}") from None
+        if bad := next((c for c, v in zip(cols, values, strict=True) if math.isinf(v)), None):
+            raise DataError(f"{path} line {i}: {bad} is infinite; a figure is a finite number, or nan where none")
         per = data.setdefault(variant, {})
         if seed in per:
             raise DataError(f"{path} line {i}: variant {variant!r} seed {seed} again")

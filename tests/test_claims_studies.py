@@ -124,17 +124,27 @@ def test_a_rerun_is_compared_with_the_csv_it_replaces():
     assert claims_figures.rerun_check(before, {"a": {5: {"acc_full": 0.5}}}) is None
 
 
-def test_a_corrupt_csv_is_refused_and_nothing_written(tmp_path, capsys):
+CORRUPT_CSV = {
+    "a seed not a number": ("variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\nfedx,x,0.5,1.0\n", "line 3"),
+    "an infinite figure": ("variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\nfedx,1,-inf,1.0\n",
+                           "line 3: utility is infinite"),
+    "far too large": ("variant,seed,utility,host_time_s\n" + "fedx,0,0.5,1.0\n" * 1_200_000, "bytes, more than a claims CSV"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", CORRUPT_CSV)
+def test_a_corrupt_csv_is_refused_and_nothing_written(tmp_path, capsys, kind):
+    """An infinite figure would otherwise drop out of a mean and move verdicts without a word."""
+    text, words = CORRUPT_CSV[kind]
     data_dir, md = tmp_path / "data", tmp_path / "claims.md"
     data_dir.mkdir()
-    (data_dir / "fedx_hour.csv").write_text(
-        "variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\nfedx,x,0.5,1.0\n"
-    )
+    (data_dir / "fedx_hour.csv").write_text(text)
     md.write_text("before")
     assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "fedx_hour.csv line 3" in err and err.count("\n") == 1
-    assert md.read_text() == "before"
+    assert err.startswith(f"error: {data_dir / 'fedx_hour.csv'}") and words in err
+    assert err.count("\n") == 1 and claims_figures.CSV_FIX in err
+    assert md.read_text() == "before" and sorted(p.name for p in tmp_path.iterdir()) == ["claims.md", "data"]
 
 
 def _fake_group(monkeypatch, claims_list, classes=10, cols=("acc_full",)):
