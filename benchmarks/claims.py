@@ -89,6 +89,31 @@ def stale_folder(study: Study, folder: Path) -> str | None:
     return None
 
 
+def _report_files(datasets: dict, data_dir: Path, md: Path, readme: Path | None) -> dict[Path, str | bytes]:
+    """claims.md, the README's verdict list (when ``readme``) and the effects figure beside claims.md, by path."""
+    files: dict[Path, str | bytes] = {md: render(datasets, data_dir)}
+    if (readme_text := _readme_text(readme, datasets)) is not None:
+        files[readme] = readme_text
+    if (png := forest(decide_all(datasets))) is not None:
+        files[md.with_name(PLOT_NAME)] = png
+    return files
+
+
+def _one_file_twice(md: Path, readme: Path | None, data: Path) -> str | None:
+    """Why the outputs cannot be told apart (None: they can): --md, --readme, the figure beside --md or a per-seed
+    CSV in --data naming one file, which would end up holding only the last of them."""
+    roles = {"--md": md, "--readme": readme, f"the figure {PLOT_NAME} beside --md": md.with_name(PLOT_NAME)}
+    roles |= {f"the CSV {data_path(g, s, data).name} in --data": data_path(g, s, data) for g in GROUPS for s in SCALES}
+    seen: dict[Path, str] = {}
+    for role, path in roles.items():
+        if path is None:
+            continue
+        if (key := path.resolve()) in seen:
+            return f"{seen[key]} and {role} are one file ({path}); give each its own path"
+        seen[key] = role
+    return None
+
+
 def _data_error(data: Path, from_data: bool, md_given: bool) -> str | None:
     """Why ``--data`` cannot be used as given (None: it can). A folder that is missing or holds no CSV would
     rebuild claims.md with every group pending; another folder than the committed one, written into the
@@ -163,11 +188,7 @@ def report(
             unreadable = str(e)
     datasets[(group, scale)] = parse_csv(text, csv_path)  # as it will be read back, not the in-memory floats
     rerun = None if before is None else rerun_check(before, datasets[(group, scale)])
-    files: dict[Path, str | bytes] = {csv_path: text, md: render(datasets, data_dir)}
-    if (readme_text := _readme_text(readme, datasets)) is not None:
-        files[readme] = readme_text
-    if (png := forest(decide_all(datasets))) is not None:
-        files[md.with_name(PLOT_NAME)] = png
+    files = {csv_path: text, **_report_files(datasets, data_dir, md, readme)}
     for folder in folders:
         sel = select([folder], by=list(by))
         files.update({folder / "compare" / name: t for name, t in table_files(sel, build_tables(sel)).items()})
@@ -210,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.md = args.md or MD_PATH
     readme = args.readme or (README_PATH if args.md.resolve() == MD_PATH.resolve() else None)
+    if clash := _one_file_twice(args.md, readme, args.data):
+        print(f"error: {clash}", file=sys.stderr)
+        return 2
 
     try:
         if args.from_data:
@@ -220,15 +244,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 2
             datasets = read_all(args.data)
-            files: dict[Path, str | bytes] = {args.md: render(datasets, args.data)}
-            if (readme_text := _readme_text(readme, datasets)) is not None:
-                files[readme] = readme_text
-            if (png := forest(decide_all(datasets))) is not None:
-                files[args.md.with_name(PLOT_NAME)] = png
+            files = _report_files(datasets, args.data, args.md, readme)
             write_all(files)
             print(
                 f"claims: wrote {args.md}"
-                + (f" and the verdicts in {readme}" if readme_text is not None else "")
+                + (f" and the verdicts in {readme}" if readme in files else "")
             )
             return 0
         if not args.group:

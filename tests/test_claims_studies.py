@@ -362,6 +362,27 @@ def test_data_folder_that_would_rewrite_claims_md_wrongly_is_refused(tmp_path, c
     assert list((tmp_path / "empty").iterdir()) == []
 
 
+def test_two_outputs_that_are_one_file_are_refused(tmp_path, capsys):
+    """--md, --readme, the figure beside --md and the per-seed CSVs must be distinct files: one written over
+    another would keep only the last (--md onto a CSV would replace a group's figures with markdown)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "fedx_hour.csv").write_text("variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\n")
+    before = (data / "fedx_hour.csv").read_bytes()
+    cases = [
+        (["--md", str(data / "fedx_hour.csv")], "--md and the CSV fedx_hour.csv in --data are one file"),
+        (["--md", str(tmp_path / "r.md"), "--readme", str(tmp_path / "x" / ".." / "r.md")], "--md and --readme"),
+        (["--md", str(tmp_path / "c.md"), "--readme", str(tmp_path / "claims_effects.png")],
+         "--readme and the figure claims_effects.png beside --md"),
+    ]  # fmt: skip
+    for argv, words in cases:
+        assert claims.main(["--from-data", "--data", str(data), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {words}") and err.count("\n") == 1, err
+    assert (data / "fedx_hour.csv").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
 def test_an_unwritable_report_is_one_line_naming_it(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "fedx_hour.csv").write_text("variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\n")
