@@ -393,12 +393,13 @@ def header() -> str:
 
 def read_all(data_dir: Path = DATA_DIR, but: tuple[str, str] | None = None) -> dict[tuple[str, str], Data]:
     """Every group's CSV in ``data_dir``, the (group, scale) ``but`` aside (raises claims_figures.DataError on a
-    bad one)."""
+    bad one). Whatever stands at a CSV's name is read, so a dangling link or a folder there is an error, not a
+    group silently shown as not yet run."""
     return {
         (g, s): read_csv(p)
         for g in GROUPS
         for s in SCALES
-        if (g, s) != but and (p := data_path(g, s, data_dir)).is_file()
+        if (g, s) != but and ((p := data_path(g, s, data_dir)).exists() or p.is_symlink())
     }
 
 

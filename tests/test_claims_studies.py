@@ -147,6 +147,20 @@ def test_a_corrupt_csv_is_refused_and_nothing_written(tmp_path, capsys, kind):
     assert md.read_text() == "before" and sorted(p.name for p in tmp_path.iterdir()) == ["claims.md", "data"]
 
 
+@pytest.mark.parametrize("what", ["a dangling link", "a folder"])
+def test_something_not_a_csv_at_a_csvs_name_is_refused(tmp_path, capsys, what):
+    """A group whose CSV name holds a dangling link or a folder would otherwise be shown as not yet run."""
+    data_dir, md = tmp_path / "data", tmp_path / "claims.md"
+    data_dir.mkdir()
+    (data_dir / "fedx_hour.csv").write_text("variant,seed,utility,host_time_s\nfedx,0,0.5,1.0\n")
+    bad = data_dir / "heterofl_iot_hour.csv"
+    bad.symlink_to(tmp_path / "gone.csv") if what == "a dangling link" else bad.mkdir()
+    assert claims.main(["--from-data", "--data", str(data_dir), "--md", str(md)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}: cannot read it") and err.count("\n") == 1, err
+    assert not md.exists()
+
+
 def _fake_group(monkeypatch, claims_list, classes=10, cols=("acc_full",)):
     mod = SimpleNamespace(TITLE="Fake", SETTING="A made-up setting.", CLASSES=classes, TABLE_COLS=list(cols),
                           CLAIMS=claims_list)  # fmt: skip
