@@ -29,6 +29,7 @@ from iotfl_sim.exec.base import NumericData
 from iotfl_sim.exec.cores import available_cores
 from iotfl_sim.exec.inline import InlineExecutor
 from iotfl_sim.fl.cost import opcost
+from iotfl_sim.fl.cost.footprint import ModelInputError
 from iotfl_sim.fl.data.datasets import Dataset, DatasetError, load_dataset
 from iotfl_sim.fl.data.images import Images, subset
 from iotfl_sim.fl.data.partition import PartitionError, label_sets, partition
@@ -288,6 +289,19 @@ def device_tasks(sim: Simulation, availability: Availability) -> DeviceTasks:
     return DeviceTasks(sim.env, sim.fleet, availability, sim, system.traffic, system.training_time)
 
 
+def check_model_input(sc: Scenario, recipe: ModelRecipe) -> None:
+    """Refuse a model family that cannot take the dataset's inputs before anything builds it (the full model: its
+    submodels are narrower or shallower, and take what it takes)."""
+    try:
+        recipe.cost(SubmodelSpec(1.0))
+    except ModelInputError as e:
+        raise ScenarioError(
+            f"model.family: {e.family} cannot take the inputs of data.dataset {sc.data.dataset}, "
+            f"{' x '.join(map(str, e.shape))} (channels x height x width): {e.reason}; pick a model.family that takes "
+            "them, or another data.dataset"
+        ) from None
+
+
 def set_up_strategy(
     sc: Scenario, strategy: Strategy, fleet: Fleet, numerics: NumericsSetup, system: SystemModel, progress: Any = None
 ) -> None:
@@ -296,6 +310,7 @@ def set_up_strategy(
     system.recipe = ModelRecipe(
         sc.model.family, numerics.num_classes, numerics.in_channels, numerics.image_size, sc.model.norm, sc.model.scaler,
     )  # fmt: skip
+    check_model_input(sc, system.recipe)
     tiers = sc.hierarchy.gateway_rounds if sc.hierarchy is not None else 1
     ctx = StrategyContext(
         recipe=system.recipe,

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from iotfl_sim.core.errors import ScenarioError
 from iotfl_sim.fl import disk_cache
 from iotfl_sim.fl.models.build import build_model
 from iotfl_sim.fl.models.layers import count_params
@@ -52,6 +53,15 @@ class ModelCost:
     def param_bytes(self) -> int:
         """Bytes of the float32 weights (what one uncompressed transfer carries)."""
         return self.params * 4
+
+
+class ModelInputError(ScenarioError):
+    """A model whose layers cannot take the input shape it is asked to train on (2-D pooling over HAR's 1 x 128
+    windows, say): the user's choice of model and dataset, not a fault of the code."""
+
+    def __init__(self, family: str, shape: tuple[int, int, int], reason: str) -> None:
+        self.family, self.shape, self.reason = family, shape, reason
+        super().__init__(f"{family} cannot take inputs of {' x '.join(map(str, shape))} (channels x height x width): {reason}")
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -135,6 +145,9 @@ def _probe(
     try:
         with torch.no_grad(), counter:
             model(x)
+    except RuntimeError as e:  # torch's shape checks: the only errors a forward of zeros on meta tensors can meet
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelInputError(family, (in_channels, *image_size), reason) from None
     finally:
         for h in handles:
             h.remove()
