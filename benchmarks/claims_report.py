@@ -356,10 +356,10 @@ A single paper-scale run of one variant: `iotfl-sim run scenarios/adaptivefl_cif
   five seeds included: no claim gets a second look of its own, so the extension cannot turn a chance result into
   a verdict. Until the ten-seed study is complete the five-seed verdicts stand; the group's section says which
   seeds its verdicts rest on, and the five-seed ones stay in git (`benchmarks/claims_data/` at commit c391b3f).
-  Applied: FedX, AdaptiveFL and FlexFL are extended. HeteroFL-IoT (L17-acc-default, L17-steady) and AdapterFL
-  (T2-LL-fedbase, T2-LM-feddf, T2-LL-feddf) are not, for cost alone, whichever way their effects point: five more
-  seeds would cost HeteroFL-IoT 9.3 h and AdapterFL about 17 h of host time, each group already at or past the
-  issue's budget of about 8 CPU-hours, so their five-seed verdicts are final here.
+  Applied: FedX, AdaptiveFL (both its studies) and FlexFL are extended. HeteroFL-IoT (L17-acc-default,
+  L17-steady) and AdapterFL (T2-LL-fedbase, T2-LM-feddf, T2-LL-feddf) are not, for cost alone, whichever way their
+  effects point: five more seeds would cost HeteroFL-IoT 9.3 h and AdapterFL about 17 h of host time, each group
+  already at or past the issue's budget of about 8 CPU-hours, so their five-seed verdicts are final here.
 - **Effect size** beside every verdict: the mean paired difference (positive = the claim's direction) with its
   two-sided 95 % t interval, and d_z = mean / sd. Accuracies, utility and waste are shown in points.
 - **Not testable**, decided before any test and outside the Holm families: the claim states why the paper's
