@@ -297,7 +297,7 @@ def check_model_input(sc: Scenario, recipe: ModelRecipe) -> None:
     except ModelInputError as e:
         raise ScenarioError(
             f"model.family: {e.family} cannot take the inputs of data.dataset {sc.data.dataset}, "
-            f"{' x '.join(map(str, e.shape))} (channels x height x width): {e.reason}; pick a model.family that takes "
+            f"{e.shape}: {e.reason}; pick a model.family that takes "
             "them, or another data.dataset"
         ) from None
 

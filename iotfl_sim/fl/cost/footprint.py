@@ -60,8 +60,9 @@ class ModelInputError(ScenarioError):
     windows, say): the user's choice of model and dataset, not a fault of the code."""
 
     def __init__(self, family: str, shape: tuple[int, int, int], reason: str) -> None:
-        self.family, self.shape, self.reason = family, shape, reason
-        super().__init__(f"{family} cannot take inputs of {' x '.join(map(str, shape))} (channels x height x width): {reason}")
+        self.family, self.reason = family, reason
+        self.shape = f"{' x '.join(map(str, shape))} (channels x height x width)"
+        super().__init__(f"{family} cannot take inputs of {self.shape}: {reason}")
 
 
 def _is_leaf(module: nn.Module) -> bool:
