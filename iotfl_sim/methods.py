@@ -204,6 +204,11 @@ def import_attribute(ref: str, search: Iterable[Path], label: str, what: str, at
             f"{label}: no module {e.name!r} on the Python path{where}; install the package, put "
             f"{module_name.replace('.', '/')}.py beside the scenario, or set PYTHONPATH"
         ) from None
+    except SystemExit as e:  # sys.exit() at a module's top level would end the run silently, as if it succeeded
+        raise MethodError(
+            f"{label}: importing {module_name} failed: it called sys.exit({e.code!r}) at import; a {what} "
+            "only defines things at import (put script code under `if __name__ == '__main__':`)"
+        ) from None
     except Exception as e:  # noqa: BLE001 - the user's module failed while importing: one line naming it
         raise MethodError(f"{label}: importing {module_name} failed: {type(e).__name__}: {e}") from None
     finally:
@@ -214,6 +219,8 @@ def import_attribute(ref: str, search: Iterable[Path], label: str, what: str, at
         return _attribute(module, qualname)
     except AttributeError:
         raise MethodError(f"{label}: module {module_name} has no {qualname!r}") from None
+    except Exception as e:  # noqa: BLE001 - a module-level __getattr__ of the user's that fails
+        raise MethodError(f"{label}: reading {qualname!r} from {module_name} failed: {type(e).__name__}: {e}") from None
 
 
 def announce_import(module_name: str, what: str) -> None:

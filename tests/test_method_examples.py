@@ -156,11 +156,15 @@ def _validate_error(tmp_path, capsys, name: str) -> str:
 def test_a_bad_import_path_is_one_line_naming_algorithm_name(tmp_path, capsys):
     (tmp_path / "not_a_method.py").write_text("class Thing:\n    pass\n")
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "script.py").write_text("import sys\nsys.exit(0)\n")  # would end `validate` with status 0
+    (tmp_path / "lazy.py").write_text("def __getattr__(name):\n    raise KeyError(name)\n")
     cases = {
         "no_such_module_here:X": "no module 'no_such_module_here'",
         "not_a_method:Missing": "has no 'Missing'",
         "not_a_method:Thing": "is not a subclass of iotfl_sim.Strategy",
         "broken:X": "importing broken failed: RuntimeError: boom",
+        "script:X": "importing script failed: it called sys.exit(0) at import",
+        "lazy:X": "reading 'X' from lazy failed: KeyError",
         "fedprocs": "did you mean 'fedprox'",
     }
     for name, expected in cases.items():
