@@ -532,6 +532,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
         return _signal_status(getattr(e, "signum", None))
+    except SystemExit as e:  # only code that is not iotfl-sim's (a method, a Flower app) calls sys.exit() here
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {_exit_line(e)}\n")
+        sys.stderr.flush()
+        return e.code if isinstance(e.code, int) and e.code not in (0, EXIT_BAD_INPUT) else 1
+
+
+def _exit_line(e: SystemExit) -> str:
+    """Where a sys.exit() that ended a command came from: never a silent success (status 0) mid-run."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} (in {tb.tb_frame.f_code.co_name})" if tb else ""
+    return (f"sys.exit({e.code!r}) called{where} ended the command before it finished; remove that call (code "
+            "a run calls reports a problem by raising an exception)")
 
 
 def entry() -> NoReturn:

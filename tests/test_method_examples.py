@@ -172,6 +172,20 @@ def test_a_bad_import_path_is_one_line_naming_algorithm_name(tmp_path, capsys):
         assert "algorithm.name" in err and expected in err, (name, err)
 
 
+def test_a_method_that_calls_sys_exit_mid_run_fails_naming_the_line(tmp_path, capsys):
+    """sys.exit(0) in a user's aggregate would otherwise end `run` with status 0, as if the run had finished."""
+    source = (ROOT / "examples" / "fedprox.py").read_text()
+    (tmp_path / "quits.py").write_text(source + "\n\nclass Quits(FedProx):\n    def aggregate(self, rnd, updates):\n"
+                                       "        sys.exit(0)\n\n\nimport sys  # noqa: E402\n")
+    lines = (tmp_path / "quits.py").read_text().splitlines()
+    line_no = 1 + max(i for i, line in enumerate(lines) if "sys.exit(0)" in line)
+    path = tmp_path / "quits.yaml"
+    path.write_text(yaml.safe_dump(base_scenario(rounds=2, algorithm={"name": "quits:Quits"}), sort_keys=False))
+    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: sys.exit(0) called at {tmp_path / 'quits.py'}:{line_no} (in aggregate)"), err
+
+
 @BUILTIN_GROUP
 def test_an_installed_entry_point_names_a_method(tmp_path, monkeypatch, capsys, builtin):
     """A package that declares ``[project.entry-points."iotfl_sim.methods"] shipped_prox = ...``: a scenario
