@@ -15,8 +15,8 @@ def heterofl(tmp_path, tiny_free_mb: float, big_free_mb: float = 2000):
     """4 devices whose free memory sits between the needs of levels e (1/16 width) and a (full width) of
     cnn_small with batch 16 (about 0.1 and 3 MB), and 4 with 2 GB; HeteroFL a-e by capacity."""
     tiny, big = copy.deepcopy(TINY), copy.deepcopy(BIG)
-    tiny["memory"].update(free_mb=tiny_free_mb)
-    big["memory"].update(free_mb=big_free_mb)
+    tiny["memory"].update(free_mb=tiny_free_mb, total_mb=max(tiny["memory"]["total_mb"], tiny_free_mb))
+    big["memory"].update(free_mb=big_free_mb, total_mb=max(big["memory"]["total_mb"], big_free_mb))
     sc = base_scenario(numerics="none", algorithm={"name": "heterofl", "proportions": "a1-e1", "assign": "by_capacity"})
     sc["fleet"]["groups"] = [{"name": "tiny", "count": 4, "profile": tiny}, {"name": "big", "count": 4, "profile": big}]
     path = tmp_path / "s.yaml"

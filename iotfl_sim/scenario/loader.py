@@ -482,12 +482,31 @@ def resolve_groups(
                 f"{where}.power_policy.low_mode: {g.power_policy.low_mode!r} is not a power mode of {prof.name} "
                 f"(has: {modes})"
             )
+        if sc.fleet.memory_units == "mb":
+            _check_group_memory(g.memory, prof.memory.total_mb, ("fleet", "groups", i, "memory"), source, lines)
         name = g.name or prof.name
         if name in names_seen:
             name = f"{name}_{i}"
         names_seen.add(name)
         groups.append(ResolvedGroup(name, prof, count, g.power_mode, g))
     return groups
+
+
+def _check_group_memory(m: Any, total_mb: float, loc: tuple, source: str, lines: Any) -> None:
+    """A group's free memory and its fluctuation, in MB, within the profile's total (the profile's own fields
+    are checked by ``Memory``): a digit too many would silently give devices memory they lack."""
+    sigmas = m.sigma2 if isinstance(m.sigma2, list) else [m.sigma2] if m.sigma2 is not None else []
+    given = [("free", m.free), ("sigma", m.sigma)] + [("sigma2", v**0.5) for v in sigmas]
+    for key, value in given:
+        if value is not None and value > total_mb:
+            line = (lines or {}).get((*loc, key)) or _nearest_line(lines or {}, (*loc, key))
+            shown = f"{value**2:g} (a std of {value:g} MB)" if key == "sigma2" else f"{value:g} MB"
+            field = f"fleet.groups[{loc[2]}].memory.{key}"
+            raise ScenarioError(
+                f"{source}{f':{line}' if line else ''}: {field}: {shown} is more than the "
+                f"profile's total_mb {total_mb:g}, the device's whole memory; lower it, or raise "
+                "overrides.memory.total_mb"
+            )
 
 
 def load_scenario(

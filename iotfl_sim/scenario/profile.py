@@ -155,10 +155,25 @@ class Compute(Strict):
         return self
 
 
+MAX_MEMORY_MB = 1e9  # a petabyte: beyond any device, and far from the overflow of MB x 1e6 bytes
+
+
 class Memory(Strict):
-    total_mb: float = Field(gt=0)
-    free_mb: float = Field(gt=0, description="memory typically free for the FL task (r_M)")
-    sigma_mb: float = Field(0.0, ge=0, description="std of u in r = r_M - |u|, u ~ N(0, sigma^2)")
+    total_mb: float = Field(gt=0, le=MAX_MEMORY_MB)
+    free_mb: float = Field(gt=0, description="memory typically free for the FL task (r_M); at most total_mb")
+    sigma_mb: float = Field(
+        0.0, ge=0, description="std of u in r = r_M - |u|, u ~ N(0, sigma^2); at most total_mb"
+    )
+
+    @model_validator(mode="after")
+    def _within_total(self) -> Memory:
+        for name in ("free_mb", "sigma_mb"):  # a digit too many here would silently give a device memory it lacks
+            if getattr(self, name) > self.total_mb:
+                raise ValueError(
+                    f"{name} {getattr(self, name):g} is more than total_mb {self.total_mb:g}, the device's whole "
+                    f"memory; lower {name} or raise total_mb"
+                )
+        return self
 
 
 class Power(ActivityPower):
