@@ -1,4 +1,4 @@
-"""Upper bounds on the counts a scenario may ask for.
+"""Upper bounds on the counts and physical quantities a scenario may ask for.
 
 Far above any run this simulator can finish, they are there so that a typo (``rounds: 1e30``, a
 batch size with six extra zeros) is an error naming the bound instead of a run that never ends or
@@ -17,3 +17,9 @@ MAX_BYTES = 1 << 40  # byte counts (message headers)
 MAX_BUCKET = 1 << 31  # QSGD bucket size
 MAX_INDEX = 100_000  # layer, stage or class indexes, per-client label shards
 MAX_SEED = (1 << 64) - 1
+
+# physical quantities: far beyond any device, and far enough from float overflow that unit conversions (MB to
+# bytes, Mbit/s to bit/s) stay finite
+MAX_MEMORY_MB = 1e9  # a petabyte
+MAX_LINK_MBPS = 1e9  # a petabit per second (tests use 1e6 for links that take no time)
+MAX_RTT_S = 3600.0  # an hour: a round trip longer than that is an outage, which availability models

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from iotfl_sim.scenario.limits import MAX_LINK_MBPS, MAX_MEMORY_MB, MAX_RTT_S
+
 DEVICE_CLASSES = ("mcu", "sbc", "edge_gpu", "phone", "server")
 RADIOS = ("wifi", "lte", "nbiot", "lorawan", "ble", "ethernet")
 
@@ -155,9 +157,6 @@ class Compute(Strict):
         return self
 
 
-MAX_MEMORY_MB = 1e9  # a petabyte: beyond any device, and far from the overflow of MB x 1e6 bytes
-
-
 class Memory(Strict):
     total_mb: float = Field(gt=0, le=MAX_MEMORY_MB)
     free_mb: float = Field(gt=0, description="memory typically free for the FL task (r_M); at most total_mb")
@@ -236,9 +235,9 @@ class Battery(Strict):
 
 class Link(Strict):
     radio: Literal["wifi", "lte", "nbiot", "lorawan", "ble", "ethernet"] = "wifi"
-    down_mbps: float = Field(gt=0)
-    up_mbps: float = Field(gt=0)
-    rtt_ms: float = Field(0.0, ge=0)
+    down_mbps: float = Field(gt=0, le=MAX_LINK_MBPS)
+    up_mbps: float = Field(gt=0, le=MAX_LINK_MBPS)
+    rtt_ms: float = Field(0.0, ge=0, le=MAX_RTT_S * 1000)
 
 
 class ServerWorkRates(Strict):

@@ -220,7 +220,8 @@ class DeviceTasks:
                     duration = duty_cycled_duration(air, preset.duty_cycle, frames)
                     silence = (air / frames) * (1.0 / preset.duty_cycle - 1.0)
                 f.next_tx[d] = self.env.now + duration + silence
-            power = f.radio_power(d, up, sent * 8.0 / air) * air / (duration + rtt)
+            # an empty message, or one on a link too fast to time, is on the air for no time and costs no energy
+            power = f.radio_power(d, up, sent * 8.0 / air) * air / (duration + rtt) if air > 0 else 0.0
             reason, end = yield from self.activity(task, duration + rtt, power, "radio")
         if reason is None and preset.tail_s > 0:
             dead = f.charge_lump(d, self.env.now, preset.tail_j, "radio")
