@@ -22,4 +22,7 @@ MAX_SEED = (1 << 64) - 1
 # bytes, Mbit/s to bit/s) stay finite
 MAX_MEMORY_MB = 1e9  # a petabyte
 MAX_LINK_MBPS = 1e9  # a petabit per second (tests use 1e6 for links that take no time)
+MIN_LINK_MBPS = 1e-6  # a bit per second (LoRaWAN's slowest rate is about 250)
+MIN_FLOPS = 1.0  # a FLOP per second (an 8-bit microcontroller does about 10^6): a task's seconds stay finite
+MIN_MEM_BW_GBS = 1e-9  # a byte per second
 MAX_RTT_S = 3600.0  # an hour: a round trip longer than that is an outage, which availability models

@@ -36,6 +36,7 @@ from iotfl_sim.scenario.limits import (
     MAX_SAMPLES,
     MAX_SEED,
     MAX_WORKERS,
+    MIN_LINK_MBPS,
 )
 from iotfl_sim.scenario.profile import Strict
 
@@ -296,8 +297,8 @@ class CarbonConfig(Strict):
 
 class Gateway(Strict):
     name: str
-    down_mbps: float = Field(gt=0, le=MAX_LINK_MBPS, description="capacity shared by all downloads through this gateway")
-    up_mbps: float = Field(gt=0, le=MAX_LINK_MBPS, description="capacity shared by all uploads through this gateway")
+    down_mbps: float = Field(ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS, description="capacity shared by all downloads through this gateway")
+    up_mbps: float = Field(ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS, description="capacity shared by all uploads through this gateway")
     devices_per_gateway: int | None = Field(
         None,
         ge=1,
@@ -614,8 +615,8 @@ class Backhaul(Strict):
     down / 6 Mb/s up and 44-66 ms RTT of Huang et al. (MobiSys 2012), with the radio power of their linear model
     (438.39 mW/Mbps up, 51.97 mW/Mbps down, plus 1288.04 mW) at those rates."""
 
-    up_mbps: float = Field(6.0, gt=0, le=MAX_LINK_MBPS, description="gateway -> cloud bandwidth, Mb/s (default: LTE median uplink)")
-    down_mbps: float = Field(13.0, gt=0, le=MAX_LINK_MBPS, description="cloud -> gateway bandwidth, Mb/s (default: LTE median downlink)")
+    up_mbps: float = Field(6.0, ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS, description="gateway -> cloud bandwidth, Mb/s (default: LTE median uplink)")
+    down_mbps: float = Field(13.0, ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS, description="cloud -> gateway bandwidth, Mb/s (default: LTE median downlink)")
     rtt_s: float = Field(0.055, ge=0, le=MAX_RTT_S, description="round-trip time added to every transfer, s (default: LTE, 44-66 ms)")
     tx_w: float = Field(3.92, ge=0, description="radio power while uploading, W (default: Huang's LTE model at 6 Mb/s)")
     rx_w: float = Field(1.96, ge=0, description="radio power while downloading, W (default: Huang's LTE model at 13 Mb/s)")

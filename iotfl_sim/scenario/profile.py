@@ -7,7 +7,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from iotfl_sim.scenario.limits import MAX_LINK_MBPS, MAX_MEMORY_MB, MAX_RTT_S
+from iotfl_sim.scenario.limits import (
+    MAX_LINK_MBPS,
+    MAX_MEMORY_MB,
+    MAX_RTT_S,
+    MIN_FLOPS,
+    MIN_LINK_MBPS,
+    MIN_MEM_BW_GBS,
+)
 
 DEVICE_CLASSES = ("mcu", "sbc", "edge_gpu", "phone", "server")
 RADIOS = ("wifi", "lte", "nbiot", "lorawan", "ble", "ethernet")
@@ -58,9 +65,9 @@ class ActivityPower(Strict):
 
 
 class PowerMode(ActivityPower):
-    flops: float = Field(gt=0, description="sustained training FLOP/s in this mode")
+    flops: float = Field(ge=MIN_FLOPS, description="sustained training FLOP/s in this mode")
     train_w: float = Field(gt=0, description="board power while training in this mode, W")
-    mem_bw_gbs: float | None = Field(None, gt=0, description="achieved memory bandwidth in this mode, GB/s (null: the profile's)")
+    mem_bw_gbs: float | None = Field(None, ge=MIN_MEM_BW_GBS, description="achieved memory bandwidth in this mode, GB/s (null: the profile's)")
     op_overhead_us: float | None = Field(None, ge=0, description="per-operator dispatch overhead in this mode, us (null: the profile's)")
 
 
@@ -71,7 +78,7 @@ class KernelCost(Strict):
         0.0, ge=0, description="extra fixed cost per call over a generic operator's overhead (e.g. oneDNN primitive setup), us"
     )
     flops: float | None = Field(
-        None, gt=0, description="achieved FLOP/s of this operator kind, as fl.cost.opcost counts its FLOPs (null: compute.flops)"
+        None, ge=MIN_FLOPS, description="achieved FLOP/s of this operator kind, as fl.cost.opcost counts its FLOPs (null: compute.flops)"
     )
     flops_curve: list[tuple[float, float]] | None = Field(
         None,
@@ -79,6 +86,21 @@ class KernelCost(Strict):
         description="achieved FLOP/s by the call's size: [[FLOPs of the call, FLOP/s], ...], interpolated in log-log "
         "and held flat outside (small convolutions run well below the dense-conv peak); replaces flops",
     )
+
+    @model_validator(mode="after")
+    def _curve_points(self) -> KernelCost:
+        """Each point a call size above 0 (the curve is interpolated in log-log) at a rate of at least MIN_FLOPS,
+        each size once: a negative or zero rate gave NaN seconds."""
+        curve = self.flops_curve or []
+        for i, (size, rate) in enumerate(curve):
+            if not size > 0:
+                raise ValueError(f"flops_curve[{i}]: the call's FLOPs {size:g} must be above 0 (log-log interpolation)")
+            if rate < MIN_FLOPS:
+                raise ValueError(f"flops_curve[{i}]: the rate {rate:g} FLOP/s is below {MIN_FLOPS:g}; give the rate measured")
+        sizes = [size for size, _ in curve]
+        if len(set(sizes)) != len(sizes):
+            raise ValueError("flops_curve: two points at the same call size; give each size once")
+        return self
 
     def points(self) -> tuple[tuple[float, float], ...]:
         """The rate curve as sorted (FLOPs, FLOP/s) points; one point for a flat rate, none for the profile's."""
@@ -125,9 +147,9 @@ class MeasuredStep(Strict):
 
 
 class Compute(Strict):
-    flops: float = Field(gt=0, description="sustained FP32 training throughput, FLOP/s (2 per multiply-add)")
+    flops: float = Field(ge=MIN_FLOPS, description="sustained FP32 training throughput, FLOP/s (2 per multiply-add)")
     mem_bw_gbs: float | None = Field(
-        None, gt=0, description="achieved memory bandwidth, GB/s (1e9 bytes/s); enables the per-operator roofline"
+        None, ge=MIN_MEM_BW_GBS, description="achieved memory bandwidth, GB/s (1e9 bytes/s); enables the per-operator roofline"
     )
     op_overhead_us: float | None = Field(
         None, ge=0, description="fixed cost per dispatched operator (framework dispatch, kernel launch), microseconds"
@@ -235,8 +257,8 @@ class Battery(Strict):
 
 class Link(Strict):
     radio: Literal["wifi", "lte", "nbiot", "lorawan", "ble", "ethernet"] = "wifi"
-    down_mbps: float = Field(gt=0, le=MAX_LINK_MBPS)
-    up_mbps: float = Field(gt=0, le=MAX_LINK_MBPS)
+    down_mbps: float = Field(ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS)
+    up_mbps: float = Field(ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS)
     rtt_ms: float = Field(0.0, ge=0, le=MAX_RTT_S * 1000)
 
 
