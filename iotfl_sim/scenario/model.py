@@ -31,11 +31,13 @@ from iotfl_sim.scenario.limits import (
     MAX_EPOCHS,
     MAX_INDEX,
     MAX_LINK_MBPS,
+    MAX_POWER_W,
     MAX_ROUNDS,
     MAX_RTT_S,
     MAX_SAMPLES,
     MAX_SEED,
     MAX_WORKERS,
+    MIN_FLOPS,
     MIN_LINK_MBPS,
 )
 from iotfl_sim.scenario.profile import Strict
@@ -185,7 +187,7 @@ class HarvestConfig(Strict):
     """Energy coming in during a daily window: a solar day, or a charger plugged in at night."""
 
     kind: Literal["window"] = Field("window", description="window (the default): constant power in a daily window")
-    power_w: float = Field(gt=0, description="power harvested (or charging power) during the window, W")
+    power_w: float = Field(gt=0, le=MAX_POWER_W, description="power harvested (or charging power) during the window, W")
     start_hour: float = Field(6.0, ge=0, lt=24, description="window start, hours after the start of a simulated day")
     hours: float = Field(12.0, gt=0, le=24, description="window length, hours")
     day_s: float = Field(86400.0, gt=0, description="length of a simulated day, s")
@@ -495,9 +497,9 @@ class ServerCompute(Strict):
     scenarios written before server profiles; ``validate`` warns (FLOPs alone price server work far too fast)."""
 
     flops: float = Field(
-        1.0e13, gt=0, description="sustained training FLOP/s of the server (default: one data-centre GPU, ~10 TFLOP/s)"
+        1.0e13, ge=MIN_FLOPS, description="sustained training FLOP/s of the server (default: one data-centre GPU, ~10 TFLOP/s)"
     )
-    power_w: float = Field(300.0, ge=0, description="server power while it computes, W (reported as server_energy_j)")
+    power_w: float = Field(300.0, ge=0, le=MAX_POWER_W, description="server power while it computes, W (reported as server_energy_j)")
 
 
 DEFAULT_SERVER_PROFILE = "gpu_server_titan_xp"
@@ -618,8 +620,8 @@ class Backhaul(Strict):
     up_mbps: float = Field(6.0, ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS, description="gateway -> cloud bandwidth, Mb/s (default: LTE median uplink)")
     down_mbps: float = Field(13.0, ge=MIN_LINK_MBPS, le=MAX_LINK_MBPS, description="cloud -> gateway bandwidth, Mb/s (default: LTE median downlink)")
     rtt_s: float = Field(0.055, ge=0, le=MAX_RTT_S, description="round-trip time added to every transfer, s (default: LTE, 44-66 ms)")
-    tx_w: float = Field(3.92, ge=0, description="radio power while uploading, W (default: Huang's LTE model at 6 Mb/s)")
-    rx_w: float = Field(1.96, ge=0, description="radio power while downloading, W (default: Huang's LTE model at 13 Mb/s)")
+    tx_w: float = Field(3.92, ge=0, le=MAX_POWER_W, description="radio power while uploading, W (default: Huang's LTE model at 6 Mb/s)")
+    rx_w: float = Field(1.96, ge=0, le=MAX_POWER_W, description="radio power while downloading, W (default: Huang's LTE model at 13 Mb/s)")
 
 
 class Hierarchy(Strict):
@@ -646,7 +648,7 @@ class Hierarchy(Strict):
         None, description="the old FLOP rule instead of a profile: {flops, power_w} (as server.compute)"
     )
     idle_w: float | None = Field(
-        None, ge=0, description="each gateway's power while it neither computes nor transmits, W (null: not counted)"
+        None, ge=0, le=MAX_POWER_W, description="each gateway's power while it neither computes nor transmits, W (null: not counted)"
     )
     backhaul: Backhaul = Field(default_factory=Backhaul, description="each gateway's link to the cloud")
 

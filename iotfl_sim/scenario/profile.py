@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from iotfl_sim.scenario.limits import (
     MAX_LINK_MBPS,
     MAX_MEMORY_MB,
+    MAX_OVERHEAD_US,
+    MAX_POWER_W,
     MAX_RTT_S,
     MIN_FLOPS,
     MIN_LINK_MBPS,
@@ -42,13 +44,13 @@ class ActivityPower(Strict):
     together, or neither (then training draws the constant ``train_w``)."""
 
     compute_w: float | None = Field(
-        None, gt=0, description="board power while training ops are compute-bound (roofline), W; with memory_w"
+        None, gt=0, le=MAX_POWER_W, description="board power while training ops are compute-bound (roofline), W; with memory_w"
     )
     memory_w: float | None = Field(
-        None, gt=0, description="board power while training ops are memory-bound (roofline), W; with compute_w"
+        None, gt=0, le=MAX_POWER_W, description="board power while training ops are memory-bound (roofline), W; with compute_w"
     )
     overhead_w: float | None = Field(
-        None, gt=0, description="board power during per-op dispatch overhead, W (null: memory_w); needs compute_w"
+        None, gt=0, le=MAX_POWER_W, description="board power during per-op dispatch overhead, W (null: memory_w); needs compute_w"
     )
 
     @model_validator(mode="after")
@@ -66,16 +68,16 @@ class ActivityPower(Strict):
 
 class PowerMode(ActivityPower):
     flops: float = Field(ge=MIN_FLOPS, description="sustained training FLOP/s in this mode")
-    train_w: float = Field(gt=0, description="board power while training in this mode, W")
+    train_w: float = Field(gt=0, le=MAX_POWER_W, description="board power while training in this mode, W")
     mem_bw_gbs: float | None = Field(None, ge=MIN_MEM_BW_GBS, description="achieved memory bandwidth in this mode, GB/s (null: the profile's)")
-    op_overhead_us: float | None = Field(None, ge=0, description="per-operator dispatch overhead in this mode, us (null: the profile's)")
+    op_overhead_us: float | None = Field(None, ge=0, le=MAX_OVERHEAD_US, description="per-operator dispatch overhead in this mode, us (null: the profile's)")
 
 
 class KernelCost(Strict):
     """What one kind of operator costs beyond the generic roofline (measured by ``profiles measure``)."""
 
     overhead_us: float = Field(
-        0.0, ge=0, description="extra fixed cost per call over a generic operator's overhead (e.g. oneDNN primitive setup), us"
+        0.0, ge=0, le=MAX_OVERHEAD_US, description="extra fixed cost per call over a generic operator's overhead (e.g. oneDNN primitive setup), us"
     )
     flops: float | None = Field(
         None, ge=MIN_FLOPS, description="achieved FLOP/s of this operator kind, as fl.cost.opcost counts its FLOPs (null: compute.flops)"
@@ -143,7 +145,7 @@ class MeasuredStep(Strict):
     family: str = Field(description="model family of the step (as model.family names it)")
     input: tuple[int, int, int] = Field(description="input shape [channels, height, width]")
     batch: int = Field(ge=1, description="samples in the timed step")
-    seconds: float = Field(gt=0, description="the fastest measured step (SGD with momentum 0.9, 10 classes), s")
+    seconds: float = Field(gt=0, le=MAX_OVERHEAD_US / 1e6, description="the fastest measured step (SGD with momentum 0.9, 10 classes), s")
 
 
 class Compute(Strict):
@@ -152,7 +154,7 @@ class Compute(Strict):
         None, ge=MIN_MEM_BW_GBS, description="achieved memory bandwidth, GB/s (1e9 bytes/s); enables the per-operator roofline"
     )
     op_overhead_us: float | None = Field(
-        None, ge=0, description="fixed cost per dispatched operator (framework dispatch, kernel launch), microseconds"
+        None, ge=0, le=MAX_OVERHEAD_US, description="fixed cost per dispatched operator (framework dispatch, kernel launch), microseconds"
     )
     kernels: dict[str, KernelCost] | None = Field(
         None,
@@ -198,10 +200,10 @@ class Memory(Strict):
 
 
 class Power(ActivityPower):
-    idle_w: float = Field(ge=0)
-    train_w: float = Field(ge=0)
-    tx_w: float = Field(ge=0)
-    rx_w: float = Field(ge=0)
+    idle_w: float = Field(ge=0, le=MAX_POWER_W)
+    train_w: float = Field(ge=0, le=MAX_POWER_W)
+    tx_w: float = Field(ge=0, le=MAX_POWER_W)
+    rx_w: float = Field(ge=0, le=MAX_POWER_W)
 
 
 IDEAL_CELL = {"charge_efficiency": 1.0, "discharge_efficiency": 1.0, "peukert": 1.0, "rated_hours": 5.0, "fade_per_cycle": 0.0}
@@ -267,19 +269,19 @@ class ServerWorkRates(Strict):
     (``iotfl-sim profiles measure --server`` times them)."""
 
     aggregate_gbs: float = Field(
-        gt=0,
+        ge=MIN_MEM_BW_GBS,
         description="averaging rate, GB/s (1e9 bytes/s) of float32 values: every received value read once and every "
         "global value written once, as fl.aggregate.aggregate_nested does it",
     )
-    aggregate_tensor_us: float = Field(0.0, ge=0, description="fixed cost per received tensor of the averaging, us")
+    aggregate_tensor_us: float = Field(0.0, ge=0, le=MAX_OVERHEAD_US, description="fixed cost per received tensor of the averaging, us")
     qsgd_encode_values_per_s: float = Field(
-        gt=0, description="QSGD values quantized and encoded per second (fl.quantize.quantize_state at 8 bits)"
+        ge=MIN_FLOPS, description="QSGD values quantized and encoded per second (fl.quantize.quantize_state at 8 bits)"
     )
-    qsgd_encode_tensor_us: float = Field(0.0, ge=0, description="fixed cost per tensor of quantizing and encoding, us")
+    qsgd_encode_tensor_us: float = Field(0.0, ge=0, le=MAX_OVERHEAD_US, description="fixed cost per tensor of quantizing and encoding, us")
     qsgd_decode_values_per_s: float = Field(
-        gt=0, description="QSGD values decoded per second (levels and norms back to float32)"
+        ge=MIN_FLOPS, description="QSGD values decoded per second (levels and norms back to float32)"
     )
-    qsgd_decode_tensor_us: float = Field(0.0, ge=0, description="fixed cost per tensor of decoding, us")
+    qsgd_decode_tensor_us: float = Field(0.0, ge=0, le=MAX_OVERHEAD_US, description="fixed cost per tensor of decoding, us")
 
 
 class ThermalParams(Strict):
