@@ -26,5 +26,6 @@ MIN_LINK_MBPS = 1e-6  # a bit per second (LoRaWAN's slowest rate is about 250)
 MIN_FLOPS = 1.0  # a FLOP (or value) per second (an 8-bit microcontroller does about 10^6): seconds stay finite
 MIN_MEM_BW_GBS = 1e-9  # a byte per second
 MAX_POWER_W = 1e6  # a megawatt: a device's or a server's power (an 8-GPU server draws about 10^4)
+MAX_ENERGY_J = 3.6e15  # a terawatt-hour of battery (an electric car holds about 2 x 10^8 J); mains is null
 MAX_OVERHEAD_US = 1e9  # 1000 s of fixed cost per operator, or per measured step
 MAX_RTT_S = 3600.0  # an hour: a round trip longer than that is an outage, which availability models

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from iotfl_sim.scenario.limits import (
+    MAX_ENERGY_J,
     MAX_LINK_MBPS,
     MAX_MEMORY_MB,
     MAX_OVERHEAD_US,
@@ -210,8 +211,10 @@ IDEAL_CELL = {"charge_efficiency": 1.0, "discharge_efficiency": 1.0, "peukert": 
 
 
 class Battery(Strict):
-    capacity_j: float | None = Field(None, gt=0, description="joules; null = mains powered")
-    capacity_wh: float | None = Field(None, gt=0, description="watt-hours (alternative to capacity_j)")
+    capacity_j: float | None = Field(None, gt=0, le=MAX_ENERGY_J, description="joules; null = mains powered")
+    capacity_wh: float | None = Field(
+        None, gt=0, le=MAX_ENERGY_J / 3600, description="watt-hours (alternative to capacity_j)"
+    )
     # the chemistry: null is the ideal cell (IDEAL_CELL), so a study recorded before these fields existed resumes
     charge_efficiency: float | None = Field(
         None, gt=0, le=1, description="share of the energy put in that is stored (null: 1)"
