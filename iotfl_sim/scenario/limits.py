@@ -28,4 +28,5 @@ MIN_MEM_BW_GBS = 1e-9  # a byte per second
 MAX_POWER_W = 1e6  # a megawatt: a device's or a server's power (an 8-GPU server draws about 10^4)
 MAX_ENERGY_J = 3.6e15  # a terawatt-hour of battery (an electric car holds about 2 x 10^8 J); mains is null
 MAX_OVERHEAD_US = 1e9  # 1000 s of fixed cost per operator, or per measured step
+MAX_JITTER_SIGMA = 10.0  # a lognormal factor's sigma: exp(10 z) stays finite for any draw; 1 is already wild
 MAX_RTT_S = 3600.0  # an hour: a round trip longer than that is an outage, which availability models

@@ -30,6 +30,7 @@ from iotfl_sim.scenario.limits import (
     MAX_DEVICES,
     MAX_EPOCHS,
     MAX_INDEX,
+    MAX_JITTER_SIGMA,
     MAX_LINK_MBPS,
     MAX_POWER_W,
     MAX_ROUNDS,
@@ -160,7 +161,7 @@ class NetworkConfig(Strict):
     power_model: Literal["profile", "preset"] = Field(
         "profile", description="profile: the profile's tx_w/rx_w; preset: the radio preset's power model (LTE: Huang)"
     )
-    jitter: float = Field(0.0, ge=0, description="lognormal sigma of a multiplicative noise on each transfer's time")
+    jitter: float = Field(0.0, ge=0, le=MAX_JITTER_SIGMA, description="lognormal sigma of a multiplicative noise on each transfer's time")
     loss: float = Field(0.0, ge=0, lt=1, description="packet loss probability; lost packets are retransmitted")
     gateway: str | None = Field(None, description="name of a fleet.gateways entry whose capacity this group shares")
     lora: LoraConfig | None = Field(

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from iotfl_sim.scenario.limits import (
     MAX_ENERGY_J,
+    MAX_JITTER_SIGMA,
     MAX_LINK_MBPS,
     MAX_MEMORY_MB,
     MAX_OVERHEAD_US,
@@ -36,7 +37,7 @@ class Jitter(Strict):
         description="multiplicative noise on compute time: lognormal(0, sigma); normal(1, sigma) floored at 0.05; "
         "exponential: an Exp draw of mean 1 (memoryless task times, the textbook asynchronous fleet; sigma unused)",
     )
-    sigma: float = Field(0.1, ge=0.0, description="spread of the multiplicative noise on compute time (0: none)")
+    sigma: float = Field(0.1, ge=0.0, le=MAX_JITTER_SIGMA, description="spread of the multiplicative noise on compute time (0: none)")
 
 
 class ActivityPower(Strict):
