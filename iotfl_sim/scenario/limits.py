@@ -17,6 +17,7 @@ MAX_BYTES = 1 << 40  # byte counts (message headers)
 MAX_BUCKET = 1 << 31  # QSGD bucket size
 MAX_INDEX = 100_000  # layer, stage or class indexes, per-client label shards
 MAX_SEED = (1 << 64) - 1
+MAX_LR = 1e3  # a learning rate or a weight decay: PyTorch applies it in float32, which overflows near 3.4e38
 
 # physical quantities: far beyond any device, and far enough from float overflow that unit conversions (MB to
 # bytes, Mbit/s to bit/s) stay finite

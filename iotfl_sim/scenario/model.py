@@ -32,6 +32,7 @@ from iotfl_sim.scenario.limits import (
     MAX_INDEX,
     MAX_JITTER_SIGMA,
     MAX_LINK_MBPS,
+    MAX_LR,
     MAX_POWER_W,
     MAX_ROUNDS,
     MAX_RTT_S,
@@ -486,9 +487,9 @@ class Local(Strict):
     epochs: int = Field(1, ge=1, le=MAX_EPOCHS)
     batch_size: int = Field(10, ge=1, le=MAX_BATCH)
     optimizer: Literal["sgd"] = "sgd"
-    lr: float = Field(0.01, gt=0)
+    lr: float = Field(0.01, gt=0, le=MAX_LR)
     momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(5e-4, ge=0)
+    weight_decay: float = Field(5e-4, ge=0, le=MAX_LR)
     lr_schedule: LRSchedule = LRSchedule()
     clip_grad_norm: float | None = Field(1.0, gt=0, description="clip gradients to this norm (null: no clipping)")
 

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from iotfl_sim.scenario.algorithms.base import MethodConfig
+from iotfl_sim.scenario.limits import MAX_LR
 from iotfl_sim.scenario.profile import Strict
 
 
@@ -60,7 +61,7 @@ class FedBuffConfig(_Asynchronous):
     name: Literal["fedbuff"]
     buffer_size: int = Field(10, ge=1, le=100_000, description="K: client updates per server step (FedBuff: 10)")
     server_lr: float = Field(
-        1.0, gt=0, le=1e3, description="eta_g of the server step w <- w - eta_g * (sum of weighted deltas) / K; 1 with "
+        1.0, gt=0, le=MAX_LR, description="eta_g of the server step w <- w - eta_g * (sum of weighted deltas) / K; 1 with "
         "momentum 0 and constant staleness is FedAvg over the buffer",
     )  # fmt: skip
     server_momentum: float = Field(

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, _Prototypes, candidate_cuts
-from iotfl_sim.scenario.limits import MAX_BATCH, MAX_INDEX, MAX_SAMPLES, MAX_STEPS
+from iotfl_sim.scenario.limits import MAX_BATCH, MAX_INDEX, MAX_LR, MAX_SAMPLES, MAX_STEPS
 
 
 class AdapterFLConfig(_Prototypes):
@@ -68,7 +68,7 @@ class FedDFConfig(_Prototypes):
     proxy_fraction: float = Field(0.01, gt=0, lt=1, description="share of the train set held out as the proxy set (1%)")
     distill_steps: int = Field(100, ge=0, le=MAX_STEPS, description="server distillation steps per prototype per round")
     distill_batch_size: int = Field(64, ge=1, le=MAX_BATCH)
-    distill_lr: float = Field(1e-3, gt=0, description="Adam learning rate (FedDF: 1e-3)")
+    distill_lr: float = Field(1e-3, gt=0, le=MAX_LR, description="Adam learning rate (FedDF: 1e-3)")
     temperature: float = Field(1.0, gt=0, description="distillation temperature (FedDF: 1)")
     cosine: bool = Field(True, description="cosine-anneal the distillation learning rate over the steps")
 

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
-from iotfl_sim.scenario.limits import MAX_BATCH, MAX_EPOCHS, MAX_INDEX
+from iotfl_sim.scenario.limits import MAX_BATCH, MAX_EPOCHS, MAX_INDEX, MAX_LR
 from iotfl_sim.scenario.profile import Strict
 
 
@@ -198,7 +198,7 @@ class FlexFLConfig(MethodConfig):
     proxy_train_share: float = Field(0.8, gt=0, lt=1, description="part of the proxy set used for pretraining")
     pretrain_epochs: int = Field(100, ge=0, le=MAX_EPOCHS, description="server pretraining epochs on the proxy train part (code: 100)")
     pretrain_optimizer: Literal["adam", "sgd"] = Field("adam", description="pretraining optimizer (code: Adam)")
-    pretrain_lr: float = Field(1e-3, gt=0, description="pretraining learning rate (code: Adam 1e-3)")
+    pretrain_lr: float = Field(1e-3, gt=0, le=MAX_LR, description="pretraining learning rate (code: Adam 1e-3)")
     pretrain_batch_size: int = Field(50, ge=1, le=MAX_BATCH, description="pretraining batch size (code: local_bs = 50)")
     apoz_mode: Literal["eval", "train"] = Field("eval", description="module mode of the APoZ forward pass (code: eval)")
     self_kd: bool = Field(True, description="ablation 'w/o self-KD' when false (plain CE)")

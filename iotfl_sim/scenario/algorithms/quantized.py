@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
-from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_SAMPLES
+from iotfl_sim.scenario.limits import MAX_BATCH, MAX_BUCKET, MAX_EPOCHS, MAX_INDEX, MAX_LR, MAX_SAMPLES
 
 
 def _classes_named_once(v: list[int] | None) -> list[int] | None:
@@ -90,7 +90,7 @@ class FedXConfig(MethodConfig):
     finetune_lr: FinetuneLr = 0.01
     finetune_samples: FinetuneSamples = 750
     pretrain_epochs: int = Field(5, ge=0, le=MAX_EPOCHS, description="one-time server pretraining epochs on its data")
-    pretrain_lr: float = Field(0.01, gt=0, description="pretraining SGD learning rate")
+    pretrain_lr: float = Field(0.01, gt=0, le=MAX_LR, description="pretraining SGD learning rate")
     server_batch_size: ServerBatchSize = 32
     proxy_fraction: float = Field(
         0.1, ge=0, lt=1, description="share of the train set the server holds (all classes) when proxy_classes is null"

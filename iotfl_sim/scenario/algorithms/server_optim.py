@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from iotfl_sim.scenario.algorithms.base import SEMI_ASYNC_OK, MethodConfig
+from iotfl_sim.scenario.limits import MAX_LR
 
 
 class FedProxConfig(MethodConfig):
@@ -27,7 +28,7 @@ class FedOptConfig(MethodConfig):
     server_optimizer: Literal["adam", "yogi", "adagrad"] = Field(
         "adam", description="the server's update of the averaged client delta (FedAdam, FedYogi, FedAdagrad)"
     )
-    server_lr: float = Field(0.01, gt=0, le=1e3, description="server learning rate eta (tune it per task)")
+    server_lr: float = Field(0.01, gt=0, le=MAX_LR, description="server learning rate eta (tune it per task)")
     beta1: float = Field(0.9, ge=0, lt=1, description="first-moment decay beta_1 (paper: 0.9)")
     beta2: float = Field(0.99, ge=0, lt=1, description="second-moment decay beta_2 (paper: 0.99; unused by adagrad)")
     tau: float = Field(1e-3, gt=0, le=1e3, description="adaptivity tau: v starts at tau^2 and tau joins sqrt(v) (paper: 1e-3)")
