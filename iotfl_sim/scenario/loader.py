@@ -29,7 +29,7 @@ from iotfl_sim.scenario.model import (
     Server,
     method_options,
 )
-from iotfl_sim.scenario.profile import DeviceProfile
+from iotfl_sim.scenario.profile import DeviceProfile, above_total
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
 
@@ -493,19 +493,17 @@ def resolve_groups(
 
 
 def _check_group_memory(m: Any, total_mb: float, loc: tuple, source: str, lines: Any) -> None:
-    """A group's free memory and its fluctuation, in MB, within the profile's total (the profile's own fields
-    are checked by ``Memory``): a digit too many would silently give devices memory they lack."""
+    """A group's free memory and its fluctuation, in MB, within the profile's total (``profile.above_total``)."""
     sigmas = m.sigma2 if isinstance(m.sigma2, list) else [m.sigma2] if m.sigma2 is not None else []
     given = [("free", m.free), ("sigma", m.sigma)] + [("sigma2", v**0.5) for v in sigmas]
     for key, value in given:
-        if value is not None and value > total_mb:
+        problem = None if value is None else above_total(value, total_mb, "the profile's ")
+        if problem:
             line = (lines or {}).get((*loc, key)) or _nearest_line(lines or {}, (*loc, key))
             shown = f"{value**2:g} (a std of {value:g} MB)" if key == "sigma2" else f"{value:g} MB"
-            field = f"fleet.groups[{loc[2]}].memory.{key}"
             raise ScenarioError(
-                f"{source}{f':{line}' if line else ''}: {field}: {shown} is more than the "
-                f"profile's total_mb {total_mb:g}, the device's whole memory; lower it, or raise "
-                "overrides.memory.total_mb"
+                f"{source}{f':{line}' if line else ''}: fleet.groups[{loc[2]}].memory.{key}: {shown} {problem}; "
+                "lower it, or raise overrides.memory.total_mb"
             )
 
 

@@ -183,6 +183,12 @@ class Compute(Strict):
         return self
 
 
+def above_total(value_mb: float, total_mb: float, whose: str = "") -> str | None:
+    """The words for a free memory or its fluctuation (MB) above a device's total, or None when it is within: a
+    digit too many would silently give the device memory it lacks (the profile's own fields and a group's)."""
+    return f"is more than {whose}total_mb {total_mb:g}, the device's whole memory" if value_mb > total_mb else None
+
+
 class Memory(Strict):
     total_mb: float = Field(gt=0, le=MAX_MEMORY_MB)
     free_mb: float = Field(gt=0, description="memory typically free for the FL task (r_M); at most total_mb")
@@ -192,12 +198,10 @@ class Memory(Strict):
 
     @model_validator(mode="after")
     def _within_total(self) -> Memory:
-        for name in ("free_mb", "sigma_mb"):  # a digit too many here would silently give a device memory it lacks
-            if getattr(self, name) > self.total_mb:
-                raise ValueError(
-                    f"{name} {getattr(self, name):g} is more than total_mb {self.total_mb:g}, the device's whole "
-                    f"memory; lower {name} or raise total_mb"
-                )
+        for name in ("free_mb", "sigma_mb"):
+            problem = above_total(getattr(self, name), self.total_mb)
+            if problem:
+                raise ValueError(f"{name} {getattr(self, name):g} {problem}; lower {name} or raise total_mb")
         return self
 
 
